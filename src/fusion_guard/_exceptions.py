@@ -1,0 +1,80 @@
+"""The exception tree of fusion_guard.
+
+::
+
+    FusionGuardError
+     ├── Rejected                 an operational outcome: the call was refused; ``.response``
+     │    ├── ServerBusy          SERVER_BUSY: no slot and no room (or no time) to wait
+     │    ├── RateLimited         RATE_LIMITED: a rate limit refused the call
+     │    └── HandlerTimeout      TIMEOUT: the handler ran past its deadline and was cancelled
+     ├── BackendError             a shared backend (Redis) failed; translated at one boundary
+     ├── FusionClientError        client side: a tool result carried an error envelope
+     └── ConfigurationError       a programming or configuration mistake (also a ValueError)
+
+Operational outcomes and programming mistakes are separate families, so a broad ``except
+Rejected`` never swallows a configuration error and vice versa. ``ToolResponse`` (an envelope a
+handler may raise) is deliberately outside this tree: it is a result, not a failure of the guard.
+"""
+
+from __future__ import annotations
+
+from .wire._response import ToolResponse
+
+__all__ = [
+    "BackendError",
+    "ConfigurationError",
+    "FusionGuardError",
+    "HandlerTimeout",
+    "RateLimited",
+    "Rejected",
+    "ServerBusy",
+]
+
+
+class FusionGuardError(Exception):
+    """Base of every exception fusion_guard raises."""
+
+
+class Rejected(FusionGuardError):
+    """A call was refused; ``response`` is the envelope to send to the model."""
+
+    __slots__ = ("response", "retry_after")
+
+    def __init__(self, response: ToolResponse, retry_after: float | None = None) -> None:
+        super().__init__(response.text)
+        self.response = response
+        self.retry_after = retry_after
+
+
+class ServerBusy(Rejected):
+    """The concurrency guard shed the call (SERVER_BUSY); ``reason`` is ``queue_full`` or
+    ``queue_timeout``."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, response: ToolResponse, retry_after: float, reason: str) -> None:
+        super().__init__(response, retry_after)
+        self.reason = reason
+
+
+class RateLimited(Rejected):
+    """A rate limit refused the call (RATE_LIMITED); ``scope`` names which limit."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, response: ToolResponse, retry_after: float, scope: str) -> None:
+        super().__init__(response, retry_after)
+        self.scope = scope
+
+
+class HandlerTimeout(Rejected):
+    """The handler ran past its deadline, was cancelled, and its slot freed (TIMEOUT)."""
+
+
+class BackendError(FusionGuardError):
+    """A shared backend failed (unreachable, timed out, bad reply); ``__cause__`` keeps the
+    original exception."""
+
+
+class ConfigurationError(FusionGuardError, ValueError):
+    """Invalid configuration or misuse, reported at construction or start-up."""

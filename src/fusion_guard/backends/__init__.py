@@ -1,0 +1,1 @@
+"""Where limiter state lives: in memory (the default) or in Redis (shared by a fleet)."""

@@ -1,0 +1,1 @@
+"""Configuration from arguments and ``FUSION_GUARD_*`` environment variables."""

@@ -1,0 +1,1 @@
+"""Adapters for MCP server frameworks. Each is an optional extra, imported only when used."""

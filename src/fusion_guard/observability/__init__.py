@@ -1,0 +1,1 @@
+"""Prometheus metrics and structured log events, plugged into the guard's observer interface."""

@@ -1,0 +1,1 @@
+"""The wire error contract: pure text in, text out, no I/O."""

@@ -1,0 +1,129 @@
+"""Pure text rendering of the ``<tool_error>`` envelope (wire contract section 2).
+
+No I/O and no XML library: the envelope is assembled from pre-escaped pieces, because it is
+sent most when the server is busiest. ``xml.etree`` is only used by the client-side parser.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "escape_attr",
+    "escape_content",
+    "format_detail_value",
+    "format_retry_after",
+    "render_tool_error",
+]
+
+# Characters XML 1.0 forbids, lone surrogates included: replaced by U+FFFD everywhere.
+_FORBIDDEN = "\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff"
+_REPLACEMENT = "\ufffd"
+
+_CONTENT_SPECIAL = re.compile(f"[&<\r{_FORBIDDEN}]|]]>")
+_ATTR_SPECIAL = re.compile(f"[&<>\"'\t\n\r{_FORBIDDEN}]")
+
+_forbidden_table: dict[int, str] = {}
+for _lo, _hi in ((0x00, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), (0xD800, 0xDFFF), (0xFFFE, 0xFFFF)):
+    for _cp in range(_lo, _hi + 1):
+        _forbidden_table[_cp] = _REPLACEMENT
+
+_CONTENT_TABLE = {**_forbidden_table, ord("&"): "&amp;", ord("<"): "&lt;", ord("\r"): "&#13;"}
+_ATTR_TABLE = {
+    **_forbidden_table,
+    ord("&"): "&amp;",
+    ord("<"): "&lt;",
+    ord(">"): "&gt;",
+    ord('"'): "&quot;",
+    ord("'"): "&apos;",
+    ord("\t"): "&#9;",
+    ord("\n"): "&#10;",
+    ord("\r"): "&#13;",
+}
+
+
+def escape_content(text: str) -> str:
+    """Escape element content: ``&``, ``<``, ``]]>`` and CR; forbidden characters to U+FFFD."""
+    if _CONTENT_SPECIAL.search(text) is None:
+        return text
+    text = text.translate(_CONTENT_TABLE)
+    # `>` stays readable in content except where it would close a CDATA-like `]]>`.
+    return text.replace("]]>", "]]&gt;")
+
+
+def escape_attr(text: str) -> str:
+    """Escape an attribute value: all five XML specials plus tab, newline and CR."""
+    if _ATTR_SPECIAL.search(text) is None:
+        return text
+    return text.translate(_ATTR_TABLE)
+
+
+def format_retry_after(seconds: float) -> str | None:
+    """Seconds rounded *up* to the millisecond as a plain decimal, or None when not finite > 0.
+
+    ``2.0004`` -> ``"2.001"``, ``1.5`` -> ``"1.5"``, ``1e7`` -> ``"10000000"``.
+    """
+    if not seconds > 0 or seconds == math.inf:  # also rejects NaN
+        return None
+    scaled = seconds * 1000.0
+    nearest = round(scaled)
+    # 1.1 * 1000 is 1100.0000000000002 in binary floating point: that is 1100 ms, not 1101.
+    millis = nearest if abs(scaled - nearest) <= scaled * 1e-15 else math.ceil(scaled)
+    whole, frac = divmod(int(millis), 1000)
+    if frac == 0:
+        return str(whole)
+    return f"{whole}.{frac:03d}".rstrip("0")
+
+
+def format_detail_value(value: object) -> str:
+    """Strings as they are, booleans ``true``/``false``, None ``null``, whole floats as ints."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def render_tool_error(
+    code: str,
+    severity: str,
+    message: str,
+    suggestion: str | None = None,
+    actions: Iterable[str] = (),
+    details: Mapping[str, object] | None = None,
+    retry_after: float | None = None,
+) -> str:
+    """Render the envelope text. Arguments are assumed validated (see ``tool_error``)."""
+    lines = [
+        f'<tool_error code="{escape_attr(code)}" severity="{escape_attr(severity)}">',
+        f"  <message>{escape_content(message)}</message>",
+    ]
+    if suggestion:
+        lines.append(f"  <recovery>{escape_content(suggestion)}</recovery>")
+    action_lines = [f"    <action>{escape_content(a)}</action>" for a in actions]
+    if action_lines:
+        lines.append("  <available_actions>")
+        lines.extend(action_lines)
+        lines.append("  </available_actions>")
+    if details:
+        lines.append("  <details>")
+        for key, value in details.items():
+            lines.append(
+                f'    <detail key="{escape_attr(key)}">'
+                f"{escape_content(format_detail_value(value))}</detail>"
+            )
+        lines.append("  </details>")
+    if retry_after is not None:
+        formatted = format_retry_after(retry_after)
+        if formatted is not None:
+            lines.append(f"  <retry_after>{formatted} seconds</retry_after>")
+    lines.append("</tool_error>")
+    return "\n".join(lines)

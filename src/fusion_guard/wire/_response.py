@@ -1,0 +1,161 @@
+"""``ToolResponse``: the MCP tool result a guarded call answers with (wire contract section 1).
+
+A response is also an exception, so a handler may ``raise`` an error envelope as well as return
+it (section 5): both reach the model identically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._codes import Severity, check_severity
+from ._render import render_tool_error
+
+__all__ = ["ToolResponse", "success", "tool_error"]
+
+
+class ToolResponse(Exception):  # a result first; raising it is a convenience (section 5)
+    """An MCP tool result: one text content block and the ``isError`` flag.
+
+    ``code`` is the envelope's error code, or None for a plain success.
+    """
+
+    __slots__ = ("_code", "_is_error", "_text")
+
+    def __init__(self, text: str, *, is_error: bool, code: str | None = None) -> None:
+        # Exception.__init__ is skipped on purpose: args stay empty and str() is overridden.
+        self._text = text
+        self._is_error = is_error
+        self._code = code
+
+    @property
+    def text(self) -> str:
+        """The envelope (or the plain success text)."""
+        return self._text
+
+    @property
+    def is_error(self) -> bool:
+        """The MCP ``isError`` flag: true for ``error`` and ``critical`` envelopes."""
+        return self._is_error
+
+    @property
+    def code(self) -> str | None:
+        """The envelope's code, or None for a success."""
+        return self._code
+
+    @property
+    def content(self) -> list[dict[str, str]]:
+        """The MCP content list: ``[{"type": "text", "text": ...}]``."""
+        return [{"type": "text", "text": self.text}]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The MCP wire shape: ``{"content": [...], "isError": bool}``."""
+        return {"content": self.content, "isError": self.is_error}
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, is_error={self.is_error!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolResponse):
+            return NotImplemented
+        return self.text == other.text and self.is_error == other.is_error
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.is_error))
+
+
+def check_code(code: object) -> str:
+    """Return ``code`` as a plain string, or raise naming what is accepted."""
+    if not isinstance(code, str):
+        raise TypeError(f"error code must be a str or ErrorCode, not {type(code).__name__}")
+    if not code:
+        raise ValueError("error code must be a non-empty string (for example 'NOT_FOUND')")
+    return str(code)
+
+
+def check_retry_after(retry_after: object) -> float | None:
+    """Accept None or a real number of seconds (non-finite and <= 0 are dropped when rendered)."""
+    if retry_after is None:
+        return None
+    if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+        raise TypeError(
+            f"retry_after must be a number of seconds or None, not {type(retry_after).__name__}"
+        )
+    value = float(retry_after)
+    return value if value > 0 and math.isfinite(value) else None
+
+
+def check_details(details: object) -> dict[str, object]:
+    if details is None:
+        return {}
+    if not isinstance(details, Mapping):
+        raise TypeError(
+            f"details must be a mapping of str keys to values, not {type(details).__name__}"
+        )
+    for key in details:
+        if not isinstance(key, str):
+            raise TypeError(f"details keys must be str, got {key!r} ({type(key).__name__})")
+    return dict(details)
+
+
+def check_actions(actions: object) -> list[str]:
+    if actions is None:
+        return []
+    if isinstance(actions, str) or not isinstance(actions, Iterable):
+        raise TypeError("available_actions must be a list of tool names, not a single string")
+    names = list(actions)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"available_actions entries must be str, got {name!r}")
+    return names
+
+
+def check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def check_optional_text(value: object, what: str) -> str | None:
+    return None if value is None else check_text(value, what)
+
+
+def tool_error(
+    code: str,
+    message: str,
+    *,
+    suggestion: str | None = None,
+    available_actions: Iterable[str] | None = None,
+    details: Mapping[str, object] | None = None,
+    retry_after: float | None = None,
+    severity: str = Severity.ERROR,
+) -> ToolResponse:
+    """Build an error envelope. ``severity="warning"`` gives a result with ``is_error`` false."""
+    code_text = check_code(code)
+    severity_text = check_severity(severity)
+    text = render_tool_error(
+        code_text,
+        severity_text,
+        check_text(message, "message"),
+        check_optional_text(suggestion, "suggestion"),
+        check_actions(available_actions),
+        check_details(details),
+        check_retry_after(retry_after),
+    )
+    return ToolResponse(text, is_error=severity_text != "warning", code=code_text)
+
+
+def success(result: object = "") -> ToolResponse:
+    """A plain successful result. Strings are sent as they are; anything else as JSON."""
+    if isinstance(result, str):
+        return ToolResponse(result, is_error=False)
+    return ToolResponse(
+        json.dumps(result, ensure_ascii=False, default=str, separators=(",", ":")),
+        is_error=False,
+    )

@@ -1,0 +1,113 @@
+"""The load-shedding envelopes (wire contract section 6), prepared per tool.
+
+They are sent most when the server is busiest, so everything that does not change between two
+refusals (escaped tool name, limits, recovery advice) is rendered once when a template is made;
+a refusal formats only the live figures.
+"""
+
+from __future__ import annotations
+
+from ._render import escape_content, format_detail_value, format_retry_after
+from ._response import ToolResponse
+
+__all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
+
+_MIN_RETRY_AFTER = 0.001
+
+
+class ServerBusyTemplate:
+    """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``."""
+
+    __slots__ = ("_head", "_mid", "_tail")
+
+    def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
+        name = escape_content(tool)
+        self._head = (
+            '<tool_error code="SERVER_BUSY" severity="error">\n'
+            f'  <message>Tool "{name}" is at capacity ('
+        )
+        self._mid = (
+            " queued).</message>\n"
+            "  <recovery>Wait for the retry_after time, then call again; send fewer calls to"
+            f' "{name}" at once (at most {max_active} run in parallel).</recovery>\n'
+            "  <details>\n"
+            '    <detail key="reason">'
+        )
+        self._tail = (
+            f'    <detail key="max_active">{max_active}</detail>\n'
+            f'    <detail key="max_queue">{max_queue}</detail>\n'
+            "  </details>\n"
+            "  <retry_after>"
+        )
+
+    def render(self, reason: str, active: int, queued: int, retry_after: float) -> ToolResponse:
+        """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
+        text = (
+            f"{self._head}{active} active, {queued}{self._mid}{reason}</detail>\n"
+            f'    <detail key="active">{active}</detail>\n'
+            f'    <detail key="queued">{queued}</detail>\n'
+            f"{self._tail}{format_retry_after(max(retry_after, _MIN_RETRY_AFTER))}"
+            " seconds</retry_after>\n</tool_error>"
+        )
+        return ToolResponse(text, is_error=True, code="SERVER_BUSY")
+
+
+def describe_rate(rate: float, per: float) -> str:
+    """``10 calls per 1 second``, ``5 calls per 2.5 seconds``."""
+    calls = format_detail_value(float(rate))
+    period = format_detail_value(float(per))
+    unit = "second" if period == "1" else "seconds"
+    return f"{calls} calls per {period} {unit}"
+
+
+class RateLimitedTemplate:
+    """RATE_LIMITED for one tool and one limit: ``render(retry_after)``. The caller's key is
+    never part of it."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, tool: str, rate: float, per: float, scope: str) -> None:
+        name = escape_content(tool)
+        limit = describe_rate(rate, per)
+        self._head = (
+            '<tool_error code="RATE_LIMITED" severity="error">\n'
+            f'  <message>Tool "{name}" is rate limited to {limit}.</message>\n'
+            "  <recovery>Wait for the retry_after time before calling again, and spread calls"
+            f" out to stay within {limit}.</recovery>\n"
+            "  <details>\n"
+            f'    <detail key="limit">{format_detail_value(float(rate))}</detail>\n'
+            f'    <detail key="period_seconds">{format_detail_value(float(per))}</detail>\n'
+            f'    <detail key="scope">{escape_content(scope)}</detail>\n'
+            "  </details>\n"
+            "  <retry_after>"
+        )
+        self._tail = " seconds</retry_after>\n</tool_error>"
+
+    def render(self, retry_after: float) -> ToolResponse:
+        text = f"{self._head}{format_retry_after(max(retry_after, _MIN_RETRY_AFTER))}{self._tail}"
+        return ToolResponse(text, is_error=True, code="RATE_LIMITED")
+
+
+class TimeoutTemplate:
+    """TIMEOUT for one tool and deadline: the handler was cancelled and its slot freed."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, tool: str, timeout: float) -> None:
+        name = escape_content(tool)
+        seconds = format_detail_value(float(timeout))
+        self._text = (
+            '<tool_error code="TIMEOUT" severity="error">\n'
+            f'  <message>Tool "{name}" did not finish within {seconds} seconds and was'
+            " cancelled.</message>\n"
+            "  <recovery>The call was stopped before it finished. Retry once, or ask for less"
+            " work per call (smaller ranges, fewer items).</recovery>\n"
+            "  <details>\n"
+            f'    <detail key="timeout_seconds">{seconds}</detail>\n'
+            "  </details>\n"
+            "</tool_error>"
+        )
+
+    def render(self) -> ToolResponse:
+        # A fresh instance each time: a response may be raised, and raising mutates it.
+        return ToolResponse(self._text, is_error=True, code="TIMEOUT")
