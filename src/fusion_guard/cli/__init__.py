@@ -1,4 +1,8 @@
-"""The ``fusion-guard`` command line."""
+"""The ``fusion-guard`` command line.
+
+Each sub-command lives in its own module exposing ``register(subparsers)``, which adds its parser
+and sets ``handler`` (a function of the parsed arguments returning the exit code).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _demo
+
 __all__ = ["main"]
+
+_COMMANDS = (_demo,)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,24 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fusion-guard", description="Overload protection for MCP tool servers."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser("demo", help="run the overload demo")
+    for command in _COMMANDS:
+        command.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fusion-guard`` script; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from ..wire._response import tool_error
-
-        sys.stdout.write(
-            tool_error(
-                "SERVER_BUSY",
-                'Tool "billing.process_invoice" is at capacity (5 active, 20 queued).',
-                suggestion="Retry after 1.5 seconds and send fewer calls at once.",
-                details={"reason": "queue_full", "active": 5, "queued": 20},
-                retry_after=1.5,
-            ).text
-            + "\n"
-        )
-    return 0
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    code: int = args.handler(args)
+    return code
