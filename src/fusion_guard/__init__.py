@@ -12,13 +12,18 @@ from ._exceptions import (
     Rejected,
     ServerBusy,
 )
+from .wire._builder import ErrorBuilder, error
+from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
+from .wire._internal import internal_error
 from .wire._response import ToolResponse, success, tool_error
 
 __all__ = [
     "BackendError",
     "ConfigurationError",
+    "ErrorBuilder",
     "ErrorCode",
+    "FusionClientError",
     "FusionGuardError",
     "HandlerTimeout",
     "RateLimited",
@@ -26,6 +31,10 @@ __all__ = [
     "ServerBusy",
     "Severity",
     "ToolResponse",
+    "error",
+    "internal_error",
+    "parse_tool_error",
+    "raise_for_tool_error",
     "success",
     "tool_error",
 ]
