@@ -1,0 +1,78 @@
+"""What stands between the clients and the tool: nothing, an unbounded semaphore, or
+fusion_guard (FIFO and LIFO-under-overload)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from ._loadgen import Outcome
+from ._tool import SimulatedTool
+
+__all__ = ["POLICY_NAMES", "Policy", "make_policy"]
+
+POLICY_NAMES = ("none", "semaphore", "fusion_guard", "fusion_guard_lifo")
+TOOL_NAME = "demo.scarce_tool"
+
+
+class Policy(Protocol):
+    async def __call__(self, tool: Callable[[], Awaitable[str]]) -> Outcome: ...
+
+
+async def _unguarded(tool: Callable[[], Awaitable[str]]) -> Outcome:
+    await tool()
+    return "ok"
+
+
+def _semaphore(workers: int) -> Policy:
+    # A plain asyncio.Semaphore: bounded concurrency, unbounded waiting.
+    semaphore = asyncio.Semaphore(workers)
+
+    async def call(tool: Callable[[], Awaitable[str]]) -> Outcome:
+        async with semaphore:
+            await tool()
+        return "ok"
+
+    return call
+
+
+def _fusion_guard(workers: int, *, lifo: bool, guard_factory: GuardFactory) -> Policy:
+    guard = guard_factory(workers, lifo)
+
+    async def call(tool: Callable[[], Awaitable[str]]) -> Outcome:
+        response = await guard.call(TOOL_NAME, tool)
+        if not response.is_error:
+            return "ok"
+        if response.code == "SERVER_BUSY":
+            return "shed"
+        if response.code == "RATE_LIMITED":
+            return "rate_limited"
+        return "error"
+
+    return call
+
+
+class _GuardLike(Protocol):
+    async def call(self, tool: str, handler: Callable[[], Awaitable[str]]) -> _ResponseLike: ...
+
+
+class _ResponseLike(Protocol):
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def code(self) -> str | None: ...
+
+
+GuardFactory = Callable[[int, bool], _GuardLike]
+
+
+def make_policy(name: str, tool: SimulatedTool, guard_factory: GuardFactory) -> Policy:
+    workers = tool.model.workers
+    if name == "none":
+        return _unguarded
+    if name == "semaphore":
+        return _semaphore(workers)
+    if name in ("fusion_guard", "fusion_guard_lifo"):
+        return _fusion_guard(workers, lifo=name.endswith("lifo"), guard_factory=guard_factory)
+    raise ValueError(f"unknown policy {name!r}: expected one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,179 @@
+"""Turning a demo's figures into what people read: a table per policy, the targets of
+benchmarks.md checked against fusion_guard's line, a JSON file and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._run import DemoResult
+from ._scenario import LevelResult
+
+__all__ = ["Target", "check_targets", "format_tables", "write_chart", "write_json"]
+
+_COLUMNS = (
+    ("load", 6),
+    ("goodput", 8),
+    ("in SLO", 7),
+    ("p50 ms", 8),
+    ("p99 ms", 8),
+    ("shed", 7),
+    ("timeout", 8),
+    ("shed p99 ms", 12),
+    ("recovery s", 11),
+)
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _row(r: LevelResult) -> list[str]:
+    return [
+        f"{r.load:g}x",
+        _cell(r.goodput, ".2f"),
+        _cell(r.goodput_slo, ".2f"),
+        _cell(r.p50_ms, ".0f"),
+        _cell(r.p99_ms, ".0f"),
+        _cell(r.shed_rate * 100, ".1f") + "%",
+        _cell(r.timeout_rate * 100, ".1f") + "%",
+        _cell(r.shed_p99_ms, ".2f"),
+        _cell(r.recovery_s, ".1f") if r.load > 1 else "",
+    ]
+
+
+def format_tables(demo: DemoResult) -> str:
+    """One fixed-width table per policy."""
+    lines = [
+        f"capacity {demo.scenario.model.capacity_rps:.0f} calls/s, uncontended p99 "
+        f"{demo.scenario.model.uncontended_p99_s * 1000:.0f} ms, SLO "
+        f"{demo.scenario.slo_s * 1000:.0f} ms, clients cancel at "
+        f"{demo.scenario.client_timeout_s:g} s; goodput is OK answers per second / capacity",
+    ]
+    header = "  ".join(name.rjust(width) for name, width in _COLUMNS)
+    for policy in dict.fromkeys(r.policy for r in demo.results):
+        lines += ["", f"== {policy}", header]
+        for r in demo.results:
+            if r.policy == policy:
+                cells = _row(r)
+                lines.append(
+                    "  ".join(c.rjust(w) for c, (_, w) in zip(cells, _COLUMNS, strict=True))
+                )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    met: bool
+    observed: str
+
+
+def _levels(demo: DemoResult, policy: str, lo: float, hi: float) -> list[LevelResult]:
+    return [r for r in demo.results if r.policy == policy and lo <= r.load <= hi]
+
+
+def check_targets(demo: DemoResult, policy: str = "fusion_guard") -> list[Target]:
+    """The targets of benchmarks.md, for the levels this run measured."""
+    targets: list[Target] = []
+    overload = _levels(demo, policy, 1.5, 10.0)
+    if overload:
+        worst = min(r.goodput for r in overload)
+        targets.append(
+            Target("goodput within timeout >= 0.95 at 1.5x-10x", worst >= 0.95, f"min {worst:.2f}")
+        )
+        worst_slo = min(r.goodput_slo for r in overload)
+        targets.append(
+            Target(
+                "goodput within SLO >= 0.9 at 1.5x-10x", worst_slo >= 0.9, f"min {worst_slo:.2f}"
+            )
+        )
+        recoveries = [r.recovery_s for r in overload]
+        slowest = None if None in recoveries else max(x for x in recoveries if x is not None)
+        targets.append(
+            Target(
+                "recovery <= 2 s after overload",
+                slowest is not None and slowest <= 2.0,
+                "never" if slowest is None else f"max {slowest:.1f} s",
+            )
+        )
+    for r in _levels(demo, policy, 0.8, 0.8):
+        targets.append(
+            Target("shed <= 1 % at 0.8x", r.shed_rate <= 0.01, f"{r.shed_rate * 100:.1f}%")
+        )
+    limit_ms = 2.5 * demo.scenario.model.uncontended_p99_s * 1000
+    for r in _levels(demo, policy, 4.0, 4.0):
+        targets.append(
+            Target(
+                f"p99 of admitted calls at 4x <= {limit_ms:.0f} ms (2.5x uncontended)",
+                r.p99_ms is not None and r.p99_ms <= limit_ms,
+                f"{_cell(r.p99_ms, '.0f')} ms",
+            )
+        )
+    shed_p99s = [
+        r.shed_p99_ms for r in _levels(demo, policy, 0.0, 1e9) if r.shed_p99_ms is not None
+    ]
+    if shed_p99s:
+        worst_shed = max(shed_p99s)
+        targets.append(
+            Target("shed answered in <= 5 ms at p99", worst_shed <= 5.0, f"max {worst_shed:.2f} ms")
+        )
+    return targets
+
+
+def format_targets(targets: list[Target], policy: str = "fusion_guard") -> str:
+    lines = [f"targets for {policy} (benchmarks.md):"]
+    lines += [f"  [{'PASS' if t.met else 'FAIL'}] {t.name}: {t.observed}" for t in targets]
+    return "\n".join(lines)
+
+
+def write_json(demo: DemoResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(demo.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+def _series(demo: DemoResult) -> Iterator[tuple[str, list[LevelResult]]]:
+    for policy in dict.fromkeys(r.policy for r in demo.results):
+        yield policy, [r for r in demo.results if r.policy == policy]
+
+
+def write_chart(demo: DemoResult, path: Path) -> None:
+    """Goodput and p99 against offered load, one line per policy (needs matplotlib: the
+    ``demo`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise RuntimeError(
+            'the chart needs matplotlib: pip install "fusion-guard[demo]" (or pass --no-chart)'
+        ) from exc
+    fig, (ax_goodput, ax_p99) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for policy, levels in _series(demo):
+        loads = [r.load for r in levels]
+        ax_goodput.plot(loads, [r.goodput_slo for r in levels], marker="o", label=policy)
+        ax_p99.plot(loads, [r.p99_ms or float("nan") for r in levels], marker="o", label=policy)
+    ax_goodput.set(
+        xscale="log",
+        xlabel="offered load (x capacity)",
+        ylabel="goodput within SLO / capacity",
+        title="Goodput (OK within 200 ms)",
+        ylim=(0, 1.1),
+    )
+    ax_p99.set(
+        xscale="log",
+        yscale="log",
+        xlabel="offered load (x capacity)",
+        ylabel="p99 latency of admitted calls (ms)",
+        title="p99 latency",
+    )
+    for ax in (ax_goodput, ax_p99):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
