@@ -1,0 +1,226 @@
+"""Structured log events for refusals and failures, sampled so a storm costs little.
+
+Events (through ``fusion_guard._log``: structlog when configured, else the stdlib logger
+``fusion_guard``; never stdout), each with the fields ``tool``, ``reason``, ``active``, ``queued``,
+``retry_after`` (``None`` where a figure does not apply or is unknown):
+
+====================  =========  ==========================================================
+event                 level      reason
+====================  =========  ==========================================================
+``call_shed``         WARNING    ``queue_full`` / ``queue_timeout``
+``call_rate_limited`` INFO       the limit's scope (``scope`` field too; a client key only
+                                 as ``key_hash``)
+``call_timeout``      WARNING    ``handler_timeout`` (plus ``duration``)
+``call_internal_error`` ERROR    ``handler_exception`` (plus ``duration``)
+``call_events_suppressed``       the level of the event it summarises; ``event``, ``reason``,
+                                 ``count`` (events not logged in the window), ``window_s``
+====================  =========  ==========================================================
+
+Sampling: per tool, event and reason, the first event of each ``interval`` is logged; the rest of
+that window is only counted, and one ``call_events_suppressed`` summary carries the count when the
+window is over (reported at that tool's next event, or by ``flush()``). So under a storm of N
+refusals the log gets about two lines per interval, and logged events plus summary counts add up
+to N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+
+from .._exceptions import ConfigurationError
+from .._log import is_enabled, log_event
+from .._observer import Outcome, ShedReason
+from ._metrics import LiveFigures
+
+__all__ = ["LogEventObserver"]
+
+_FAILURES: dict[str, tuple[str, int, str]] = {
+    # outcome -> (event, level, reason)
+    "timeout": ("call_timeout", logging.WARNING, "handler_timeout"),
+    "internal_error": ("call_internal_error", logging.ERROR, "handler_exception"),
+}
+
+
+class _Window:
+    """One (event, reason) stream of one tool: when its window ends and what it swallowed."""
+
+    __slots__ = ("count", "ends", "level")
+
+    def __init__(self, ends: float, level: int) -> None:
+        self.ends = ends
+        self.level = level
+        self.count = 0
+
+
+class LogEventObserver:
+    """Logs shed / rate-limited / timeout / internal-error events (a ``GuardObserver``).
+
+    ``interval`` (seconds, > 0) is the sampling window; ``clock`` a monotonic clock in seconds
+    (inject a fake one in tests); ``key_salt`` salts the hash of client keys (a random one per
+    observer by default, so hashes cannot be looked up in a dictionary of known keys).
+    """
+
+    __slots__ = ("_clock", "_interval", "_salt", "_tools")
+
+    def __init__(
+        self,
+        *,
+        interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        key_salt: bytes | None = None,
+    ) -> None:
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not math.isfinite(interval)
+            or interval <= 0
+        ):
+            raise ConfigurationError(
+                f"interval={interval!r} is invalid: expected a finite number of seconds > 0"
+            )
+        self._interval = float(interval)
+        self._clock = clock
+        self._salt = os.urandom(16) if key_salt is None else bytes(key_salt)
+        self._tools: dict[str, _ToolEvents] = {}
+
+    def for_tool(self, tool: str, *, max_active: int | None) -> _ToolEvents:
+        bound = self._tools.get(tool)
+        if bound is None:
+            bound = self._tools[tool] = _ToolEvents(tool, self._interval, self._clock, self._salt)
+        return bound
+
+    def flush(self) -> None:
+        """Log the summaries of every window that swallowed events, ended or not (at shutdown,
+        or in tests)."""
+        for bound in self._tools.values():
+            bound.flush(force=True)
+
+    def __repr__(self) -> str:
+        return f"LogEventObserver(interval={self._interval!r})"
+
+
+class _ToolEvents:
+    """One tool's sampled events (the ``ToolObserver`` the guard calls)."""
+
+    __slots__ = ("_clock", "_due", "_interval", "_salt", "_windows", "live", "tool")
+
+    def __init__(self, tool: str, interval: float, clock: Callable[[], float], salt: bytes) -> None:
+        self.tool = tool
+        self.live: LiveFigures | None = None
+        self._interval = interval
+        self._clock = clock
+        self._salt = salt
+        self._windows: dict[tuple[str, str], _Window] = {}
+        # Earliest end of a window holding a count; inf when no summary is owed.
+        self._due = math.inf
+
+    def watch(self, figures: LiveFigures) -> None:
+        """Fill ``active`` / ``queued`` of events that do not carry them from ``figures``."""
+        self.live = figures
+
+    def admitted(self, queue_wait: float) -> None:
+        """Admissions are not logged (the hot path does not log at all)."""
+
+    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
+        if self._sampled("call_shed", reason, logging.WARNING):
+            self._emit(logging.WARNING, "call_shed", reason, active, queued, retry_after)
+
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
+        if self._sampled("call_rate_limited", scope, logging.INFO):
+            extra = {} if key is None else {"key_hash": self.key_hash(key)}
+            active, queued = self._figures()
+            self._emit(
+                logging.INFO, "call_rate_limited", scope, active, queued, retry_after,
+                scope=scope, **extra,
+            )  # fmt: skip
+
+    def finished(self, outcome: Outcome, duration: float | None) -> None:
+        failure = _FAILURES.get(outcome)
+        if failure is not None:
+            event, level, reason = failure
+            if self._sampled(event, reason, level):
+                active, queued = self._figures()
+                self._emit(level, event, reason, active, queued, None, duration=duration)
+        elif self._due < math.inf and self._clock() >= self._due:
+            self.flush()
+
+    def backend_error(self, backend: str, allowed: bool) -> None:
+        """Reported by the backend itself, which knows the error; counted by the metrics."""
+
+    def key_hash(self, key: str) -> str:
+        """A salted, truncated hash of a client key: stable within this observer, not
+        reversible to the key."""
+        digest = hashlib.blake2b(key.encode(), digest_size=8, key=self._salt[:64])
+        return digest.hexdigest()
+
+    def flush(self, *, force: bool = False) -> None:
+        """Log the summary of every window that has ended (every window when ``force``)."""
+        now = self._clock()
+        due = math.inf
+        for (event, reason), window in self._windows.items():
+            if window.count and (force or now >= window.ends):
+                self._summarise(event, reason, window)
+            elif window.count:
+                due = min(due, window.ends)
+        self._due = due
+
+    def _sampled(self, event: str, reason: str, level: int) -> bool:
+        """Whether this event opens a new window (log it) or falls in the current one (count
+        it); also settles any summaries that are due."""
+        if not is_enabled(level):
+            return False
+        now = self._clock()
+        if now >= self._due:
+            self.flush()
+        key = (event, reason)
+        window = self._windows.get(key)
+        if window is None:
+            self._windows[key] = _Window(now + self._interval, level)
+            return True
+        if now >= window.ends:
+            window.ends = now + self._interval
+            return True
+        window.count += 1
+        self._due = min(self._due, window.ends)
+        return False
+
+    def _summarise(self, event: str, reason: str, window: _Window) -> None:
+        log_event(
+            window.level,
+            "call_events_suppressed",
+            tool=self.tool,
+            event=event,
+            reason=reason,
+            count=window.count,
+            window_s=self._interval,
+        )
+        window.count = 0
+
+    def _figures(self) -> tuple[int | None, int | None]:
+        live = self.live
+        return (None, None) if live is None else (live.active, live.queued)
+
+    def _emit(
+        self,
+        level: int,
+        event: str,
+        reason: str,
+        active: int | None,
+        queued: int | None,
+        retry_after: float | None,
+        **extra: object,
+    ) -> None:
+        fields: dict[str, object] = {
+            "tool": self.tool,
+            "reason": reason,
+            "active": active,
+            "queued": queued,
+            "retry_after": retry_after,
+        }
+        fields.update(extra)
+        log_event(level, event, None, **fields)
