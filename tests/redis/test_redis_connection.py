@@ -1,0 +1,142 @@
+"""The one boundary to Redis: timeouts, error translation, scripts after a restart, trio."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import pytest
+import trio
+from redis_testserver import RedisServer
+
+from fusion_guard import BackendError, ConfigurationError
+from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
+
+pytestmark = pytest.mark.anyio
+
+SECOND_US = 1_000_000
+
+
+async def _gcra(conn: RedisConnection, *limits: tuple[str, int, int]) -> list[int]:
+    keys = [conn.key_prefix + key for key, _, _ in limits]
+    args: list[str | int] = []
+    for _, interval, tolerance in limits:
+        args += [interval, tolerance]
+    return [int(x) for x in await conn.run("gcra", keys, args)]
+
+
+async def test_gcra_burst_then_exact_retry_after(redis_url: str) -> None:
+    conn = RedisConnection(redis_url, timeout=1.0)
+    # 1 call per second, burst 3: tolerance = 2 intervals.
+    replies = [await _gcra(conn, ("a", SECOND_US, 2 * SECOND_US)) for _ in range(4)]
+    assert [r[0] for r in replies] == [1, 1, 1, 0]
+    _, retry_after_us, index = replies[3]
+    # Exactly one interval after the first call, minus the few microseconds that have passed.
+    assert SECOND_US - 200_000 < retry_after_us <= SECOND_US
+    assert index == 1
+    await conn.aclose()
+
+
+async def test_gcra_refusal_spends_no_other_budget(redis_url: str) -> None:
+    conn = RedisConnection(redis_url, timeout=1.0)
+    assert (await _gcra(conn, ("wide", 1000, 100 * SECOND_US), ("narrow", SECOND_US, 0)))[0]
+    before = await conn.client.get(conn.key_prefix + "wide")
+    refused = await _gcra(conn, ("wide", 1000, 100 * SECOND_US), ("narrow", SECOND_US, 0))
+    assert refused[0] == 0
+    assert refused[2] == 2  # the narrow limit refused
+    assert await conn.client.get(conn.key_prefix + "wide") == before
+    await conn.aclose()
+
+
+async def test_gcra_keys_expire_when_full_again(redis_url: str) -> None:
+    conn = RedisConnection(redis_url, timeout=1.0)
+    await _gcra(conn, ("idle", 200_000, 0))
+    ttl_ms = await conn.client.pttl(conn.key_prefix + "idle")
+    assert 0 < ttl_ms <= 200
+    await conn.aclose()
+
+
+async def test_all_keys_share_one_hash_tag(redis_url: str) -> None:
+    conn = RedisConnection(redis_url, timeout=1.0, prefix="fleet-a")
+    sem = FleetSemaphore(conn, "tool", limit=1, lease=1.0)
+    assert sem.key.startswith("{fleet-a}:")
+    assert conn.key_prefix == "{fleet-a}:"
+    await conn.aclose()
+
+
+async def test_scripts_are_registered_again_after_a_restart(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    conn = RedisConnection(redis_url, timeout=1.0)
+    assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
+    redis_server.stop()
+    redis_server.start()  # empty: no keys, no scripts
+    # The pooled connection is dead and the script unknown: one call still succeeds.
+    assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
+    await conn.aclose()
+
+
+async def test_stopped_redis_is_a_backend_error_with_cause(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    conn = RedisConnection(redis_url, timeout=0.2)
+    redis_server.stop()
+    try:
+        with pytest.raises(BackendError) as caught:
+            await _gcra(conn, ("k", SECOND_US, 0))
+        assert caught.value.__cause__ is not None
+    finally:
+        redis_server.start()
+    await conn.aclose()
+
+
+async def test_a_hung_redis_never_hangs_the_caller(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    conn = RedisConnection(redis_url, timeout=0.1)
+    assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
+    os.kill(redis_server.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(BackendError) as caught:
+            await _gcra(conn, ("k", SECOND_US, 0))
+        assert time.monotonic() - start < 0.5
+        assert isinstance(caught.value.__cause__, TimeoutError)
+    finally:
+        os.kill(redis_server.pid, signal.SIGCONT)
+    # Recovers by itself once Redis answers again.
+    assert (await _gcra(conn, ("other", SECOND_US, 0)))[0] == 1
+    await conn.aclose()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"timeout": 0}, "timeout=0"),
+        ({"timeout": math.nan}, "timeout=nan"),
+        ({"timeout": True}, "timeout=True"),
+        ({"prefix": "a{b}"}, "prefix='a{b}'"),
+        ({"prefix": ""}, "prefix=''"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid") as caught:
+        RedisConnection("redis://127.0.0.1:1/0", **kwargs)  # type: ignore[arg-type]
+    assert fragment in str(caught.value)
+
+
+def test_bad_url_is_a_clear_error() -> None:
+    with pytest.raises(ConfigurationError, match="redis_url='http://x'"):
+        RedisConnection("http://x")
+
+
+def test_under_trio_the_error_says_asyncio_is_needed() -> None:
+    conn = RedisConnection("redis://127.0.0.1:1/0")
+
+    async def main() -> None:
+        await _gcra(conn, ("k", SECOND_US, 0))
+
+    with pytest.raises(ConfigurationError, match="needs asyncio"):
+        trio.run(main)
