@@ -12,6 +12,7 @@ from ._exceptions import (
     Rejected,
     ServerBusy,
 )
+from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
 from .wire._builder import ErrorBuilder, error
 from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
@@ -20,6 +21,8 @@ from .wire._response import ToolResponse, success, tool_error
 
 __all__ = [
     "BackendError",
+    "ConcurrencyGuard",
+    "ConcurrencyStatistics",
     "ConfigurationError",
     "ErrorBuilder",
     "ErrorCode",
@@ -30,6 +33,7 @@ __all__ = [
     "Rejected",
     "ServerBusy",
     "Severity",
+    "Slot",
     "ToolResponse",
     "error",
     "internal_error",

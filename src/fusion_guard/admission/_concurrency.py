@@ -1,0 +1,453 @@
+"""ConcurrencyGuard: ``max_active`` slots, a bounded queue, and early, well-advised shedding.
+
+How a call is admitted (``async with guard.slot():``):
+
+1. A free slot is taken at once, without yielding to the event loop (the uncontended path costs
+   about as much as a bare ``asyncio.Semaphore``).
+2. Otherwise the caller queues, unless the queue is full (shed ``queue_full``) or its expected
+   wait, ``position * mean_hold / max_active``, already exceeds ``queue_timeout`` (shed
+   ``queue_timeout`` at once, detail ``predicted``: waiting would be for nothing). Prediction
+   starts once a hold time has been observed.
+3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
+   can barge in); a waiter cancelled at the moment it is handed the slot passes it on.
+4. A waiter not served within ``queue_timeout`` is shed with reason ``queue_timeout``.
+
+Queue order: FIFO. With ``lifo=True`` the guard serves the *newest* waiter first while the queue
+is standing, i.e. while its oldest waiter has waited longer than ``lifo_after`` (adaptive LIFO, as
+in CoDel-style queue management): under sustained overload the calls admitted are the fresh ones,
+whose clients are still waiting, and the stale ones age out. When the queue drains, FIFO resumes.
+
+The queue is an ``OrderedDict`` of waiter tokens: arrival, hand-off (from either end) and
+cancellation (delete by key) are all O(1), however many wait.
+
+Seam for a distributed permit (for example a Redis lease): the local queue and hand-off logic
+(``_wait``, ``_release``, ``_hand_off``) never looks at *how* a slot is known to be free; that
+decision is the ``_active < _max_active`` test in ``Slot.__aenter__`` plus ``_release``'s
+decrement. A distributed guard would take its lease after that local test and give it back in
+``_release``, leaving the queue untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+import anyio
+
+from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
+from .._observer import ShedReason, ToolObserver
+from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
+from ._service_time import RetryPromises, ServiceTimeEstimator
+
+__all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyStatistics:
+    """A snapshot of a :class:`ConcurrencyGuard`'s figures (counters since construction)."""
+
+    name: str
+    max_active: int
+    max_queue: int
+    active: int
+    queued: int
+    admitted: int
+    """Calls that got a slot (at once or after queueing)."""
+    shed_queue_full: int
+    shed_queue_timeout: int
+    """Calls shed for time, after waiting or predicted at arrival (``shed_predicted`` of them)."""
+    shed_predicted: int
+    cancelled_queued: int
+    """Callers cancelled while waiting for a slot."""
+    handler_timeouts: int
+    mean_service_time: float
+    """Moving average of slot hold times (the prior until ``service_samples`` > 0)."""
+    service_samples: int
+
+
+class _Waiter:
+    """One queued caller; ``granted`` is set when a release hands it the slot."""
+
+    __slots__ = ("event", "granted", "since")
+
+    def __init__(self, since: float) -> None:
+        self.event = anyio.Event()
+        self.granted = False
+        self.since = since
+
+
+class _PredictedBusyTemplate(ServerBusyTemplate):
+    """SERVER_BUSY for a call shed at arrival on its predicted wait: the standard envelope with
+    one more detail, ``predicted`` = ``true``, after the standard ones (rendered once)."""
+
+    __slots__ = ()
+
+    def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
+        super().__init__(tool, max_active, max_queue)
+        extra = '    <detail key="predicted">true</detail>\n  </details>\n'
+        self._tail = self._tail.replace("  </details>\n", extra, 1)
+
+
+class Slot:
+    """One call's hold on a guard slot: an async context manager, used once.
+
+    ``queue_wait`` is the time spent queued (0.0 when a slot was free). With a ``timeout`` the
+    body runs under a deadline; past it the body is cancelled, the slot freed, and
+    :class:`~fusion_guard.HandlerTimeout` raised. ``release()`` is idempotent.
+    """
+
+    __slots__ = ("_guard", "_held", "_scope", "_start", "_timeout", "queue_wait")
+
+    def __init__(self, guard: ConcurrencyGuard, timeout: float | None) -> None:
+        self._guard = guard
+        self._timeout = timeout
+        self._scope: anyio.CancelScope | None = None
+        self._held = False
+        self.queue_wait = 0.0
+
+    async def __aenter__(self) -> Slot:
+        guard = self._guard
+        if guard._active < guard._max_active:  # free slot: take it without yielding
+            guard._active += 1
+        else:
+            self.queue_wait = await guard._wait()
+        guard._admitted += 1
+        if guard._observer is not None:
+            guard._observer.admitted(self.queue_wait)
+        self._held = True
+        self._start = guard._clock()
+        if self._timeout is not None:
+            self._enter_deadline(self._timeout)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._scope is not None:
+            return self._exit_deadline(self._scope, exc_type, exc, tb)
+        self.release()
+        return False
+
+    def release(self) -> None:
+        """Give the slot back (to the next waiter, if any). Safe to call twice."""
+        if self._held:
+            self._held = False
+            guard = self._guard
+            guard._service.observe(guard._clock() - self._start)
+            if guard._waiters:
+                guard._hand_off()
+            else:
+                guard._active -= 1
+
+    def _enter_deadline(self, timeout: float) -> None:
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+        scope.__enter__()
+        self._scope = scope
+
+    def _exit_deadline(
+        self,
+        scope: anyio.CancelScope,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._scope = None
+        try:
+            swallowed = scope.__exit__(exc_type, exc, tb)
+        finally:
+            self.release()  # freed before anything else can happen
+        if scope.cancelled_caught:  # our deadline cancelled the body
+            raise self._guard._handler_timeout(self._timeout or 0.0) from None
+        return bool(swallowed)
+
+
+class ConcurrencyGuard:
+    """At most ``max_active`` calls at once, up to ``max_queue`` more waiting at most
+    ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
+
+    ``name`` is the tool name shown in envelopes. ``lifo`` enables LIFO-under-overload (see the
+    module documentation), with the queue counted as standing once its oldest waiter is older than
+    ``lifo_after`` seconds (default ``min(0.1, queue_timeout / 4)``). ``max_queue`` defaults to
+    ``4 * max_active``. ``expected_service_time`` is the prior for the mean slot hold time until
+    one is observed; ``max_retry_after`` caps the advice. ``predictive`` enables early shedding.
+    ``clock`` is a monotonic clock in seconds (injectable for tests).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_active",
+        "_admitted",
+        "_busy",
+        "_cancelled_queued",
+        "_clock",
+        "_handler_timeouts",
+        "_lifo",
+        "_lifo_after",
+        "_max_active",
+        "_max_queue",
+        "_name",
+        "_observer",
+        "_predicted",
+        "_predictive",
+        "_promises",
+        "_queue_timeout",
+        "_service",
+        "_shed_full",
+        "_shed_timeout",
+        "_timeout_templates",
+        "_waiters",
+    )
+
+    def __init__(
+        self,
+        max_active: int,
+        max_queue: int | None = None,
+        queue_timeout: float = 2.0,
+        *,
+        name: str = "tool",
+        lifo: bool = False,
+        lifo_after: float | None = None,
+        observer: ToolObserver | None = None,
+        expected_service_time: float = 0.1,
+        max_retry_after: float = 60.0,
+        predictive: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_active = _check_int("max_active", max_active, 1)
+        self._max_queue = (
+            4 * self._max_active if max_queue is None else _check_int("max_queue", max_queue, 0)
+        )
+        self._queue_timeout = _check_seconds("queue_timeout", queue_timeout, allow_inf=True)
+        self._name = _check_name(name)
+        self._lifo = _check_bool("lifo", lifo)
+        default_after = min(0.1, self._queue_timeout / 4)
+        self._lifo_after = (
+            default_after if lifo_after is None else _check_seconds("lifo_after", lifo_after)
+        )
+        self._predictive = _check_bool("predictive", predictive)
+        prior = _check_seconds("expected_service_time", expected_service_time)
+        self._service = ServiceTimeEstimator(prior)
+        self._promises = RetryPromises(_check_seconds("max_retry_after", max_retry_after))
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
+        self._clock = clock
+        self._observer = observer
+        self._active = 0
+        self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
+        self._busy = (
+            ServerBusyTemplate(self._name, self._max_active, self._max_queue),
+            _PredictedBusyTemplate(self._name, self._max_active, self._max_queue),
+        )
+        self._timeout_templates: dict[float, TimeoutTemplate] = {}
+        self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
+        self._cancelled_queued = self._handler_timeouts = 0
+
+    # -- public surface -------------------------------------------------------------------------
+
+    def slot(self, timeout: float | None = None) -> Slot:
+        """``async with guard.slot():`` runs the body holding a slot.
+
+        Raises :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds), the body
+        is cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised.
+        """
+        if timeout is not None:
+            timeout = _check_seconds("timeout", timeout, allow_inf=True)
+        return Slot(self, timeout)
+
+    async def acquire(self) -> Slot:
+        """Wait for a slot like ``slot()`` does and return it held; call ``release()`` on it."""
+        held = Slot(self, None)
+        await held.__aenter__()
+        return held
+
+    def acquire_nowait(self) -> Slot:
+        """Take a free slot or raise ``anyio.WouldBlock`` (never queues, never sheds)."""
+        if self._active >= self._max_active:
+            raise anyio.WouldBlock
+        self._active += 1
+        held = Slot(self, None)
+        self._admitted += 1
+        if self._observer is not None:
+            self._observer.admitted(0.0)
+        held._held = True
+        held._start = self._clock()
+        return held
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def active(self) -> int:
+        """Calls holding a slot now."""
+        return self._active
+
+    @property
+    def queued(self) -> int:
+        """Callers waiting for a slot now."""
+        return len(self._waiters)
+
+    @property
+    def max_active(self) -> int:
+        return self._max_active
+
+    @property
+    def max_queue(self) -> int:
+        return self._max_queue
+
+    @property
+    def queue_timeout(self) -> float:
+        return self._queue_timeout
+
+    @property
+    def lifo(self) -> bool:
+        return self._lifo
+
+    def statistics(self) -> ConcurrencyStatistics:
+        return ConcurrencyStatistics(
+            name=self._name,
+            max_active=self._max_active,
+            max_queue=self._max_queue,
+            active=self._active,
+            queued=len(self._waiters),
+            admitted=self._admitted,
+            shed_queue_full=self._shed_full,
+            shed_queue_timeout=self._shed_timeout,
+            shed_predicted=self._predicted,
+            cancelled_queued=self._cancelled_queued,
+            handler_timeouts=self._handler_timeouts,
+            mean_service_time=self._service.mean,
+            service_samples=self._service.samples,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ConcurrencyGuard(name={self._name!r}, active={self._active}/{self._max_active},"
+            f" queued={len(self._waiters)}/{self._max_queue}, queue_timeout={self._queue_timeout},"
+            f" lifo={self._lifo})"
+        )
+
+    # -- queue and hand-off ---------------------------------------------------------------------
+
+    async def _wait(self) -> float:
+        """Queue for a slot; return the time waited, or raise ServerBusy."""
+        waiters = self._waiters
+        queued = len(waiters)
+        if queued >= self._max_queue:
+            raise self._shed("queue_full", queued, predicted=False)
+        now = self._clock()
+        if self._would_time_out(queued + 1, now):
+            raise self._shed("queue_timeout", queued, predicted=True)
+        waiter = _Waiter(now)
+        waiters[waiter] = None
+        try:
+            with anyio.move_on_after(self._queue_timeout):
+                await waiter.event.wait()
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        if not waiter.granted:  # the deadline passed first
+            del waiters[waiter]
+            raise self._shed("queue_timeout", len(waiters), predicted=False)
+        return self._clock() - now
+
+    def _would_time_out(self, position: int, now: float) -> bool:
+        """Predictive early shedding: is the expected wait at ``position`` past the timeout?
+
+        Only on observed service times, and not while LIFO serves newcomers first (a newcomer's
+        position then says nothing about its wait).
+        """
+        service = self._service
+        if not (self._predictive and service.samples):
+            return False
+        if self._lifo and self._standing(now):
+            return False
+        return position * service.mean > self._queue_timeout * self._max_active
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """The waiter was cancelled: leave the queue, or pass on a slot handed to it meanwhile."""
+        self._cancelled_queued += 1
+        if waiter.granted:
+            self._release()
+        else:
+            del self._waiters[waiter]
+
+    def _release(self) -> None:
+        if self._waiters:
+            self._hand_off()
+        else:
+            self._active -= 1
+
+    def _hand_off(self) -> None:
+        """Give the released slot to the next waiter; ``active`` is unchanged (no barging)."""
+        waiters = self._waiters
+        newest = self._lifo and self._standing(self._clock())
+        waiter, _ = waiters.popitem(last=newest)
+        waiter.granted = True
+        waiter.event.set()
+
+    def _standing(self, now: float) -> bool:
+        """The queue is standing when its oldest waiter has waited longer than ``lifo_after``."""
+        waiters = self._waiters
+        return bool(waiters) and now - next(iter(waiters)).since > self._lifo_after
+
+    # -- shedding -------------------------------------------------------------------------------
+
+    def _shed(self, reason: ShedReason, queued: int, *, predicted: bool) -> ServerBusy:
+        active = self._active
+        step = self._service.mean / self._max_active
+        retry_after = self._promises.promise(self._clock(), queued, step)
+        if reason == "queue_full":
+            self._shed_full += 1
+        else:
+            self._shed_timeout += 1
+            self._predicted += predicted
+        if self._observer is not None:
+            self._observer.shed(reason, active, queued, retry_after)
+        response = self._busy[predicted].render(reason, active, queued, retry_after)
+        return ServerBusy(response, retry_after, reason)
+
+    def _handler_timeout(self, timeout: float) -> HandlerTimeout:
+        self._handler_timeouts += 1
+        template = self._timeout_templates.get(timeout)
+        if template is None:
+            template = self._timeout_templates[timeout] = TimeoutTemplate(self._name, timeout)
+        return HandlerTimeout(template.render())
+
+
+# -- configuration checks ---------------------------------------------------------------------
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
+    accepted = "a positive number of seconds" + (" (inf for no limit)" if allow_inf else "")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name} must be {accepted}, got {value!r}")
+    seconds = float(value)
+    if not seconds > 0 or (seconds == math.inf and not allow_inf):  # NaN fails `> 0`
+        raise ConfigurationError(f"{name} must be {accepted}, got {value!r}")
+    return seconds
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_name(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"name must be a non-empty string, got {value!r}")
+    return value

@@ -1,0 +1,193 @@
+"""ConcurrencyGuard: admission, queueing, hand-off, shedding, deadlines (asyncio and trio)."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from fusion_guard import ConcurrencyGuard, ConfigurationError, HandlerTimeout, ServerBusy
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def details(text: str) -> dict[str, str]:
+    root = ET.fromstring(text)
+    return {d.attrib["key"]: d.text or "" for d in root.iter("detail")}
+
+
+async def test_free_slot_is_taken_without_yielding() -> None:
+    guard = ConcurrencyGuard(2, name="t")
+    async with guard.slot() as s:
+        assert guard.active == 1
+        assert s.queue_wait == 0.0
+        async with guard.slot():
+            assert guard.active == 2
+    assert (guard.active, guard.queued) == (0, 0)
+    assert guard.statistics().admitted == 2
+
+
+async def test_slot_is_freed_when_the_body_raises() -> None:
+    guard = ConcurrencyGuard(1)
+    with pytest.raises(KeyError):
+        async with guard.slot():
+            raise KeyError("boom")
+    assert guard.active == 0
+
+
+async def test_slot_is_freed_when_the_body_is_cancelled() -> None:
+    guard = ConcurrencyGuard(1)
+    with anyio.CancelScope() as scope:
+        async with guard.slot():
+            scope.cancel()
+            await anyio.sleep(1)
+    assert guard.active == 0
+
+
+async def test_release_hands_the_slot_to_the_first_waiter_fifo() -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30)
+    order: list[int] = []
+    holder = guard.acquire_nowait()
+
+    async def caller(i: int) -> None:
+        async with guard.slot():
+            order.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(caller, i)
+            await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (1, 5)
+        holder.release()
+        holder.release()  # idempotent: a second release never frees a second slot
+    assert order == [0, 1, 2, 3, 4]
+    assert (guard.active, guard.queued) == (0, 0)
+
+
+async def test_handed_slot_is_not_taken_by_a_newcomer() -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30)
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        holder.release()
+        # the waiter has not run yet, but the slot is already its own: no barging
+        assert guard.active == 1
+        with pytest.raises(anyio.WouldBlock):
+            guard.acquire_nowait()
+    assert guard.active == 1
+
+
+async def test_full_queue_sheds_with_server_busy_envelope() -> None:
+    guard = ConcurrencyGuard(1, max_queue=0, name="billing.pay")
+    holder = guard.acquire_nowait()
+    with pytest.raises(ServerBusy) as info:
+        async with guard.slot():
+            pytest.fail("must not run")
+    busy = info.value
+    assert busy.reason == "queue_full"
+    assert busy.retry_after is not None
+    assert busy.retry_after > 0
+    assert busy.response.is_error
+    assert 'Tool "billing.pay" is at capacity (1 active, 0 queued).' in busy.response.text
+    assert details(busy.response.text) == {
+        "reason": "queue_full",
+        "active": "1",
+        "queued": "0",
+        "max_active": "1",
+        "max_queue": "0",
+    }
+    holder.release()
+    assert guard.statistics().shed_queue_full == 1
+
+
+async def test_queue_timeout_sheds_after_waiting() -> None:
+    guard = ConcurrencyGuard(1, max_queue=5, queue_timeout=0.05)
+    holder = guard.acquire_nowait()
+    with pytest.raises(ServerBusy) as info:
+        await guard.acquire()
+    assert info.value.reason == "queue_timeout"
+    assert details(info.value.response.text)["reason"] == "queue_timeout"
+    assert guard.queued == 0
+    holder.release()
+    assert guard.active == 0
+
+
+async def test_cancelled_waiter_leaves_the_queue_at_once() -> None:
+    guard = ConcurrencyGuard(1, max_queue=5, queue_timeout=30)
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 1
+        tg.cancel_scope.cancel()
+    assert guard.queued == 0
+    assert guard.statistics().cancelled_queued == 1
+    holder.release()
+    assert guard.active == 0
+
+
+async def test_handler_timeout_cancels_body_and_frees_slot() -> None:
+    guard = ConcurrencyGuard(1, name="slow.tool")
+    with pytest.raises(HandlerTimeout) as info:
+        async with guard.slot(timeout=0.01):
+            await anyio.sleep(10)
+    assert guard.active == 0
+    text = info.value.response.text
+    assert 'code="TIMEOUT"' in text
+    assert details(text) == {"timeout_seconds": "0.01"}
+    assert guard.statistics().handler_timeouts == 1
+
+
+async def test_handler_within_timeout_returns_normally() -> None:
+    guard = ConcurrencyGuard(1)
+    async with guard.slot(timeout=10):
+        await anyio.lowlevel.checkpoint()
+    assert guard.active == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_active": 0}, "max_active must be an integer >= 1, got 0"),
+        ({"max_active": True}, "max_active must be an integer >= 1, got True"),
+        ({"max_active": 2.0}, "max_active must be an integer >= 1, got 2.0"),
+        ({"max_active": 1, "max_queue": -1}, "max_queue must be an integer >= 0, got -1"),
+        ({"max_active": 1, "queue_timeout": 0}, "queue_timeout must be a positive number"),
+        ({"max_active": 1, "queue_timeout": -1.0}, "got -1.0"),
+        ({"max_active": 1, "queue_timeout": math.nan}, "got nan"),
+        ({"max_active": 1, "queue_timeout": "1"}, "got '1'"),
+        ({"max_active": 1, "name": ""}, "name must be a non-empty string"),
+        ({"max_active": 1, "lifo": 1}, "lifo must be True or False, got 1"),
+        ({"max_active": 1, "lifo_after": math.inf}, "lifo_after must be a positive number"),
+        ({"max_active": 1, "expected_service_time": 0}, "expected_service_time"),
+        ({"max_active": 1, "max_retry_after": math.nan}, "max_retry_after"),
+        ({"max_active": 1, "clock": 3}, "clock must be a callable"),
+    ],
+)
+async def test_invalid_configuration_is_refused_clearly(
+    kwargs: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=None) as info:
+        ConcurrencyGuard(**kwargs)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("seconds", [0, -1, math.nan, "5", True])
+async def test_invalid_slot_timeout_is_refused(seconds: object) -> None:
+    with pytest.raises(ConfigurationError, match="timeout must be a positive number"):
+        ConcurrencyGuard(1).slot(seconds)  # type: ignore[arg-type]
