@@ -79,7 +79,7 @@ def _to_tree(text: str) -> Element | None:
     parser.CharacterDataHandler = builder.data
     try:
         parser.Parse(text, True)
-    except expat.ExpatError:
+    except (expat.ExpatError, UnicodeEncodeError):  # a lone surrogate cannot be XML either
         return None
     return builder.close()
 

@@ -67,14 +67,31 @@ def format_retry_after(seconds: float) -> str | None:
     """
     if not seconds > 0 or seconds == math.inf:  # also rejects NaN
         return None
-    scaled = seconds * 1000.0
-    nearest = round(scaled)
-    # 1.1 * 1000 is 1100.0000000000002 in binary floating point: that is 1100 ms, not 1101.
-    millis = nearest if abs(scaled - nearest) <= scaled * 1e-15 else math.ceil(scaled)
-    whole, frac = divmod(int(millis), 1000)
+    if seconds >= _WHOLE_FLOATS:  # whole seconds already, and * 1000 could overflow
+        return str(int(seconds))
+    whole, frac = divmod(_ceil_millis(seconds), 1000)
     if frac == 0:
         return str(whole)
     return f"{whole}.{frac:03d}".rstrip("0")
+
+
+# Every float at or above 2**52 is a whole number.
+_WHOLE_FLOATS = float(2**52)
+
+
+def _ceil_millis(seconds: float) -> int:
+    """The smallest whole number of milliseconds not below ``seconds`` as written (its repr).
+
+    1.1 is stored as 1.1000000000000000888: it still means 1100 ms, because 1100 / 1000 gives back
+    the same float. Otherwise the float product may have rounded across a boundary either way,
+    so the candidate is checked against ``seconds`` itself.
+    """
+    scaled = seconds * 1000.0
+    millis = round(scaled)
+    if millis / 1000.0 == seconds:
+        return millis
+    millis = math.ceil(scaled)
+    return millis + 1 if millis / 1000.0 < seconds else millis
 
 
 def format_detail_value(value: object) -> str:
