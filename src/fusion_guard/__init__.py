@@ -13,6 +13,9 @@ from ._exceptions import (
     ServerBusy,
 )
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
+from .admission._context import CallContext
+from .admission._rate import RateDecision, RateLimiter, RateLimits
+from .backends._memory import MemoryBackend
 from .wire._builder import ErrorBuilder, error
 from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
@@ -21,6 +24,7 @@ from .wire._response import ToolResponse, success, tool_error
 
 __all__ = [
     "BackendError",
+    "CallContext",
     "ConcurrencyGuard",
     "ConcurrencyStatistics",
     "ConfigurationError",
@@ -29,7 +33,11 @@ __all__ = [
     "FusionClientError",
     "FusionGuardError",
     "HandlerTimeout",
+    "MemoryBackend",
+    "RateDecision",
     "RateLimited",
+    "RateLimiter",
+    "RateLimits",
     "Rejected",
     "ServerBusy",
     "Severity",

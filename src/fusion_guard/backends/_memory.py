@@ -1,0 +1,103 @@
+"""GCRA state in this process: one float (the theoretical arrival time) per key.
+
+Bounded memory: a key whose TAT is in the past is back to a full budget, so it is the same as an
+absent key and can be dropped. Two amortised O(1) clean-ups keep the table small:
+
+- once the clock passes the latest TAT handed out (the *horizon*), every key is back to full and
+  the whole table is cleared in one step: a million keys used once, then idle, cost nothing after
+  the next decision;
+- while calls keep coming, the table is swept (expired keys dropped, the dict rebuilt compact)
+  whenever it has doubled since the previous sweep, so the sweep's O(n) is paid for by the n/2
+  insertions before it.
+
+Atomic under concurrency: a decision never awaits, so within one event loop no other task runs
+between its check and its record. Not thread-safe: use it from the event loop's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._clock import Clock, monotonic
+from ._base import ALLOWED, GcraRequest, GcraResult
+
+__all__ = ["MemoryBackend"]
+
+# Float sums drift by a few ulps: a caller who comes back after exactly the retry_after it was
+# given must pass, so a wait of up to a nanosecond counts as none.
+_SLACK = 1e-9
+_MIN_SWEEP = 1024
+
+
+class MemoryBackend:
+    """In-process GCRA state (the default backend). ``clock``: monotonic seconds, injectable."""
+
+    __slots__ = ("_clock", "_horizon", "_sweep_at", "_tats")
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = monotonic if clock is None else clock
+        self._tats: dict[str, float] = {}
+        self._horizon = float("-inf")  # the latest TAT stored: past it, every key is full
+        self._sweep_at = _MIN_SWEEP
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def __len__(self) -> int:
+        """How many keys hold state now (keys back to full may linger until a clean-up)."""
+        return len(self._tats)
+
+    def wait_one(self, key: str, emission_interval: float, tolerance: float) -> float:
+        """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait."""
+        now = self._now()
+        tat = self._tats.get(key, now)
+        if tat < now:
+            tat = now
+        wait = tat - tolerance - now
+        if wait > _SLACK:
+            return wait
+        tat += emission_interval
+        self._tats[key] = tat
+        if tat > self._horizon:
+            self._horizon = tat
+        return 0.0
+
+    def decide_now(self, requests: Sequence[GcraRequest]) -> GcraResult:
+        """Decide a call against every request's limit, all or nothing."""
+        now = self._now()
+        tats = self._tats
+        longest, refused = _SLACK, -1
+        for index, (key, _, tolerance) in enumerate(requests):
+            wait = max(tats.get(key, now), now) - tolerance - now
+            if wait > longest:
+                longest, refused = wait, index
+        if refused >= 0:
+            return GcraResult(False, longest, refused)
+        for key, emission_interval, _ in requests:
+            tat = max(tats.get(key, now), now) + emission_interval
+            tats[key] = tat
+            if tat > self._horizon:
+                self._horizon = tat
+        return ALLOWED
+
+    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
+        """:meth:`decide_now`; nothing is awaited, so the decision stays atomic."""
+        return self.decide_now(requests)
+
+    def _now(self) -> float:
+        """The time, after the amortised clean-up when one is due."""
+        now = self._clock()
+        if now >= self._horizon or len(self._tats) >= self._sweep_at:
+            self._clean(now)
+        return now
+
+    def _clean(self, now: float) -> None:
+        if now >= self._horizon:
+            self._tats.clear()
+        else:
+            self._tats = {key: tat for key, tat in self._tats.items() if tat > now}
+        self._sweep_at = max(_MIN_SWEEP, 2 * len(self._tats))
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend(keys={len(self._tats)})"
