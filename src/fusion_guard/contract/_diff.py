@@ -1,0 +1,518 @@
+"""Compare the live tools with a lockfile and classify each change.
+
+Severities, from the caller's side (a model that learnt the locked contract):
+
+- ``BREAKING``: calls valid under the lock may now fail: a tool or field removed, a new required
+  field (or a field made required), a type changed, enum options removed (or an enum added), a
+  bound tightened (a higher minimum, a lower maximum, a new pattern, format or ``multipleOf``,
+  unknown fields no longer accepted).
+- ``RISKY``: calls still validate but may mean something else: a default changed, a description
+  changed in meaning, a bound loosened, options added, a type widened (the old type still
+  accepted).
+- ``SAFE``: an optional field (or a tool) added, a field made optional.
+- ``COSMETIC``: a description reworded.
+
+Schemas are compared field by field: properties are walked through ``$ref``/``$defs``, nullable
+``anyOf`` members and array ``items`` (written ``items[]``), so ``items[].sku`` names the ``sku``
+of each element of ``items``.
+
+A description "changed in meaning" (RISKY) rather than "in wording" (COSMETIC) when any of these
+differs between the normalised token lists (lower case, ``n't`` read as ``not``, a plural ``s``
+dropped): the numbers; the negation words (``not``, ``no``, ``never``, ``without``, ``except``...);
+the requirement words (``must``, ``required``, ``optional``, ``only``, ``deprecated``...); the units
+(``seconds``, ``ms``, ``bytes``, ``cents``, ``utc``...); or when fewer than half of the content
+words (stop words left out) are shared (Jaccard similarity below 0.5).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ._lockfile import ToolContract, tool_contracts
+
+__all__ = [
+    "ChangeSeverity",
+    "ContractChange",
+    "ContractDiff",
+    "description_meaning_changed",
+    "diff_contracts",
+]
+
+TOOL_FIELD = "(tool)"
+
+
+class ChangeSeverity(StrEnum):
+    """How a contract change affects a caller, worst first."""
+
+    BREAKING = "BREAKING"
+    RISKY = "RISKY"
+    SAFE = "SAFE"
+    COSMETIC = "COSMETIC"
+
+    @property
+    def rank(self) -> int:
+        """0 for BREAKING (the worst) up to 3 for COSMETIC."""
+        return _RANK[self]
+
+
+_RANK = {s: i for i, s in enumerate(ChangeSeverity)}
+BREAKING, RISKY, SAFE, COSMETIC = (
+    ChangeSeverity.BREAKING,
+    ChangeSeverity.RISKY,
+    ChangeSeverity.SAFE,
+    ChangeSeverity.COSMETIC,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContractChange:
+    """One change of one tool's contract; ``before``/``after`` are None when absent."""
+
+    tool: str
+    field: str
+    severity: ChangeSeverity
+    description: str
+    before: str | None = None
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContractDiff:
+    """Every change between a lockfile and the live tools, by tool, worst first."""
+
+    changes: tuple[ContractChange, ...] = ()
+
+    @property
+    def worst(self) -> ChangeSeverity | None:
+        """The worst severity among the changes, None when there are none."""
+        return min((c.severity for c in self.changes), key=_RANK.__getitem__, default=None)
+
+    @property
+    def breaking(self) -> bool:
+        return any(c.severity is BREAKING for c in self.changes)
+
+    def for_tool(self, name: str) -> tuple[ContractChange, ...]:
+        return tuple(c for c in self.changes if c.tool == name)
+
+    def counts(self) -> dict[ChangeSeverity, int]:
+        return {s: sum(c.severity is s for c in self.changes) for s in ChangeSeverity}
+
+    def table(self) -> str:
+        """A readable plain-text table of the changes, with a summary line."""
+        return _table(self)
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def _show(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, frozenset):  # enum options, held as canonical JSON
+        value = [json.loads(option) for option in sorted(value)]
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+# -- flattening a schema into fields ---------------------------------------------------------------
+
+_LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
+_UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
+_MAX_DEPTH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """What the diff compares for one field (a flattened schema node)."""
+
+    required: bool
+    types: frozenset[str]
+    enum: frozenset[str] | None  # canonical JSON of each option
+    facets: Mapping[str, Any]  # bounds, multipleOf, pattern, format, closed
+    default: tuple[Any, ...]  # () when there is no default, else (value,)
+    description: str
+
+
+def _resolve(
+    node: object, defs: Mapping[str, Any], seen: frozenset[str]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """Follow ``$ref`` into ``$defs``; a cycle stops at the node that closes it."""
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+        ref = node["$ref"]
+        name = ref.rsplit("/", 1)[-1]
+        if ref in seen or name not in defs:
+            break
+        seen = seen | {ref}
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        node = {**defs[name], **extra}
+    return (dict(node) if isinstance(node, Mapping) else {}), seen
+
+
+def _members(node: Mapping[str, Any]) -> list[Any]:
+    return list(node.get("anyOf") or node.get("oneOf") or [])
+
+
+def _types(
+    node: Mapping[str, Any], defs: Mapping[str, Any], seen: frozenset[str]
+) -> frozenset[str]:
+    declared = node.get("type")
+    if isinstance(declared, str):
+        return frozenset({declared})
+    if isinstance(declared, list):
+        return frozenset(str(t) for t in declared)
+    members = _members(node)
+    if members:
+        return frozenset().union(*(_types(_resolve(m, defs, seen)[0], defs, seen) for m in members))
+    if "properties" in node:
+        return frozenset({"object"})
+    if "const" in node:
+        return frozenset({type(node["const"]).__name__})
+    return frozenset()
+
+
+def _main_member(
+    node: dict[str, Any], defs: Mapping[str, Any], seen: frozenset[str]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """For ``anyOf: [X, {"type": "null"}]`` (an Optional), X merged with the outer keywords."""
+    members = [_resolve(m, defs, seen) for m in _members(node)]
+    real = [(m, s) for m, s in members if m.get("type") != "null"]
+    if len(real) != 1:
+        return node, seen
+    inner, inner_seen = real[0]
+    outer = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
+    return {**inner, **outer}, inner_seen
+
+
+def _enum(node: Mapping[str, Any]) -> frozenset[str] | None:
+    if "const" in node:
+        return frozenset({_canonical(node["const"])})
+    options = node.get("enum")
+    return None if not isinstance(options, list) else frozenset(_canonical(o) for o in options)
+
+
+def _field(node: dict[str, Any], required: bool, types: frozenset[str]) -> _Field:
+    facets = {
+        k: node[k]
+        for k in (*_LOWER_BOUNDS, *_UPPER_BOUNDS, "multipleOf", "pattern", "format")
+        if k in node
+    }
+    if node.get("additionalProperties") is False:
+        facets["closed"] = True
+    default = (node["default"],) if "default" in node else ()
+    description = node.get("description")
+    return _Field(
+        required,
+        types,
+        _enum(node),
+        facets,
+        default,
+        description if isinstance(description, str) else "",
+    )
+
+
+def _walk(
+    node: object,
+    path: str,
+    required: bool,
+    defs: Mapping[str, Any],
+    seen: frozenset[str],
+    depth: int,
+) -> Iterator[tuple[str, _Field]]:
+    resolved, seen = _resolve(node, defs, seen)
+    types = _types(resolved, defs, seen)
+    resolved, seen = _main_member(resolved, defs, seen)
+    if path:
+        yield path, _field(resolved, required, types)
+    if depth >= _MAX_DEPTH:
+        return
+    needed = set(resolved.get("required") or ())
+    for name, child in (resolved.get("properties") or {}).items():
+        child_path = f"{path}.{name}" if path else str(name)
+        yield from _walk(child, child_path, name in needed, defs, seen, depth + 1)
+    items = resolved.get("items")
+    if isinstance(items, Mapping):
+        yield from _walk(items, f"{path}[]", True, defs, seen, depth + 1)
+
+
+def _fields(schema: Mapping[str, Any]) -> dict[str, _Field]:
+    defs = schema.get("$defs") or schema.get("definitions") or {}
+    return dict(_walk(schema, "", True, defs, frozenset(), 0))
+
+
+# -- descriptions ----------------------------------------------------------------------------------
+
+_NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nor", "neither", "without", "except", "unless", "cannot"}
+)
+_REQUIREMENTS = frozenset(
+    {
+        "must",
+        "required",
+        "require",
+        "optional",
+        "only",
+        "always",
+        "deprecated",
+        "mandatory",
+        "forbidden",
+        "should",
+        "exactly",
+        "least",
+        "most",
+    }
+)
+_UNITS = frozenset(
+    {
+        "ms",
+        "millisecond",
+        "second",
+        "sec",
+        "minute",
+        "min",
+        "hour",
+        "day",
+        "week",
+        "month",
+        "year",
+        "byte",
+        "kb",
+        "mb",
+        "gb",
+        "percent",
+        "cent",
+        "dollar",
+        "euro",
+        "utc",
+        "local",
+        "character",
+        "item",
+        "page",
+    }
+)
+_STOP_WORDS = frozenset(
+    {
+        "a", "an", "the", "of", "to", "for", "in", "on", "and", "or", "is", "are", "be", "this",
+        "that", "with", "by", "as", "at", "it", "its", "from", "which", "will", "can", "use",
+        "used", "value", "field", "parameter",
+    }
+)  # fmt: skip
+_TOKEN = re.compile(r"\d+(?:\.\d+)?|[a-z_][a-z0-9_]*")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?$")
+
+
+def _tokens(text: str) -> list[str]:
+    lowered = text.lower().replace("n't", " not").replace("can not", "cannot")
+    words = _TOKEN.findall(lowered)
+    return [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words]
+
+
+def description_meaning_changed(before: str, after: str) -> bool:
+    """True when a description changed in meaning, False when only in wording (see module doc)."""
+    old, new = _tokens(before), _tokens(after)
+    for words in (_NEGATIONS, _REQUIREMENTS, _UNITS):
+        if {w for w in old if w in words} != {w for w in new if w in words}:
+            return True
+    if [w for w in old if _NUMBER.match(w)] != [w for w in new if _NUMBER.match(w)]:
+        return True
+    old_content = {w for w in old if w not in _STOP_WORDS}
+    new_content = {w for w in new if w not in _STOP_WORDS}
+    union = old_content | new_content
+    return bool(union) and len(old_content & new_content) / len(union) < 0.5
+
+
+def _description_change(tool: str, field: str, before: str, after: str) -> ContractChange | None:
+    if before == after:
+        return None
+    if description_meaning_changed(before, after):
+        return ContractChange(tool, field, RISKY, "description changed in meaning", before, after)
+    return ContractChange(tool, field, COSMETIC, "description reworded", before, after)
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+
+def _bound_changes(
+    tool: str, path: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Iterator[ContractChange]:
+    for key in (*_LOWER_BOUNDS, *_UPPER_BOUNDS):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        lower = key in _LOWER_BOUNDS
+        if before is None or after is None:
+            tightened = before is None
+        else:
+            tightened = after > before if lower else after < before
+        what = f"{key} {'tightened' if tightened else 'loosened'}"
+        yield ContractChange(
+            tool, path, BREAKING if tightened else RISKY, what, _show(before), _show(after)
+        )
+
+
+def _rule_changes(
+    tool: str, path: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Iterator[ContractChange]:
+    """multipleOf, pattern, format, closed objects: added or changed tightens, removed loosens."""
+    for key in ("multipleOf", "pattern", "format", "closed"):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        loosened = after is None or (
+            key == "multipleOf" and before is not None and before % after == 0
+        )
+        if key == "closed":
+            what = (
+                "unknown fields accepted again" if loosened else "unknown fields no longer accepted"
+            )
+        else:
+            what = f"{key} {'loosened' if loosened else 'tightened'}"
+        yield ContractChange(
+            tool, path, RISKY if loosened else BREAKING, what, _show(before), _show(after)
+        )
+
+
+def _enum_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChange | None:
+    if old.enum == new.enum:
+        return None
+    before, after = _show(old.enum), _show(new.enum)
+    if new.enum is None:
+        return ContractChange(tool, path, RISKY, "options no longer restricted", before, after)
+    if old.enum is None:
+        return ContractChange(tool, path, BREAKING, "options restricted to an enum", before, after)
+    if old.enum - new.enum:
+        return ContractChange(
+            tool, path, BREAKING, "enum narrowed (options removed)", before, after
+        )
+    return ContractChange(tool, path, RISKY, "enum widened (options added)", before, after)
+
+
+def _type_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChange | None:
+    if old.types == new.types or not old.types:
+        return None
+    before, after = _show("|".join(sorted(old.types))), _show("|".join(sorted(new.types)))
+    if not new.types or old.types < new.types:
+        return ContractChange(tool, path, RISKY, "type widened", before, after)
+    return ContractChange(tool, path, BREAKING, "type changed", before, after)
+
+
+def _field_changes(tool: str, path: str, old: _Field, new: _Field) -> Iterator[ContractChange]:
+    if old.required != new.required:
+        if new.required:
+            yield ContractChange(
+                tool, path, BREAKING, "field became required", "optional", "required"
+            )
+        else:
+            yield ContractChange(tool, path, SAFE, "field became optional", "required", "optional")
+    for change in (_type_change(tool, path, old, new), _enum_change(tool, path, old, new)):
+        if change is not None:
+            yield change
+    yield from _bound_changes(tool, path, old.facets, new.facets)
+    yield from _rule_changes(tool, path, old.facets, new.facets)
+    if old.default != new.default:
+        before = _show(old.default[0]) if old.default else None
+        after = _show(new.default[0]) if new.default else None
+        yield ContractChange(tool, path, RISKY, "default changed", before, after)
+    described = _description_change(tool, path, old.description, new.description)
+    if described is not None:
+        yield described
+
+
+def _under(path: str, parents: set[str]) -> bool:
+    """True when ``path`` lies inside one of ``parents`` (``a.b``, ``a[].b`` are inside ``a``)."""
+    return any(path.startswith(p) and path[len(p)] in ".[" for p in parents if len(path) > len(p))
+
+
+def _schema_changes(
+    tool: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Iterator[ContractChange]:
+    before, after = _fields(old), _fields(new)
+    removed = {p for p in before if p not in after}
+    added = {p for p in after if p not in before}
+    for path in before:
+        if path in removed:
+            if not _under(path, removed):
+                yield ContractChange(
+                    tool, path, BREAKING, "field removed", _show(_kind(before[path])), None
+                )
+        else:
+            yield from _field_changes(tool, path, before[path], after[path])
+    for path in after:
+        if path in added and not _under(path, added):
+            field = after[path]
+            if field.required:
+                yield ContractChange(tool, path, BREAKING, "new required field", None, _kind(field))
+            else:
+                yield ContractChange(tool, path, SAFE, "optional field added", None, _kind(field))
+
+
+def _kind(field: _Field) -> str:
+    return "|".join(sorted(field.types)) or "any"
+
+
+def _tool_changes(
+    name: str, old: ToolContract | None, new: ToolContract | None
+) -> Iterator[ContractChange]:
+    if new is None:
+        yield ContractChange(name, TOOL_FIELD, BREAKING, "tool removed", name, None)
+    elif old is None:
+        yield ContractChange(name, TOOL_FIELD, SAFE, "tool added", None, name)
+    else:
+        described = _description_change(name, TOOL_FIELD, old.description, new.description)
+        if described is not None:
+            yield described
+        yield from _schema_changes(name, old.input_schema, new.input_schema)
+
+
+def diff_contracts(locked: object, live: object) -> ContractDiff:
+    """Every change from the ``locked`` contracts to the ``live`` ones, classified.
+
+    Both sides take any shape ``tool_contracts`` accepts (a ``Lockfile``, a ``tools/list``
+    result, a list of MCP / fastmcp tools...). Changes are ordered by tool name, then worst
+    first, then by field.
+    """
+    old, new = tool_contracts(locked), tool_contracts(live)
+    changes = [
+        change
+        for name in sorted(old.keys() | new.keys())
+        for change in _tool_changes(name, old.get(name), new.get(name))
+    ]
+    changes.sort(key=lambda c: (c.tool, c.severity.rank, c.field))
+    return ContractDiff(tuple(changes))
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+_COLUMNS = ("SEVERITY", "TOOL", "FIELD", "CHANGE", "BEFORE", "AFTER")
+_CELL = 40
+
+
+def _cell(value: str | None) -> str:
+    text = "-" if value is None else " ".join(value.split())
+    return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
+
+
+def _table(diff: ContractDiff) -> str:
+    if not diff.changes:
+        return "No contract changes."
+    rows = [_COLUMNS] + [
+        (c.severity.value, c.tool, c.field, c.description, c.before, c.after) for c in diff.changes
+    ]
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    counts = ", ".join(f"{n} {s.value}" for s, n in diff.counts().items() if n)
+    lines.append("")
+    lines.append(f"{len(diff.changes)} change{'s' if len(diff.changes) != 1 else ''}: {counts}")
+    return "\n".join(lines)
