@@ -13,6 +13,13 @@ from ._response import ToolResponse
 __all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
 
 _MIN_RETRY_AFTER = 0.001
+_MAX_RETRY_AFTER = 86400.0
+
+
+def _retry_after_text(seconds: float) -> str:
+    """A shed envelope always promises a positive, finite retry time: the estimate is clamped
+    to [1 ms, 1 day] (NaN counts as 1 ms: ``max`` keeps its first argument when unordered)."""
+    return format_retry_after(min(_MAX_RETRY_AFTER, max(_MIN_RETRY_AFTER, seconds))) or "0.001"
 
 
 class ServerBusyTemplate:
@@ -46,7 +53,7 @@ class ServerBusyTemplate:
             f"{self._head}{active} active, {queued}{self._mid}{reason}</detail>\n"
             f'    <detail key="active">{active}</detail>\n'
             f'    <detail key="queued">{queued}</detail>\n'
-            f"{self._tail}{format_retry_after(max(retry_after, _MIN_RETRY_AFTER))}"
+            f"{self._tail}{_retry_after_text(retry_after)}"
             " seconds</retry_after>\n</tool_error>"
         )
         return ToolResponse(text, is_error=True, code="SERVER_BUSY")
@@ -84,7 +91,7 @@ class RateLimitedTemplate:
         self._tail = " seconds</retry_after>\n</tool_error>"
 
     def render(self, retry_after: float) -> ToolResponse:
-        text = f"{self._head}{format_retry_after(max(retry_after, _MIN_RETRY_AFTER))}{self._tail}"
+        text = f"{self._head}{_retry_after_text(retry_after)}{self._tail}"
         return ToolResponse(text, is_error=True, code="RATE_LIMITED")
 
 

@@ -1,0 +1,227 @@
+"""The client side (contract section 8): parsing envelopes back, safely, and raising for them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from fusion_guard import (
+    FusionClientError,
+    FusionGuardError,
+    ToolResponse,
+    error,
+    parse_tool_error,
+    raise_for_tool_error,
+    success,
+    tool_error,
+)
+
+SEED = tool_error(
+    "NOT_FOUND",
+    "No invoice with that ID",
+    suggestion="List invoices first, then retry with a real ID",
+    available_actions=["billing.list_invoices"],
+    details={"requestedId": "inv_2026_9999"},
+    retry_after=30,
+)
+
+COMPACT = (
+    '<tool_error code="NOT_FOUND" severity="error"><message>No invoice with that ID</message>'
+    "<recovery>List invoices first, then retry with a real ID</recovery><available_actions>"
+    "<action>billing.list_invoices</action></available_actions><details>"
+    '<detail key="requestedId">inv_2026_9999</detail></details>'
+    "<retry_after>30 seconds</retry_after></tool_error>"
+)
+
+VALIDATION = """<validation_error action="billing.get_invoice">
+  <field name="id">Invalid email format. You sent: 'not-an-email'. Expected a valid email\
+ address.</field>
+  <field name="items.0.sku">Field required. You sent: (missing). Expected a string.</field>
+  <contract_awareness tool="billing" action="billing.get_invoice" changes="1" worst="BREAKING">
+    <change severity="BREAKING" field="id"><action>not.an.available.action</action></change>
+  </contract_awareness>
+  <recovery>Fix the fields above and call the tool again. Do not explain the error.</recovery>
+</validation_error>"""
+
+BOMB = (
+    '<?xml version="1.0"?>\n<!DOCTYPE lolz [\n <!ENTITY lol "lol">\n'
+    + "".join(
+        f' <!ENTITY lol{i} "{("&lol" + str(i - 1) + ";") * 10 if i > 1 else "&lol;" * 10}">\n'
+        for i in range(1, 10)
+    )
+    + ']>\n<tool_error code="X" severity="error"><message>&lol9;</message></tool_error>'
+)
+
+
+def _fields(e: FusionClientError) -> tuple[Any, ...]:
+    return (
+        e.code,
+        e.message,
+        e.recovery,
+        e.available_actions,
+        e.severity,
+        e.details,
+        e.retry_after,
+    )
+
+
+def test_seed_parses_into_every_field() -> None:
+    parsed = parse_tool_error(SEED.text)
+    assert parsed is not None
+    assert _fields(parsed) == (
+        "NOT_FOUND",
+        "No invoice with that ID",
+        "List invoices first, then retry with a real ID",
+        ["billing.list_invoices"],
+        "error",
+        {"requestedId": "inv_2026_9999"},
+        30.0,
+    )
+    assert parsed.raw == SEED.text
+    assert isinstance(parsed, FusionGuardError)
+    assert str(parsed) == "NOT_FOUND: No invoice with that ID"
+
+
+def test_compact_layout_reads_the_same() -> None:
+    compact, indented = parse_tool_error(COMPACT), parse_tool_error(SEED.text)
+    assert compact is not None
+    assert indented is not None
+    assert _fields(compact) == _fields(indented)
+
+
+def test_content_is_not_trimmed_and_cr_survives() -> None:
+    text = tool_error("X", "  a\r\nb  ", suggestion="\n x \n").text
+    assert "&#13;" in text
+    parsed = parse_tool_error(text)
+    assert parsed is not None
+    assert parsed.message == "  a\r\nb  "
+    assert parsed.recovery == "\n x \n"
+
+
+def test_validation_error_reads_as_validation_error() -> None:
+    parsed = parse_tool_error(VALIDATION)
+    assert parsed is not None
+    assert parsed.code == "VALIDATION_ERROR"
+    assert parsed.details == {
+        "action": "billing.get_invoice",
+        "id": "Invalid email format. You sent: 'not-an-email'. Expected a valid email address.",
+        "items.0.sku": "Field required. You sent: (missing). Expected a string.",
+    }
+    assert parsed.recovery == (
+        "Fix the fields above and call the tool again. Do not explain the error."
+    )
+    assert "items.0.sku: Field required." in parsed.message
+    # <action> inside <contract_awareness> is no available action.
+    assert parsed.available_actions == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "done", '{"ok": true}', "<p>html</p>", "<tool_error code='X'>", "<<>>", "a < b"],
+)
+def test_text_that_is_no_envelope_gives_none(text: str) -> None:
+    assert parse_tool_error(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        BOMB,
+        '<!DOCTYPE tool_error><tool_error code="X"><message>m</message></tool_error>',
+        '<!DOCTYPE t [<!ENTITY x SYSTEM "file:///etc/passwd">]><tool_error code="X">'
+        "<message>&x;</message></tool_error>",
+        '<!DOCTYPE t [<!ENTITY % p "x">]><tool_error code="X"><message>m</message></tool_error>',
+    ],
+    ids=["billion-laughs", "bare-doctype", "external-entity", "parameter-entity"],
+)
+def test_dtds_and_entities_are_refused_fast(text: str) -> None:
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"refusing to parse .* DTD"):
+        parse_tool_error(text)
+    assert time.perf_counter() - start < 0.5  # refused, never expanded
+    with pytest.raises(ValueError, match="DTD"):
+        raise_for_tool_error({"content": [{"type": "text", "text": text}], "isError": True})
+
+
+def test_undeclared_entity_is_no_envelope() -> None:
+    assert parse_tool_error('<tool_error code="X"><message>&lol;</message></tool_error>') is None
+
+
+def test_non_string_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="expects the result text"):
+        parse_tool_error(b"<tool_error/>")  # type: ignore[arg-type]
+
+
+# -- raise_for_tool_error -------------------------------------------------------------------
+
+
+def _mcp_result(response: ToolResponse) -> object:
+    from mcp.types import CallToolResult, TextContent
+
+    return CallToolResult(
+        content=[TextContent(type="text", text=response.text)], is_error=response.is_error
+    )
+
+
+SHAPES = {
+    "ToolResponse": lambda r: r,
+    "wire-dict": lambda r: r.to_dict(),
+    "CallToolResult": _mcp_result,
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_result_shape_raises_with_the_fields(shape: str) -> None:
+    result = SHAPES[shape](SEED)
+    with pytest.raises(FusionClientError) as caught:
+        raise_for_tool_error(result)
+    assert _fields(caught.value) == _fields(parse_tool_error(SEED.text))  # type: ignore[arg-type]
+    assert caught.value.raw is result
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_successes_and_warnings_never_raise(shape: str) -> None:
+    warning = tool_error("DEPRECATED", "old", severity="warning")
+    for response in (success("fine"), warning, error("DEPRECATED", "old").warning()):
+        assert raise_for_tool_error(SHAPES[shape](response)) is None
+
+
+def test_a_warning_envelope_flagged_as_error_still_does_not_raise() -> None:
+    text = tool_error("DEPRECATED", "old", severity="warning").text
+    raise_for_tool_error({"content": [{"type": "text", "text": text}], "isError": True})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_error_that_is_no_envelope_is_unknown(shape: str) -> None:
+    result = SHAPES[shape](ToolResponse("Traceback: something broke\n  at x", is_error=True))
+    with pytest.raises(FusionClientError) as caught:
+        raise_for_tool_error(result)
+    assert caught.value.code == "UNKNOWN"
+    assert caught.value.message == "Traceback: something broke\n  at x"
+    assert caught.value.available_actions == []
+
+
+def test_the_envelope_may_follow_other_content_blocks() -> None:
+    result = {
+        "content": [
+            {"type": "image", "data": "...", "mimeType": "image/png"},
+            {"type": "text", "text": "context first"},
+            {"type": "text", "text": COMPACT},
+        ],
+        "isError": True,
+    }
+    with pytest.raises(FusionClientError, match="NOT_FOUND"):
+        raise_for_tool_error(result)
+
+
+def test_a_missing_is_error_flag_means_success() -> None:
+    raise_for_tool_error({"content": [{"type": "text", "text": SEED.text}]})
+
+
+def test_an_unknown_shape_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="ToolResponse, a dict"):
+        raise_for_tool_error("<tool_error/>")
+    with pytest.raises(TypeError, match="must hold a str"):
+        raise_for_tool_error({"content": [{"type": "text", "text": 3}], "isError": True})
