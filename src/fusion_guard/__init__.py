@@ -16,23 +16,32 @@ from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slo
 from .admission._context import CallContext
 from .admission._rate import RateDecision, RateLimiter, RateLimits
 from .backends._memory import MemoryBackend
+from .contract._awareness import ContractAwareness
+from .contract._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
+from .contract._lockfile import Lockfile, ToolContract
 from .wire._builder import ErrorBuilder, error
 from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
 from .wire._internal import internal_error
 from .wire._response import ToolResponse, success, tool_error
+from .wire._validation import format_validation_error
 
 __all__ = [
     "BackendError",
     "CallContext",
+    "ChangeSeverity",
     "ConcurrencyGuard",
     "ConcurrencyStatistics",
     "ConfigurationError",
+    "ContractAwareness",
+    "ContractChange",
+    "ContractDiff",
     "ErrorBuilder",
     "ErrorCode",
     "FusionClientError",
     "FusionGuardError",
     "HandlerTimeout",
+    "Lockfile",
     "MemoryBackend",
     "RateDecision",
     "RateLimited",
@@ -42,8 +51,11 @@ __all__ = [
     "ServerBusy",
     "Severity",
     "Slot",
+    "ToolContract",
     "ToolResponse",
+    "diff_contracts",
     "error",
+    "format_validation_error",
     "internal_error",
     "parse_tool_error",
     "raise_for_tool_error",
