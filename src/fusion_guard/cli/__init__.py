@@ -10,11 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _demo
+from . import _contract, _demo
 
 __all__ = ["main"]
 
-_COMMANDS = (_demo,)
+_COMMANDS = (_demo, _contract)
 
 
 def build_parser() -> argparse.ArgumentParser:
