@@ -19,6 +19,7 @@ from .backends._memory import MemoryBackend
 from .contract._awareness import ContractAwareness
 from .contract._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
 from .contract._lockfile import Lockfile, ToolContract
+from .observability import LogEventObserver, MetricsServer, PrometheusObserver, serve_metrics
 from .wire._builder import ErrorBuilder, error
 from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
@@ -42,7 +43,10 @@ __all__ = [
     "FusionGuardError",
     "HandlerTimeout",
     "Lockfile",
+    "LogEventObserver",
     "MemoryBackend",
+    "MetricsServer",
+    "PrometheusObserver",
     "RateDecision",
     "RateLimited",
     "RateLimiter",
@@ -59,6 +63,7 @@ __all__ = [
     "internal_error",
     "parse_tool_error",
     "raise_for_tool_error",
+    "serve_metrics",
     "success",
     "tool_error",
 ]
