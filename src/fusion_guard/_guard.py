@@ -1,0 +1,480 @@
+"""``Guard``: one object wrapping every tool call of a server with its limits.
+
+A call goes through, in this order: the rate limits (a refused call never takes a slot or a
+queue place), the concurrency slot (queueing, or SERVER_BUSY), then the handler under its
+deadline (TIMEOUT). Every decision is reported once to the tool's observer: ``rate_limited``,
+``shed``, or ``admitted`` then ``finished(outcome, duration)``; a call cancelled while queued ends
+with ``finished("cancelled", None)``.
+
+``Guard.admit`` is the primitive the SDK adapters use; ``Guard.call`` and ``Guard.protect`` add
+the normalisation of what the handler returned or raised into a ``ToolResponse``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec
+
+import anyio
+
+from ._exceptions import BackendError, ConfigurationError, Rejected
+from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObservers
+from ._policy import PolicyTable, ToolLimits
+from .admission._concurrency import ConcurrencyGuard, Slot
+from .admission._context import CallContext
+from .admission._rate import RateLimiter, RateLimits
+from .backends._base import RateBackend
+from .backends._memory import MemoryBackend
+from .config._settings import GuardSettings
+from .observability._defaults import default_observers
+from .wire._codes import ErrorCode
+from .wire._internal import as_response, response_from_exception
+from .wire._response import ToolResponse
+from .wire._shedding import TimeoutTemplate
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+__all__ = ["Guard", "Ticket"]
+
+P = ParamSpec("P")
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+class _NullObserver:
+    """The observer of a guard nobody watches: every event costs one empty call."""
+
+    __slots__ = ()
+
+    def admitted(self, queue_wait: float) -> None:
+        pass
+
+    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
+        pass
+
+    def rate_limited(self, scope: str, retry_after: float) -> None:
+        pass
+
+    def finished(self, outcome: Outcome, duration: float | None) -> None:
+        pass
+
+    def backend_error(self, backend: str, allowed: bool) -> None:
+        pass
+
+
+_NULL_OBSERVER = _NullObserver()
+
+
+class _Gate:
+    """One tool's state, made on its first call: limits, observer, slots, rate limits."""
+
+    __slots__ = ("deadline", "limits", "observer", "rates", "slots", "tool")
+
+    def __init__(
+        self,
+        limits: ToolLimits,
+        observer: ToolObserver,
+        slots: ConcurrencyGuard | None,
+        rates: RateLimits | None,
+    ) -> None:
+        self.tool = limits.tool
+        self.limits = limits
+        self.observer = observer
+        self.slots = slots
+        self.rates = rates
+        # Without slots the deadline is the ticket's own; with slots the Slot applies it.
+        self.deadline = (
+            TimeoutTemplate(limits.tool, limits.timeout)
+            if slots is None and limits.timeout is not None
+            else None
+        )
+
+
+class Ticket:
+    """One call through ``Guard.admit``: the async context manager and what it yields.
+
+    ``outcome`` starts as ``"ok"``; set it to ``"error"`` (or ``"internal_error"``) when the
+    handler answered with an error envelope. When the block raises, the exception decides
+    instead: cancellation is ``cancelled``, the deadline ``timeout``, a raised error envelope
+    ``error``, anything else ``internal_error``. ``queue_wait``: seconds spent queued.
+    ``complete(outcome)`` reports the end early; completion is idempotent (reported once).
+    """
+
+    __slots__ = (
+        "_client",
+        "_done",
+        "_gate",
+        "_request",
+        "_scope",
+        "_slot",
+        "_start",
+        "outcome",
+        "queue_wait",
+    )
+
+    def __init__(self, gate: _Gate, client: str | None, request: object | None) -> None:
+        self._gate = gate
+        self._client = client
+        self._request = request
+        self._slot: Slot | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._start = 0.0
+        self._done = False
+        self.outcome: Outcome | str = "ok"
+        self.queue_wait = 0.0
+
+    @property
+    def tool(self) -> str:
+        return self._gate.tool
+
+    async def __aenter__(self) -> Ticket:
+        gate = self._gate
+        if gate.rates is not None:
+            await self._check_rates(gate, gate.rates)
+        if gate.slots is not None:
+            await self._take_slot(gate.slots.slot(gate.limits.timeout))
+        else:
+            gate.observer.admitted(0.0)
+            if gate.deadline is not None:
+                self._enter_deadline(gate.limits.timeout or math.inf)
+        self._start = time.perf_counter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            swallowed = await self._leave(exc_type, exc, tb)
+        except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
+            self.complete(_outcome_of(raised))
+            raise
+        self.complete(self.outcome if exc is None else _outcome_of(exc))
+        return swallowed
+
+    def complete(self, outcome: Outcome | str | None = None) -> None:
+        """Report how the call ended (``outcome`` or the ticket's ``outcome``), once."""
+        if not self._done:
+            self._done = True
+            end = outcome or self.outcome
+            self._gate.observer.finished(end, time.perf_counter() - self._start)  # type: ignore[arg-type]
+
+    async def _check_rates(self, gate: _Gate, rates: RateLimits) -> None:
+        context = CallContext(gate.tool, self._client, self._request)
+        try:
+            refusal = rates.check(context) if rates.is_sync else await rates.acheck(context)
+        except BackendError:
+            if getattr(rates.backend, "failure_policy", "open") != "open":
+                gate.observer.backend_error(_backend_label(rates.backend), False)
+                raise
+            gate.observer.backend_error(_backend_label(rates.backend), True)
+            return
+        if refusal is not None:
+            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0)
+            raise refusal
+
+    async def _take_slot(self, slot: Slot) -> None:
+        try:
+            await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
+        except anyio.get_cancelled_exc_class():
+            self._done = True
+            self._gate.observer.finished("cancelled", None)
+            raise
+        self._slot = slot
+        self.queue_wait = slot.queue_wait
+
+    def _enter_deadline(self, timeout: float) -> None:
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
+        scope.__enter__()
+        self._scope = scope
+
+    async def _leave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._slot is not None:
+            return await self._slot.__aexit__(exc_type, exc, tb)
+        scope = self._scope
+        if scope is None:
+            return False
+        self._scope = None
+        swallowed = bool(scope.__exit__(exc_type, exc, tb))
+        if scope.cancelled_caught and self._gate.deadline is not None:
+            raise self._gate.deadline.render() from None
+        return swallowed
+
+
+def _outcome_of(exc: BaseException) -> Outcome:
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled"
+    if isinstance(exc, ToolResponse):
+        return "error" if exc.is_error else "ok"
+    if isinstance(exc, Rejected):  # our HandlerTimeout, or a nested guard's refusal
+        return "timeout" if exc.response.code == ErrorCode.TIMEOUT else "error"
+    return "internal_error"
+
+
+def _response_outcome(response: ToolResponse) -> Outcome:
+    if not response.is_error:
+        return "ok"
+    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
+
+
+def _backend_label(backend: RateBackend) -> str:
+    name = type(backend).__name__.lower()
+    return "redis" if "redis" in name else name.removesuffix("backend") or "backend"
+
+
+class Guard:
+    """Rate limits, a concurrency guard and a deadline around every tool call.
+
+    ``Guard(settings)``, or ``Guard(max_active=5, tools={"billing.*": {"max_active": 2}})``
+    (keyword limits, as ``GuardSettings`` names them; the environment is not read), or
+    ``Guard.from_env(**overrides)`` (``FUSION_GUARD_*`` variables, the overrides on top).
+    ``registry``: the Prometheus registry for the default metrics; ``observer``: a
+    ``GuardObserver`` that receives every decision, besides the default observers.
+    ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``).
+    """
+
+    __slots__ = ("_backend", "_expose", "_gates", "_observers", "_policies", "_settings")
+
+    def __init__(
+        self,
+        settings: GuardSettings | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        observer: GuardObserver | None = None,
+        rate_backend: RateBackend | None = None,
+        **limits: Any,
+    ) -> None:
+        self._settings = _settings(settings, limits)
+        self._observers = default_observers(self._settings, registry) + _user_observer(observer)
+        self._backend = rate_backend
+        self._policies = PolicyTable(self._settings)
+        self._expose = self._settings.expose_exceptions
+        self._gates: dict[str, _Gate] = {}
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        registry: CollectorRegistry | None = None,
+        observer: GuardObserver | None = None,
+        rate_backend: RateBackend | None = None,
+        **overrides: Any,
+    ) -> Guard:
+        """A guard configured by the ``FUSION_GUARD_*`` variables, ``overrides`` winning."""
+        return cls(
+            GuardSettings(**overrides),
+            registry=registry,
+            observer=observer,
+            rate_backend=rate_backend,
+        )
+
+    @property
+    def settings(self) -> GuardSettings:
+        return self._settings
+
+    @property
+    def expose_exceptions(self) -> bool:
+        """Whether INTERNAL_ERROR messages carry ``ExceptionType: message`` (off by default)."""
+        return self._expose
+
+    def limits(self, tool: str) -> ToolLimits:
+        """The limits in force for ``tool`` (resolved once, on first use)."""
+        return self._gate(tool).limits
+
+    def concurrency(self, tool: str) -> ConcurrencyGuard | None:
+        """The tool's concurrency guard (``active``, ``queued``, ``statistics()``), if limited."""
+        return self._gate(tool).slots
+
+    def admit(
+        self, tool: str, *, client: str | None = None, request: object | None = None
+    ) -> Ticket:
+        """``async with guard.admit(tool) as ticket:`` runs the block as one admitted call.
+
+        Raises ``RateLimited``, ``ServerBusy`` (on entry) or ``HandlerTimeout`` (on exit, the
+        block cancelled at the deadline). ``client`` keys per-client limits (never shown);
+        ``request`` is the SDK's request context, for custom key functions.
+        """
+        gate = self._gates.get(tool)
+        if gate is None:
+            gate = self._gate(tool)
+        return Ticket(gate, client, request)
+
+    async def call(
+        self,
+        tool: str,
+        handler: Callable[P, Awaitable[object]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> ToolResponse:
+        """Run ``handler(*args, **kwargs)`` as a guarded call of ``tool``; always an envelope.
+
+        A returned ``ToolResponse`` (or builder) passes through, any other value becomes
+        ``success(value)``; a raised envelope arrives intact; a refusal is its envelope; any
+        other exception is INTERNAL_ERROR. Only cancellation propagates.
+        """
+        try:
+            async with self.admit(tool) as ticket:
+                try:
+                    response = as_response(await handler(*args, **kwargs))
+                except ToolResponse as raised:
+                    response = response_from_exception(raised, tool=tool)
+                ticket.outcome = _response_outcome(response)
+            return response
+        except Rejected as refusal:
+            return refusal.response
+        except Exception as exc:
+            return response_from_exception(exc, tool=tool, expose_exception=self._expose)
+
+    def protect(
+        self, tool: str
+    ) -> Callable[[Callable[P, Awaitable[object]]], Callable[P, Coroutine[Any, Any, ToolResponse]]]:
+        """Decorate an async handler so that every call goes through ``call(tool, ...)``.
+
+        The wrapper keeps the handler's name, docstring and signature (``functools.wraps``);
+        the tool's limits are resolved now, so a bad configuration fails at decoration.
+        """
+        self._gate(tool)
+
+        def decorate(
+            handler: Callable[P, Awaitable[object]],
+        ) -> Callable[P, Coroutine[Any, Any, ToolResponse]]:
+            _check_async(tool, handler)
+
+            @functools.wraps(handler)
+            async def guarded(*args: P.args, **kwargs: P.kwargs) -> ToolResponse:
+                return await self.call(tool, handler, *args, **kwargs)
+
+            return guarded
+
+        return decorate
+
+    def __repr__(self) -> str:
+        return f"Guard({self._settings!r}, tools_seen={len(self._gates)})"
+
+    # -- per-tool state, made once ---------------------------------------------------------------
+
+    def _gate(self, tool: str) -> _Gate:
+        gate = self._gates.get(tool)
+        if gate is None:
+            gate = self._gates[tool] = self._make_gate(_check_tool(tool))
+        return gate
+
+    def _make_gate(self, tool: str) -> _Gate:
+        limits = self._policies.resolve(tool)
+        observer = self._observer_for(tool, limits.max_active)
+        slots = None
+        if limits.max_active is not None:
+            slots = ConcurrencyGuard(
+                limits.max_active,
+                limits.max_queue,
+                math.inf if limits.queue_timeout is None else limits.queue_timeout,
+                name=tool,
+                lifo=limits.lifo,
+                observer=None if observer is _NULL_OBSERVER else observer,
+            )
+            _watch(observer, slots)
+        return _Gate(limits, observer, slots, self._rates_for(limits))
+
+    def _observer_for(self, tool: str, max_active: int | None) -> ToolObserver:
+        bound = tuple(obs.for_tool(tool, max_active=max_active) for obs in self._observers)
+        if not bound:
+            return _NULL_OBSERVER
+        return bound[0] if len(bound) == 1 else ToolObservers(bound)
+
+    def _rates_for(self, limits: ToolLimits) -> RateLimits | None:
+        if limits.rate is None:
+            return None
+        burst = limits.burst or max(1, math.ceil(limits.rate))
+        limiter = RateLimiter(
+            limits.rate,
+            limits.rate_per,
+            burst,
+            scope=limits.rate_scope,
+            name=_limit_name(limits, burst),
+        )
+        return RateLimits((limiter,), backend=self._rate_backend())
+
+    def _rate_backend(self) -> RateBackend:
+        # One backend for every tool, so that a `global` or `client` budget is really shared.
+        if self._backend is None:
+            self._backend = _backend_for(self._settings)
+        return self._backend
+
+
+def _settings(settings: GuardSettings | None, limits: dict[str, Any]) -> GuardSettings:
+    if settings is None:
+        return GuardSettings.from_values(**limits)
+    if not isinstance(settings, GuardSettings):
+        raise ConfigurationError(
+            f"settings={settings!r} is invalid: expected a GuardSettings (or None, with the"
+            " limits as keyword arguments)"
+        )
+    return settings.with_values(**limits) if limits else settings
+
+
+def _user_observer(observer: GuardObserver | None) -> tuple[GuardObserver, ...]:
+    if observer is None:
+        return ()
+    if not callable(getattr(observer, "for_tool", None)):
+        raise ConfigurationError(
+            f"observer={observer!r} is invalid: expected a GuardObserver (with"
+            " for_tool(tool, *, max_active) returning a ToolObserver)"
+        )
+    return (observer,)
+
+
+def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
+    """Let observers that show live figures (in-flight, queue depth) read them from the guard."""
+    for each in getattr(observer, "_observers", (observer,)):
+        watch = getattr(each, "watch", None)
+        if callable(watch):
+            watch(slots)
+
+
+def _backend_for(settings: GuardSettings) -> RateBackend:
+    if settings.backend == "redis" and settings.redis_url is not None:
+        from .backends._redis import RedisRateLimitBackend
+
+        return RedisRateLimitBackend(settings.redis_url)
+    return MemoryBackend()
+
+
+def _limit_name(limits: ToolLimits, burst: int) -> str:
+    """A stable backend name for the budget: where the rate was set, scope and figures."""
+    source = limits.rate_source
+    if source:
+        digest = hashlib.blake2b(source.encode(), digest_size=4).hexdigest()
+        origin = f"{_NAME_UNSAFE.sub('_', source)[:80]}-{digest}"
+    else:
+        origin = "defaults"
+    return f"{origin}/{limits.rate_scope}/{limits.rate:g}/{limits.rate_per:g}/{burst}"
+
+
+def _check_tool(tool: object) -> str:
+    if not isinstance(tool, str) or not tool:
+        raise ConfigurationError(f"tool={tool!r} is invalid: expected a non-empty tool name")
+    return tool
+
+
+def _check_async(tool: str, handler: object) -> None:
+    call = getattr(handler, "__call__", None)  # noqa: B004 (an async __call__ counts too)
+    if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
+        raise ConfigurationError(
+            f"protect({tool!r}) wraps async handlers (async def); {handler!r} is not one"
+        )

@@ -1,0 +1,105 @@
+"""Configuration problems, worded for the operator: which variable (or argument), the bad value,
+and what is accepted. pydantic's ``ValidationError`` is translated here, at one boundary."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._exceptions import ConfigurationError
+from ._fields import ACCEPTED, LIMIT_FIELDS
+
+__all__ = ["InvalidSettings", "env_name", "translate_validation_error", "unknown_variables"]
+
+_PREFIX = "FUSION_GUARD_"
+_TOOLS = f"{_PREFIX}TOOLS"
+_SHOWN_VALUE = 80
+
+
+class InvalidSettings(ConfigurationError):
+    """The configuration is invalid; ``errors`` lists every problem, one sentence each."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors: tuple[str, ...] = tuple(errors)
+        count = len(self.errors)
+        heading = "invalid fusion_guard configuration" + (
+            f" ({count} problems)" if count > 1 else ""
+        )
+        super().__init__("\n  - ".join((f"{heading}:", *self.errors)))
+
+
+def env_name(field: str) -> str:
+    """``max_active`` -> ``FUSION_GUARD_MAX_ACTIVE``."""
+    return f"{_PREFIX}{field.upper()}"
+
+
+def unknown_variables(variables: Iterable[str], known: Sequence[str]) -> list[str]:
+    """One error per ``FUSION_GUARD_*`` variable no setting reads (names upper-cased)."""
+    return [_unknown(name, known) for name in sorted(variables) if name not in known]
+
+
+def _unknown(name: str, known: Sequence[str]) -> str:
+    if name.startswith(f"{_TOOLS}__"):
+        return (
+            f"{name} is not read: per-tool overrides go in {_TOOLS} as JSON (tool names hold"
+            f" '.' and '*', which variable names cannot), e.g. {_TOOLS}="
+            '\'{"billing.*": {"max_active": 2}}\''
+        )
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]}?" if close else f"known variables: {', '.join(known)}"
+    return f"{name} is not a fusion_guard setting ({hint}); an ignored typo could disable a limit"
+
+
+def translate_validation_error(exc: ValidationError, arguments: Mapping[str, Any]) -> list[str]:
+    """One sentence per pydantic error, naming the variable or argument it came from."""
+    return [_sentence(error, arguments) for error in exc.errors(include_url=False)]
+
+
+def _sentence(error: Any, arguments: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    if not loc:  # a check across fields (BACKEND needs REDIS_URL)
+        return f"{_where('redis_url', arguments)}: {_reason(error)}"
+    field = str(loc[0])
+    where = _where(field, arguments)
+    if field == "tools" and len(loc) > 1:
+        return _tool_sentence(where, loc[1:], error)
+    return (
+        f"{where}={_show(error['input'])} is invalid: {_reason(error)}; accepted: {ACCEPTED[field]}"
+    )
+
+
+def _tool_sentence(where: str, loc: tuple[Any, ...], error: Any) -> str:
+    pattern = loc[0]
+    if len(loc) == 1 or loc[1] == "[key]":
+        return (
+            f"{where}: the entry for {pattern!r} is invalid: {_reason(error)}; accepted: an"
+            f" object of per-tool limits ({', '.join(LIMIT_FIELDS)})"
+        )
+    key = str(loc[1])
+    if error["type"] == "extra_forbidden":
+        return (
+            f"{where}: pattern {pattern!r} has an unknown key {key!r}; accepted keys:"
+            f" {', '.join(LIMIT_FIELDS)}"
+        )
+    return (
+        f"{where}: pattern {pattern!r}, {key}={_show(error['input'])} is invalid:"
+        f" {_reason(error)}; accepted: {ACCEPTED[key]}"
+    )
+
+
+def _where(field: str, arguments: Mapping[str, Any]) -> str:
+    return f"argument {field}" if field in arguments else env_name(field)
+
+
+def _reason(error: Any) -> str:
+    message = str(error["msg"])
+    # pydantic prefixes the text of a ValueError raised by our own validators.
+    return message.removeprefix("Value error, ")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_VALUE else f"{text[: _SHOWN_VALUE - 3]}..."

@@ -1,0 +1,277 @@
+"""``GuardSettings`` (global defaults, read from ``FUSION_GUARD_*``) and ``ToolPolicy`` (per-tool
+overrides).
+
+Precedence: explicit arguments over the environment over the defaults. Per-tool overrides live
+in one variable, ``FUSION_GUARD_TOOLS``, holding JSON: environment variable names cannot portably
+hold the ``.`` and ``*`` of tool names and globs (``billing.*``), nor their case, and JSON can.
+Every invalid value and every unknown ``FUSION_GUARD_*`` variable is collected into one
+``InvalidSettings`` error at construction (a typo must not silently disable protection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as _PydanticSettingsError
+
+from ._errors import InvalidSettings, env_name, translate_validation_error, unknown_variables
+from ._fields import (
+    LIMIT_FIELDS,
+    Backend,
+    Burst,
+    MaxActive,
+    MaxQueue,
+    Rate,
+    RatePer,
+    RateScope,
+    SecondsOrOff,
+)
+
+__all__ = ["ENV_PREFIX", "GuardSettings", "ToolPolicy"]
+
+ENV_PREFIX = "FUSION_GUARD_"
+_TOOLS_VARIABLE = f"{ENV_PREFIX}TOOLS"
+
+ARGUMENT = "argument"
+DEFAULT = "default"
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class ToolPolicy(BaseModel):
+    """Overrides for the tools matching one name or glob: only the keys given apply, every other
+    limit comes from a less specific pattern or the global defaults.
+
+    ``ToolPolicy(max_active=2, rate=5)``; in ``FUSION_GUARD_TOOLS`` the same is
+    ``{"max_active": 2, "rate": 5}``. ``"off"`` (or null) switches a limit off for these tools.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_active: MaxActive = None
+    max_queue: MaxQueue = None
+    queue_timeout: SecondsOrOff = None
+    timeout: SecondsOrOff = None
+    rate: Rate = None
+    rate_per: RatePer | None = None
+    burst: Burst = None
+    rate_scope: RateScope | None = None
+    lifo: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lower_keys(cls, data: Any) -> Any:
+        # MAX_ACTIVE and max_active are the same key, as they are for the global variables.
+        if isinstance(data, Mapping):
+            return {key.lower() if isinstance(key, str) else key: v for key, v in data.items()}
+        return data
+
+    @field_validator("rate_per", "rate_scope", "lifo", mode="after")
+    @classmethod
+    def _not_off(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("this limit cannot be switched off; leave the key out to inherit it")
+        return value
+
+    def overrides(self) -> dict[str, object]:
+        """The keys this policy sets, in the documented order."""
+        return {name: getattr(self, name) for name in LIMIT_FIELDS if name in self.model_fields_set}
+
+    def __repr_args__(self) -> Iterator[tuple[str, object]]:
+        yield from self.overrides().items()
+
+
+PatternKey = Annotated[str, StringConstraints(min_length=1)]
+
+
+class GuardSettings(BaseSettings):
+    """Everything the guard is configured with: global defaults and per-tool overrides.
+
+    ``GuardSettings(**values)`` reads ``FUSION_GUARD_*`` (the values given win);
+    ``GuardSettings.from_values(**values)`` ignores the environment. Both raise
+    ``InvalidSettings`` (a ``ConfigurationError``) listing every problem.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        frozen=True,
+        extra="forbid",
+        validate_default=False,
+    )
+
+    # Defaults for a typical MCP server; the README's configuration table gives the reasoning.
+    max_active: MaxActive = 10
+    max_queue: MaxQueue = None
+    queue_timeout: SecondsOrOff = 5.0
+    timeout: SecondsOrOff = 50.0
+    rate: Rate = None
+    rate_per: RatePer = 1.0
+    burst: Burst = None
+    rate_scope: RateScope = "tool"
+    lifo: bool = False
+    metrics: bool = True
+    expose_exceptions: bool = False
+    backend: Backend = "memory"
+    redis_url: str | None = None
+    tools: Annotated[dict[PatternKey, ToolPolicy], NoDecode] = Field(default_factory=dict)
+
+    _origins: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
+
+    variables: ClassVar[tuple[str, ...]]
+    """Every variable name this class reads (set below, once the fields exist)."""
+
+    def __init__(self, **values: Any) -> None:
+        _initialise(self, values, os.environ)
+
+    @classmethod
+    def from_values(cls, **values: Any) -> Self:
+        """Settings from the defaults and ``values`` only: the environment is not read."""
+        settings = cls.__new__(cls)
+        _initialise(settings, values, None)
+        return settings
+
+    def with_values(self, **values: Any) -> Self:
+        """A copy with ``values`` on top (per-tool overrides merged key by key)."""
+        explicit = {name: getattr(self, name) for name in self.model_fields_set}
+        if "tools" in values and "tools" in explicit:
+            values["tools"] = merge_tools(explicit["tools"], values["tools"])
+        settings = type(self).from_values(**{**explicit, **values})
+        settings._origins = {**self._origins, **settings._origins_of(values, ARGUMENT)}
+        return settings
+
+    def origin(self, field: str, pattern: str | None = None) -> str:
+        """Where a value came from: ``default``, ``argument`` or ``env VARIABLE``."""
+        return self._origins.get((pattern or "", field), DEFAULT)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_json(cls, value: object) -> object:
+        if isinstance(value, str | bytes):
+            return parse_tools_json(value)
+        return value
+
+    @field_validator("redis_url", mode="after")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(_REDIS_SCHEMES):
+            raise ValueError("the URL must start with redis://, rediss:// or unix://")
+        return value
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> Self:
+        if self.backend == "redis" and self.redis_url is None:
+            raise ValueError("BACKEND is 'redis' but no REDIS_URL is set")
+        return self
+
+    def _origins_of(self, values: Mapping[str, Any], origin: str) -> dict[tuple[str, str], str]:
+        origins = {("", name): origin for name in values if name != "tools"}
+        for pattern, policy in _tool_overrides(values.get("tools")).items():
+            origins.update({(pattern, key): origin for key in policy})
+        return origins
+
+
+GuardSettings.variables = tuple(env_name(name) for name in GuardSettings.model_fields)
+
+
+def parse_tools_json(value: str | bytes) -> object:
+    """``FUSION_GUARD_TOOLS`` as an object, or a ``ValueError`` saying where the JSON breaks."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"expected a JSON object, got a JSON {type(parsed).__name__}")
+    return parsed
+
+
+def merge_tools(base: object, top: object) -> dict[str, object]:
+    """Per-tool overrides ``top`` over ``base``, key by key within each pattern."""
+    merged: dict[str, object] = dict(_tool_overrides(base))
+    for pattern, policy in _tool_overrides(top).items():
+        below = merged.get(pattern)
+        merged[pattern] = {**below, **policy} if isinstance(below, dict) else policy
+    return merged
+
+
+def _tool_overrides(tools: object) -> dict[str, Any]:
+    """Patterns to override mappings, from ToolPolicy objects or plain mappings (as given)."""
+    if not isinstance(tools, Mapping):
+        return {}
+    return {
+        pattern: policy.overrides() if isinstance(policy, ToolPolicy) else policy
+        for pattern, policy in tools.items()
+        if isinstance(policy, ToolPolicy | Mapping)
+    }
+
+
+def _fusion_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``FUSION_GUARD_*`` variables, names upper-cased (they are matched ignoring case)."""
+    return {
+        name.upper(): value
+        for name, value in environ.items()
+        if name.upper().startswith(ENV_PREFIX)
+    }
+
+
+def _initialise(
+    settings: GuardSettings, values: dict[str, Any], environ: Mapping[str, str] | None
+) -> None:
+    errors: list[str] = []
+    variables = _fusion_variables(environ) if environ is not None else {}
+    errors.extend(unknown_variables(variables, GuardSettings.variables))
+    if "tools" in values and _TOOLS_VARIABLE in variables:
+        values = {**values, "tools": _merge_env_tools(variables[_TOOLS_VARIABLE], values, errors)}
+    try:
+        if environ is None:
+            BaseModel.__init__(settings, **values)
+        else:
+            BaseSettings.__init__(settings, **values)
+    except ValidationError as exc:
+        errors.extend(translate_validation_error(exc, values))
+    except _PydanticSettingsError as exc:  # a source failed before validation could start
+        errors.append(f"{exc} ({exc.__cause__})" if exc.__cause__ else str(exc))
+    if errors:
+        raise InvalidSettings(errors)
+    settings._origins = _origins(settings, values, variables)
+
+
+def _merge_env_tools(raw: str, values: Mapping[str, Any], errors: list[str]) -> object:
+    try:
+        env_tools = parse_tools_json(raw)
+    except ValueError as exc:
+        errors.append(f"{_TOOLS_VARIABLE}={raw!r} is invalid: {exc}")
+        return values["tools"]
+    return merge_tools(env_tools, values["tools"])
+
+
+def _origins(
+    settings: GuardSettings, values: Mapping[str, Any], variables: Mapping[str, str]
+) -> dict[tuple[str, str], str]:
+    origins: dict[tuple[str, str], str] = {}
+    for name in GuardSettings.model_fields:
+        variable = env_name(name)
+        if variable in variables and name != "tools":
+            origins[("", name)] = f"env {variable}"
+    if _TOOLS_VARIABLE in variables:
+        for pattern, policy in _tool_overrides(settings.tools).items():
+            origins.update({(pattern, key): f"env {_TOOLS_VARIABLE}" for key in policy})
+    origins.update(settings._origins_of(values, ARGUMENT))
+    return origins
