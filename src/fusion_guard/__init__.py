@@ -12,10 +12,13 @@ from ._exceptions import (
     Rejected,
     ServerBusy,
 )
+from ._guard import Guard, Ticket
+from ._policy import ToolLimits
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
 from .admission._context import CallContext
 from .admission._rate import RateDecision, RateLimiter, RateLimits
 from .backends._memory import MemoryBackend
+from .config import GuardSettings, InvalidSettings, ToolPolicy
 from .contract._awareness import ContractAwareness
 from .contract._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
 from .contract._lockfile import Lockfile, ToolContract
@@ -41,7 +44,10 @@ __all__ = [
     "ErrorCode",
     "FusionClientError",
     "FusionGuardError",
+    "Guard",
+    "GuardSettings",
     "HandlerTimeout",
+    "InvalidSettings",
     "Lockfile",
     "LogEventObserver",
     "MemoryBackend",
@@ -55,7 +61,10 @@ __all__ = [
     "ServerBusy",
     "Severity",
     "Slot",
+    "Ticket",
     "ToolContract",
+    "ToolLimits",
+    "ToolPolicy",
     "ToolResponse",
     "diff_contracts",
     "error",
