@@ -1,0 +1,138 @@
+"""What the SDK adapters share: one guarded tool call, the envelope for each kind of failure, and
+the client-key hook.
+
+The adapters differ only in how their SDK hands over a tool call and wraps a failure; everything
+that decides (admission, the envelope, the outcome reported to the observer) lives here, so the
+MCP SDK and FastMCP adapters behave identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._exceptions import Rejected
+from ..wire._codes import ErrorCode
+from ..wire._internal import response_from_exception
+from ..wire._response import ToolResponse
+from ..wire._validation import format_validation_error
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from .._guard import Guard, Ticket
+    from ..contract._awareness import ContractAwareness
+
+__all__ = [
+    "ClientKey",
+    "admit_call",
+    "crash_response",
+    "missing_extra",
+    "validation_response",
+]
+
+ClientKey = Callable[[Any], "str | None"]
+"""A user function of the SDK's request context returning the caller's identity (or None).
+
+It must return something stable for one caller across requests: an authenticated subject or
+OAuth client id, an API-key id, a tenant. A transport session id is not: on 2026-07-28 MCP
+connections every request is its own connection with a fresh id, so per-client limits keyed on it
+would never trigger. The key is private: it never appears in an envelope."""
+
+ResultT = TypeVar("ResultT")
+
+_current_ticket: ContextVar[Ticket | None] = ContextVar("fusion_guard_ticket", default=None)
+"""The admitted call's ticket, for code the SDK runs inside the call (MCPServer's ``call_tool``,
+which must answer with a result instead of raising, so it reports the outcome here)."""
+
+
+def missing_extra(extra: str, package: str) -> str:
+    """The message of the ImportError raised when an optional SDK is not installed."""
+    return (
+        f"fusion_guard.integrations.{extra} needs the {package!r} package, which is not installed:"
+        f' pip install "fusion-guard[{extra}]"'
+    )
+
+
+def resolve_client(client_key: ClientKey | None, context: object) -> str | None:
+    """The caller's key for per-client limits, or None when no key function was given."""
+    return None if client_key is None else client_key(context)
+
+
+def in_guarded_call() -> bool:
+    """Whether the running code is inside a call admitted by an adapter."""
+    return _current_ticket.get() is not None
+
+
+async def admit_call(
+    guard: Guard,
+    tool: str,
+    client: str | None,
+    call: Callable[[], Awaitable[ResultT | ToolResponse]],
+    *,
+    failed: Callable[[ResultT], bool],
+    passthrough: tuple[type[BaseException], ...] = (),
+    request: object | None = None,
+) -> ResultT | ToolResponse:
+    """Run ``call`` as one admitted tool call; every refusal and failure becomes an envelope.
+
+    ``call`` returns the SDK's own result (``failed`` tells whether it is an error result) or a
+    ``ToolResponse`` the adapter already made of an SDK-wrapped failure. Exceptions listed in
+    ``passthrough`` (the SDK's protocol errors) propagate, as does cancellation: a cancelled
+    request gets no result, and leaving ``admit`` frees the slot. ``request`` (the SDK's request
+    context) reaches custom rate-limit key functions.
+    """
+    try:
+        async with guard.admit(tool, client=client, request=request) as ticket:
+            token = _current_ticket.set(ticket)
+            try:
+                result = await call()
+            finally:
+                _current_ticket.reset(token)
+            _record(ticket, result, failed)
+        return result
+    except Rejected as exc:
+        return exc.response
+    except passthrough:
+        raise
+    except Exception as exc:
+        return response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+
+
+def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:
+    if ticket.outcome != "ok":  # already decided inside the call (crash_response)
+        return
+    if isinstance(result, ToolResponse):
+        if result.is_error:
+            ticket.outcome = _outcome_of(result)
+    elif failed(result):
+        ticket.outcome = "error"
+
+
+def _outcome_of(response: ToolResponse) -> str:
+    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
+
+
+def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolResponse:
+    """The envelope for an exception the SDK caught and wrapped (``exc`` is the original).
+
+    A raised envelope arrives intact; anything else becomes INTERNAL_ERROR, logged in full with
+    a reference id and without its text in the message. The admitted call's outcome follows.
+    """
+    response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+    ticket = _current_ticket.get()
+    if ticket is not None and response.is_error:
+        ticket.outcome = _outcome_of(response)
+    return response
+
+
+def validation_response(
+    exc: ValidationError, *, tool: str, awareness: ContractAwareness | None = None
+) -> ToolResponse:
+    """The ``<validation_error>`` for arguments the SDK's own validation rejected, with the tool
+    as the action (and, given ``awareness`` from a contract lockfile, the tool's contract changes).
+
+    Both adapters route every SDK argument-validation failure here and nowhere else.
+    """
+    return format_validation_error(exc, action=tool, awareness=awareness)

@@ -1,0 +1,144 @@
+"""The guard for FastMCP (``fastmcp`` 4.x), as a middleware.
+
+::
+
+    from fastmcp import FastMCP
+    from fusion_guard import Guard
+    from fusion_guard.integrations.fastmcp import GuardMiddleware
+
+    app = FastMCP("billing")
+    app.add_middleware(GuardMiddleware(Guard.from_env()))
+
+Only ``on_call_tool`` is overridden, so only tool calls count against limits: ``tools/list``,
+resources, prompts and every other request pass untouched. Refusals and failures come back as a
+``ToolResult`` with ``is_error=True`` and the envelope as text; MCP protocol errors and
+cancellation propagate unchanged. Add the middleware before others that should see the
+envelope (FastMCP runs middleware outermost-first, in the order added).
+
+Client keys: ``client_key`` receives FastMCP's ``MiddlewareContext``. What identifies a caller:
+
+- ``fastmcp.server.dependencies.get_access_token()`` with auth configured: an ``AccessToken``
+  whose ``client_id`` and ``subject`` (or ``claims["sub"]``) are authenticated and stable;
+- ``fastmcp.server.dependencies.get_http_request()`` on HTTP transports (an API-key header);
+- ``context.fastmcp_context.client_id``: sent by the client in the request's ``_meta``, not
+  authenticated.
+
+Do not key on ``context.fastmcp_context.session_id``: on 2026-07-28 connections (the FastMCP
+client's default) every request gets a new one, so a per-client limit would never trigger.
+
+Importing this module requires fastmcp; without it the import raises ``ImportError`` naming the
+extra to install.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+try:
+    import mcp_types
+    from fastmcp.exceptions import ToolError
+    from fastmcp.exceptions import ValidationError as ArgumentsError
+    from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+    from fastmcp.tools.base import ToolResult
+    from mcp.shared.exceptions import MCPError
+    from pydantic import ValidationError
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without fastmcp
+    from ._common import missing_extra
+
+    raise ImportError(missing_extra("fastmcp", "fastmcp")) from exc
+
+from ..wire._response import ToolResponse
+from ._common import (
+    ClientKey,
+    admit_call,
+    crash_response,
+    resolve_client,
+    validation_response,
+)
+
+if TYPE_CHECKING:
+    from .._guard import Guard
+    from ..contract._awareness import ContractAwareness
+
+__all__ = ["GuardMiddleware"]
+
+_CRASH_PREFIX = "Error calling tool "
+"""How FastMCP words the ToolError it wraps around an unexpected exception (masked or not)."""
+
+
+class GuardMiddleware(Middleware):
+    """Admits every tool call through ``guard``; refusals become ``is_error`` results.
+
+    ``client_key`` is a function of the ``MiddlewareContext`` returning the caller's identity
+    for per-client limits (see the module docstring), or None. ``awareness`` (built from a
+    contract lockfile) adds each tool's contract changes to its validation errors.
+    """
+
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        client_key: ClientKey | None = None,
+        awareness: ContractAwareness | None = None,
+    ) -> None:
+        self._guard = guard
+        self._client_key = client_key
+        self._awareness = awareness
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(guard={self._guard!r})"
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        tool = context.message.name
+        result = await admit_call(
+            self._guard,
+            tool,
+            resolve_client(self._client_key, context),
+            lambda: self._run(tool, context, call_next),
+            failed=_is_error,
+            passthrough=(MCPError,),
+            request=context,
+        )
+        return to_tool_result(result) if isinstance(result, ToolResponse) else result
+
+    async def _run(
+        self,
+        tool: str,
+        context: MiddlewareContext[mcp_types.CallToolRequestParams],
+        call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult],
+    ) -> ToolResult | ToolResponse:
+        """The rest of the chain; FastMCP's wrapped failures turned into envelopes."""
+        try:
+            return await call_next(context)
+        except ArgumentsError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
+            raise
+        except ToolError as exc:
+            if _is_crash(exc):
+                return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
+            raise  # a deliberate ToolError: FastMCP sends its message, as before
+
+
+def to_tool_result(response: ToolResponse) -> ToolResult:
+    """``response`` as FastMCP's ``ToolResult``: one text block and ``is_error``."""
+    return ToolResult(
+        content=[mcp_types.TextContent(type="text", text=response.text)],
+        is_error=response.is_error,
+    )
+
+
+def _is_error(result: Any) -> bool:
+    return bool(getattr(result, "is_error", False))
+
+
+def _is_crash(exc: ToolError) -> bool:
+    """FastMCP wraps an unexpected exception in a ToolError ``from`` it; a tool's own ToolError
+    is passed through unwrapped."""
+    return (
+        type(exc) is ToolError and exc.__cause__ is not None and str(exc).startswith(_CRASH_PREFIX)
+    )

@@ -1,0 +1,239 @@
+"""The guard for the official MCP Python SDK (``mcp`` 2.x): ``MCPServer`` and the low-level
+``Server``.
+
+::
+
+    from mcp.server.mcpserver import MCPServer
+    from fusion_guard import Guard
+    from fusion_guard.integrations.mcp import install
+
+    server = MCPServer("billing")
+    ...                                    # register tools
+    install(server, Guard.from_env())      # after the tools/call handler exists
+
+``install`` wraps the registered ``tools/call`` request handler, the SDK's stable hook (its
+middleware list is marked provisional), so only tool calls count against limits: ``tools/list``,
+resources, prompts and pings never do. Refusals and failures come back as ``CallToolResult``
+with ``is_error`` set and the envelope as text; MCP protocol errors (``MCPError``) and
+cancellation propagate unchanged.
+
+Client keys: ``client_key`` receives the SDK's ``ServerRequestContext``. What identifies a caller:
+
+- the authenticated token, when the server runs with auth:
+  ``mcp.server.auth.middleware.auth_context.get_access_token()`` gives an ``AccessToken`` whose
+  ``subject`` (the resource owner) and ``client_id`` (the OAuth client) are stable;
+- ``ctx.request``: the HTTP request on streamable HTTP (headers such as an API-key id);
+- ``ctx.session.client_params.client_info.name``: self-reported by the client, not authenticated.
+
+Do not key on ``Mcp-Session-Id`` or ``ctx.request_id``: they change per connection or request.
+
+This module imports the SDK only when ``install`` runs; without it, ``install`` raises
+``ImportError`` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .._exceptions import ConfigurationError
+from ..wire._internal import as_response
+from ..wire._response import ToolResponse
+from ._common import (
+    ClientKey,
+    admit_call,
+    crash_response,
+    in_guarded_call,
+    missing_extra,
+    resolve_client,
+    validation_response,
+)
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+    from mcp.server.mcpserver import MCPServer
+    from mcp_types import CallToolResult
+
+    from .._guard import Guard
+    from ..contract._awareness import ContractAwareness
+
+__all__ = ["install", "to_call_tool_result"]
+
+_GUARDED = "__fusion_guard__"
+"""Attribute marking a handler (or ``call_tool``) this module installed, against double wrapping."""
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+def install(
+    server: MCPServer[Any] | Server[Any],
+    guard: Guard,
+    *,
+    client_key: ClientKey | None = None,
+    awareness: ContractAwareness | None = None,
+) -> None:
+    """Guard every ``tools/call`` of ``server`` (an ``MCPServer`` or a low-level ``Server``).
+
+    Call it once, after the ``tools/call`` handler is registered (for a low-level ``Server``, pass
+    ``on_call_tool`` to its constructor first). ``client_key`` is a function of the request
+    context returning the caller's identity for per-client limits (see the module docstring).
+    ``awareness`` (built from a contract lockfile) adds each tool's contract changes to its
+    validation errors. Raises ``ConfigurationError`` when there is no ``tools/call`` handler or
+    the server is guarded already.
+    """
+    sdk = _import_sdk()
+    lowlevel = _lowlevel_server(server, sdk)
+    entry = lowlevel.get_request_handler("tools/call")
+    if entry is None:
+        raise ConfigurationError(
+            "install(server, guard): the server has no tools/call handler to guard; register"
+            " tools (MCPServer) or pass on_call_tool to Server(...) before calling install()"
+        )
+    if getattr(entry.handler, _GUARDED, False):
+        raise ConfigurationError("install(server, guard): this server is guarded already")
+    adapter = _Adapter(guard, client_key, awareness, sdk)
+    if isinstance(server, sdk.MCPServer):
+        adapter.translate_call_tool(server)
+    lowlevel.add_request_handler(
+        "tools/call", entry.params_type, adapter.guard_handler(entry.handler)
+    )
+
+
+def to_call_tool_result(response: ToolResponse) -> CallToolResult:
+    """``response`` as the SDK's ``CallToolResult``: one text block and ``is_error``.
+
+    Also what an ``MCPServer`` tool should return to answer with an envelope: the SDK passes a
+    returned ``CallToolResult`` through, but would JSON-encode a returned ``ToolResponse`` as a
+    success (raising one works as it is).
+    """
+    from mcp_types import CallToolResult, TextContent
+
+    return CallToolResult(
+        content=[TextContent(type="text", text=response.text)], is_error=response.is_error
+    )
+
+
+class _SDK:
+    """The SDK names this adapter uses, imported once by ``install``."""
+
+    __slots__ = ("MCPError", "MCPServer", "Server", "ToolError", "UnexpectedToolError")
+
+    def __init__(self) -> None:
+        from mcp.server.lowlevel import Server
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+        from mcp.shared.exceptions import MCPError
+
+        self.MCPError = MCPError
+        self.MCPServer = MCPServer
+        self.Server = Server
+        self.ToolError = ToolError
+        self.UnexpectedToolError = UnexpectedToolError
+
+
+def _import_sdk() -> _SDK:
+    try:
+        return _SDK()
+    except ImportError as exc:
+        raise ImportError(missing_extra("mcp", "mcp")) from exc
+
+
+def _lowlevel_server(server: object, sdk: _SDK) -> Server[Any]:
+    if isinstance(server, sdk.Server):
+        return server
+    if isinstance(server, sdk.MCPServer):
+        # The SDK has no public accessor yet (its own in-memory transport reads this attribute).
+        lowlevel = getattr(server, "_lowlevel_server", None)
+        if isinstance(lowlevel, sdk.Server):
+            return lowlevel
+        raise ConfigurationError(
+            "install(server, guard): this MCPServer exposes no low-level server; the installed"
+            " mcp version is not supported (mcp>=2,<3 is)"
+        )
+    raise ConfigurationError(
+        f"install(server, guard): server must be an mcp MCPServer or a low-level mcp Server,"
+        f" not {type(server).__name__}"
+    )
+
+
+class _Adapter:
+    """What ``install`` puts around one server's ``tools/call``."""
+
+    __slots__ = ("_awareness", "_client_key", "_guard", "_sdk")
+
+    def __init__(
+        self,
+        guard: Guard,
+        client_key: ClientKey | None,
+        awareness: ContractAwareness | None,
+        sdk: _SDK,
+    ) -> None:
+        self._guard = guard
+        self._client_key = client_key
+        self._awareness = awareness
+        self._sdk = sdk
+
+    def guard_handler(self, handler: Handler) -> Handler:
+        """The registered ``tools/call`` handler, admitted by the guard."""
+
+        async def guarded(ctx: Any, params: Any) -> Any:
+            tool: str = params.name
+            result = await admit_call(
+                self._guard,
+                tool,
+                resolve_client(self._client_key, ctx),
+                lambda: _run_handler(handler, ctx, params),
+                failed=_is_error,
+                passthrough=(self._sdk.MCPError,),
+                request=ctx,
+            )
+            return to_call_tool_result(result) if isinstance(result, ToolResponse) else result
+
+        setattr(guarded, _GUARDED, True)
+        return guarded
+
+    def translate_call_tool(self, server: MCPServer[Any]) -> None:
+        """Make MCPServer answer tool failures with envelopes instead of their text.
+
+        MCPServer's own handler turns every ``ToolError`` into a result carrying ``str(exc)``
+        before the wrapped handler could see the exception, so the translation sits around
+        ``call_tool`` (where the SDK documents telling a crash from a deliberate ``ToolError``).
+        Outside a guarded request, a direct ``server.call_tool()`` keeps the SDK's behaviour.
+        """
+        original = server.call_tool
+        tool_error = self._sdk.ToolError
+
+        async def call_tool(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            if not in_guarded_call():
+                return await original(name, arguments, context)
+            try:
+                return await original(name, arguments, context)
+            except tool_error as exc:
+                response = self._tool_error_response(exc, name)
+                if response is None:
+                    raise  # a deliberate ToolError: the SDK sends its message, as before
+                return to_call_tool_result(response)
+
+        server.call_tool = call_tool  # type: ignore[method-assign]
+
+    def _tool_error_response(self, exc: Exception, tool: str) -> ToolResponse | None:
+        """The envelope for an SDK-wrapped failure, or None for a deliberate ``ToolError``."""
+        from pydantic import ValidationError
+
+        if isinstance(exc, self._sdk.UnexpectedToolError):
+            return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
+        if isinstance(exc.__cause__, ValidationError):
+            return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
+        return None
+
+
+async def _run_handler(handler: Handler, ctx: Any, params: Any) -> Any:
+    result = await handler(ctx, params)
+    # A low-level handler may answer with an envelope (or builder) instead of a CallToolResult.
+    return as_response(result) if isinstance(result, ToolResponse) else result
+
+
+def _is_error(result: Any) -> bool:
+    if isinstance(result, dict):
+        return bool(result.get("isError", False))
+    return bool(getattr(result, "is_error", False))

@@ -1,0 +1,11 @@
+"""Fixtures for tests/integrations (helpers live in integrations_support.py)."""
+
+from __future__ import annotations
+
+import pytest
+from integrations_support import Harness
+
+
+@pytest.fixture(params=["mcpserver", "lowlevel", "fastmcp"])
+def harness(request: pytest.FixtureRequest, anyio_backend: str) -> Harness:
+    return Harness(str(request.param), anyio_backend)

@@ -1,0 +1,224 @@
+"""Test support for tests/integrations: servers of each SDK with the same small tools, and real
+in-memory client sessions to them.
+
+Every server has: ``slow`` (holds until the test releases it: anyio Events, no sleeps), ``fast``,
+``boom`` (raises an exception whose text is a secret), ``conflict`` (raises an envelope) and
+``add`` (typed arguments, for validation failures). ``Harness.connect`` yields a client whose
+``call`` returns the SDK's ``CallToolResult`` and ``list_tools`` the tool names.
+
+The FastMCP client needs asyncio (it calls ``asyncio.create_task``); under trio the FastMCP
+server is reached with the MCP SDK's client instead, so the middleware still runs on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import mcp_types
+from mcp import Client
+from mcp.server.lowlevel import Server
+from mcp.server.mcpserver import MCPServer
+
+from fusion_guard import Guard, tool_error
+from fusion_guard.integrations.mcp import install
+
+SECRET = "secret-token-4242"
+
+
+class Gate:
+    """Holds ``slow`` calls: ``entered`` counts calls inside the tool, ``release`` lets them go."""
+
+    def __init__(self) -> None:
+        self.release = anyio.Event()
+        self.inside = 0
+        self.finished = 0
+        self._changed = anyio.Event()
+
+    async def hold(self) -> str:
+        self.inside += 1
+        self._signal()
+        try:
+            await self.release.wait()
+        finally:
+            self.inside -= 1
+            self.finished += 1
+            self._signal()
+        return "slow done"
+
+    async def wait_inside(self, count: int) -> None:
+        while self.inside < count:
+            await self._changed.wait()
+
+    async def wait_finished(self, count: int) -> None:
+        while self.finished < count:
+            await self._changed.wait()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+class ToolClient(Protocol):
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any: ...
+
+    async def list_tools(self) -> list[str]: ...
+
+
+# -- the same tools on each SDK -----------------------------------------------------------------
+
+
+def mcpserver_app(gate: Gate) -> MCPServer[Any]:
+    app: MCPServer[Any] = MCPServer("guarded", log_level="CRITICAL")
+
+    @app.tool()
+    async def slow() -> str:
+        return await gate.hold()
+
+    @app.tool()
+    async def fast() -> str:
+        return "fast done"
+
+    @app.tool()
+    async def boom() -> str:
+        raise RuntimeError(SECRET)
+
+    @app.tool()
+    async def conflict() -> str:
+        raise tool_error("CONFLICT", "Invoice already paid")
+
+    @app.tool()
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    return app
+
+
+_TOOL_SCHEMAS = {
+    "slow": {"type": "object", "properties": {}},
+    "fast": {"type": "object", "properties": {}},
+    "boom": {"type": "object", "properties": {}},
+    "conflict": {"type": "object", "properties": {}},
+}
+
+
+def lowlevel_app(gate: Gate) -> Server[Any]:
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        tools = [mcp_types.Tool(name=n, input_schema=s) for n, s in _TOOL_SCHEMAS.items()]
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> Any:
+        if params.name == "slow":
+            text = await gate.hold()
+        elif params.name == "fast":
+            text = "fast done"
+        elif params.name == "boom":
+            raise RuntimeError(SECRET)
+        elif params.name == "conflict":
+            return tool_error("CONFLICT", "Invoice already paid")  # returned, not raised
+        else:
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text="unknown tool")], is_error=True
+            )
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)])
+
+    return Server("guarded", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def fastmcp_app(gate: Gate) -> Any:
+    from fastmcp import FastMCP
+
+    app = FastMCP("guarded")
+
+    @app.tool
+    async def slow() -> str:
+        return await gate.hold()
+
+    @app.tool
+    async def fast() -> str:
+        return "fast done"
+
+    @app.tool
+    async def boom() -> str:
+        raise RuntimeError(SECRET)
+
+    @app.tool
+    async def conflict() -> str:
+        raise tool_error("CONFLICT", "Invoice already paid")
+
+    @app.tool
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    return app
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+
+class _MCPClient:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self._client.call_tool(name, arguments or {})
+
+    async def list_tools(self) -> list[str]:
+        return [tool.name for tool in (await self._client.list_tools()).tools]
+
+
+class _FastMCPClient:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self._client.call_tool(name, arguments or {}, raise_on_error=False)
+
+    async def list_tools(self) -> list[str]:
+        return [tool.name for tool in await self._client.list_tools()]
+
+
+class Harness:
+    """One SDK: builds its server, guards it, and connects a real client session."""
+
+    def __init__(self, sdk: str, backend: str, mode: str = "auto") -> None:
+        self.sdk = sdk
+        self.backend = backend
+        self.mode = mode
+
+    def __repr__(self) -> str:
+        return f"Harness({self.sdk})"
+
+    def build(self, gate: Gate, guard: Guard, client_key: Callable[[Any], Any] | None) -> Any:
+        if self.sdk == "fastmcp":
+            from fusion_guard.integrations.fastmcp import GuardMiddleware
+
+            app = fastmcp_app(gate)
+            app.add_middleware(GuardMiddleware(guard, client_key=client_key))
+            return app
+        app = mcpserver_app(gate) if self.sdk == "mcpserver" else lowlevel_app(gate)
+        install(app, guard, client_key=client_key)
+        return app
+
+    @asynccontextmanager
+    async def connect(
+        self, gate: Gate, guard: Guard, *, client_key: Callable[[Any], Any] | None = None
+    ) -> AsyncIterator[ToolClient]:
+        app = self.build(gate, guard, client_key)
+        if self.sdk == "fastmcp" and self.backend == "asyncio":
+            from fastmcp import Client as FastMCPClient
+
+            async with FastMCPClient(app) as client:
+                yield _FastMCPClient(client)
+            return
+        if self.sdk == "fastmcp":
+            # trio: the FastMCP client is asyncio-only; its server runs fine under trio.
+            app = app._mcp_server
+        async with Client(app, mode=self.mode) as mcp_client:
+            yield _MCPClient(mcp_client)
+
+
+def texts(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if hasattr(block, "text"))

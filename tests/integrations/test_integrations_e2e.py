@@ -1,0 +1,136 @@
+"""End to end through each SDK: a real client session (in-memory transport) against a guarded
+server of the MCP SDK's ``MCPServer``, its low-level ``Server``, and FastMCP.
+
+Every test runs on asyncio and trio (FastMCP's own client is asyncio-only, so under trio the
+FastMCP server is driven by the MCP SDK's client; see conftest.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from integrations_support import SECRET, Gate, Harness, texts
+
+from fusion_guard import FusionClientError, Guard, parse_tool_error
+
+pytestmark = pytest.mark.anyio
+
+
+def envelope(result: Any) -> FusionClientError:
+    assert result.is_error, texts(result)
+    parsed = parse_tool_error(texts(result))
+    assert parsed is not None, texts(result)
+    return parsed
+
+
+async def test_calls_beyond_capacity_come_back_as_server_busy(harness: Harness) -> None:
+    gate = Gate()
+    guard = Guard(max_active=1, max_queue=0)
+    async with harness.connect(gate, guard) as client, anyio.create_task_group() as tg:
+        first: list[Any] = []
+
+        async def hold() -> None:
+            first.append(await client.call("slow"))
+
+        tg.start_soon(hold)
+        await gate.wait_inside(1)
+        refused = [await client.call("slow") for _ in range(3)]
+        gate.release.set()
+    assert texts(first[0]) == "slow done"
+    for result in refused:
+        busy = envelope(result)
+        assert busy.code == "SERVER_BUSY"
+        assert busy.retry_after is not None
+        assert busy.retry_after > 0
+        assert busy.details["reason"] == "queue_full"
+    assert gate.finished == 1  # the refused calls never reached the tool
+
+
+async def test_a_burst_beyond_the_rate_limit_comes_back_as_rate_limited(harness: Harness) -> None:
+    guard = Guard(rate=2, rate_per=60, burst=2)
+    async with harness.connect(Gate(), guard) as client:
+        results = [await client.call("fast") for _ in range(3)]
+    assert [texts(r) for r in results[:2]] == ["fast done", "fast done"]
+    limited = envelope(results[2])
+    assert limited.code == "RATE_LIMITED"
+    assert limited.retry_after is not None
+    assert limited.retry_after > 0
+
+
+async def test_a_cancelled_call_frees_its_slot(harness: Harness) -> None:
+    gate = Gate()
+    guard = Guard(max_active=1, max_queue=0)
+    async with harness.connect(gate, guard) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call, "slow")
+            await gate.wait_inside(1)
+            tg.cancel_scope.cancel()  # the client abandons the call: the server cancels it
+        await gate.wait_finished(1)
+        await anyio.wait_all_tasks_blocked()
+        after = await client.call("fast")
+    assert not after.is_error, texts(after)
+    assert texts(after) == "fast done"
+
+
+async def test_a_raising_tool_gives_internal_error_without_the_exception_text(
+    harness: Harness,
+) -> None:
+    async with harness.connect(Gate(), Guard()) as client:
+        result = await client.call("boom")
+    crash = envelope(result)
+    assert crash.code == "INTERNAL_ERROR"
+    assert SECRET not in texts(result)
+    assert "RuntimeError" not in texts(result)
+    assert crash.recovery is not None
+    assert "do not blindly retry" in crash.recovery.lower()
+
+
+async def test_a_raised_or_returned_envelope_arrives_intact(harness: Harness) -> None:
+    async with harness.connect(Gate(), Guard()) as client:
+        result = await client.call("conflict")
+    conflict = envelope(result)
+    assert conflict.code == "CONFLICT"
+    assert conflict.message == "Invoice already paid"
+
+
+async def test_tools_list_does_not_consume_limits(harness: Harness) -> None:
+    gate = Gate()
+    full = Guard(max_active=1, max_queue=0)
+    async with harness.connect(gate, full) as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call, "slow")
+        await gate.wait_inside(1)
+        listed_while_full = await client.list_tools()  # the only slot is held
+        gate.release.set()
+    async with harness.connect(Gate(), Guard(rate=1, rate_per=60, burst=1)) as client:
+        listings = [await client.list_tools() for _ in range(5)]
+        allowed = await client.call("fast")  # the one call the budget allows
+        limited = await client.call("fast")
+    assert "slow" in listed_while_full
+    assert all("fast" in names for names in listings)
+    assert texts(allowed) == "fast done"
+    assert envelope(limited).code == "RATE_LIMITED"
+
+
+async def test_per_client_limits_use_the_client_key(harness: Harness) -> None:
+    seen: list[object] = []
+    caller = ["alice"]
+
+    def client_key(context: object) -> str:
+        seen.append(context)
+        return caller[0]
+
+    guard = Guard(rate=1, rate_per=60, burst=1, rate_scope="client")
+    async with harness.connect(Gate(), guard, client_key=client_key) as client:
+        alice_first = await client.call("fast")
+        alice_again = await client.call("fast")
+        caller[0] = "bob"
+        bob_first = await client.call("fast")
+        listed = await client.list_tools()
+    assert texts(alice_first) == "fast done"
+    assert envelope(alice_again).code == "RATE_LIMITED"
+    assert "alice" not in texts(alice_again)  # keys are private
+    assert texts(bob_first) == "fast done"
+    assert listed
+    assert len(seen) == 3
