@@ -182,6 +182,26 @@ _WORDING: dict[str, Any] = {
         f"Expected a multiple of {_plain(c.get('multiple_of'))}.",
     ),
     "finite_number": lambda c: ("Not a finite number", "Expected a finite number."),
+    "decimal_max_digits": lambda c: (
+        "Too many digits",
+        f"Expected at most {_plural(c.get('max_digits'), 'digit')} in total.",
+    ),
+    "decimal_max_places": lambda c: (
+        "Too many decimal places",
+        f"Expected at most {_plural(c.get('decimal_places'), 'decimal place')}.",
+    ),
+    "decimal_whole_digits": lambda c: (
+        "Too many digits before the decimal point",
+        f"Expected at most {_plural(c.get('whole_digits'), 'digit')} before the decimal point.",
+    ),
+    "bytes_too_short": lambda c: (
+        "Too short",
+        f"Expected at least {_plural(c.get('min_length'), 'byte')}.",
+    ),
+    "bytes_too_long": lambda c: (
+        "Too long",
+        f"Expected at most {_plural(c.get('max_length'), 'byte')}.",
+    ),
     "literal_error": lambda c: (
         "Not one of the allowed values",
         f"Expected one of: {c.get('expected')}.",
