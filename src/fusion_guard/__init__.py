@@ -16,8 +16,10 @@ from ._guard import Guard, Ticket
 from ._policy import ToolLimits
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
 from .admission._context import CallContext
+from .admission._distributed import DistributedConcurrencyGuard
 from .admission._rate import RateDecision, RateLimiter, RateLimits
 from .backends._memory import MemoryBackend
+from .backends._redis import RedisRateLimitBackend
 from .config import GuardSettings, InvalidSettings, ToolPolicy
 from .contract._awareness import ContractAwareness
 from .contract._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
@@ -40,6 +42,7 @@ __all__ = [
     "ContractAwareness",
     "ContractChange",
     "ContractDiff",
+    "DistributedConcurrencyGuard",
     "ErrorBuilder",
     "ErrorCode",
     "FusionClientError",
@@ -57,6 +60,7 @@ __all__ = [
     "RateLimited",
     "RateLimiter",
     "RateLimits",
+    "RedisRateLimitBackend",
     "Rejected",
     "ServerBusy",
     "Severity",

@@ -19,7 +19,9 @@ Outcome = Literal["ok", "error", "internal_error", "timeout", "cancelled"]
 """How an admitted (or queued, for ``cancelled``) call ended; ``shed`` and ``rate_limited``
 have events of their own."""
 
-ShedReason = Literal["queue_full", "queue_timeout"]
+ShedReason = Literal["queue_full", "queue_timeout", "backend_unavailable"]
+"""Why SERVER_BUSY was answered; ``backend_unavailable``: a fail-closed limit could not reach its
+shared backend (Redis)."""
 
 
 class ToolObserver(Protocol):

@@ -22,11 +22,13 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
+from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -37,7 +39,10 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "FAILURE_POLICIES",
     "FailurePolicy",
+    "FleetSemaphore",
+    "LeaseGrant",
     "RedisConnection",
+    "RedisRateLimitBackend",
     "check_failure_policy",
     "require_asyncio",
 ]
@@ -49,6 +54,7 @@ FailurePolicy: TypeAlias = Literal["open", "closed"]
 FAILURE_POLICIES: Final = ("open", "closed")
 DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_PREFIX: Final = "fusion_guard"
+_US = 1_000_000  # the scripts count in integer microseconds
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
 
@@ -319,3 +325,69 @@ class FleetSemaphore:
 def _owner_id() -> str:
     """A short id unique to this semaphore object in this process (leases name their owner)."""
     return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class RedisRateLimitBackend:
+    """GCRA rate limits shared by a fleet, in Redis: a :class:`RateBackend`.
+
+    ``redis``: a ``redis://`` URL or a ``redis.asyncio.Redis``. ``timeout``: seconds any call may
+    take (default 50 ms) before it counts as a failure. ``failure_policy``: what the limits
+    using this backend do when Redis fails, ``"open"`` (admit, count, log) or ``"closed"``
+    (shed with SERVER_BUSY); ``decide`` itself raises :class:`~fusion_guard.BackendError` and the
+    limiter applies the policy. ``prefix``: the keys' namespace and Redis Cluster hash tag.
+
+    A decision is one ``EVALSHA`` (one round trip) on the server's clock, all or nothing over
+    its limits, with the exact ``retry_after`` in the same reply. Caller keys are stored as
+    digests (they may name users). Needs asyncio (redis-py's client is asyncio-only).
+    """
+
+    __slots__ = ("_conn", "_rate_prefix", "failure_policy")
+
+    def __init__(
+        self,
+        redis: str | Redis | RedisConnection,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        failure_policy: FailurePolicy = "open",
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        self.failure_policy = check_failure_policy(failure_policy)
+        self._conn = (
+            redis
+            if isinstance(redis, RedisConnection)
+            else RedisConnection(redis, timeout=timeout, prefix=prefix)
+        )
+        self._rate_prefix = f"{self._conn.key_prefix}rate:"
+
+    @property
+    def connection(self) -> RedisConnection:
+        """The connection, to share with a :class:`DistributedConcurrencyGuard`."""
+        return self._conn
+
+    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
+        """Decide one call against every request's limit, in one round trip."""
+        prefix = self._rate_prefix
+        keys: list[str] = []
+        args: list[str | int] = []
+        for key, emission_interval, tolerance in requests:
+            keys.append(prefix + key_digest(key))
+            args.append(round(emission_interval * _US))
+            args.append(round(tolerance * _US))
+        allowed, wait_us, refused = await self._conn.run("gcra", keys, args)
+        if allowed:
+            return ALLOWED
+        return GcraResult(False, int(wait_us) / _US, int(refused) - 1)
+
+    def failed(self, exc: BackendError, allowed: bool) -> None:
+        """Log a failure the limiter handled by its policy (sampled under a storm)."""
+        self._conn.failed(exc, allowed)
+
+    async def aclose(self) -> None:
+        """Close the Redis client's connections."""
+        await self._conn.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisRateLimitBackend(prefix={self._conn.prefix!r}, timeout={self._conn.timeout},"
+            f" failure_policy={self.failure_policy!r})"
+        )

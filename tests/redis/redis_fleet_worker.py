@@ -1,0 +1,104 @@
+"""One replica of a fleet, run as a separate process by the Redis fleet tests.
+
+    python redis_fleet_worker.py rate URL START_AT SECONDS RATE BURST
+    python redis_fleet_worker.py concurrency URL START_AT SECONDS MAX_ACTIVE TASKS HOLD
+    python redis_fleet_worker.py hold URL PERMITS LEASE
+
+``START_AT`` is a ``time.monotonic()`` instant (the clock is system-wide on Linux) so every
+replica starts its load at once. Results are one JSON line on stdout; ``hold`` prints ``ready``
+once it holds its permits, then sleeps until it is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from fusion_guard import (
+    CallContext,
+    DistributedConcurrencyGuard,
+    RateLimiter,
+    RateLimits,
+    RedisRateLimitBackend,
+    ServerBusy,
+)
+
+TIMEOUT = 1.0  # generous: the machine is shared and these processes compete for its cores
+
+
+async def _wait_until(instant: float) -> None:
+    await asyncio.sleep(max(0.0, instant - time.monotonic()))
+
+
+async def rate(url: str, start_at: float, seconds: float, per_second: float, burst: int) -> None:
+    backend = RedisRateLimitBackend(url, timeout=TIMEOUT)
+    limits = RateLimits([RateLimiter(per_second, 1.0, burst, name="fleet")], backend=backend)
+    ctx = CallContext(tool="fleet.tool")
+    admitted: list[float] = []
+    attempts = 0
+    await _wait_until(start_at)
+    deadline = start_at + seconds
+    while time.monotonic() < deadline:
+        attempts += 1
+        if await limits.acheck(ctx) is None:
+            admitted.append(time.monotonic())
+        await asyncio.sleep(0.002)
+    await backend.aclose()
+    print(json.dumps({"admitted": admitted, "attempts": attempts}))
+
+
+async def concurrency(
+    url: str, start_at: float, seconds: float, max_active: int, tasks: int, hold: float
+) -> None:
+    guard = DistributedConcurrencyGuard(
+        max_active, max_queue=tasks, queue_timeout=0.5, redis=url, name="fleet", timeout=TIMEOUT
+    )
+    counts = {"ok": 0, "shed": 0}
+    deadline = start_at + seconds
+
+    async def caller() -> None:
+        while time.monotonic() < deadline:
+            try:
+                async with guard.slot():
+                    await asyncio.sleep(hold)
+                counts["ok"] += 1
+            except ServerBusy:
+                counts["shed"] += 1
+                await asyncio.sleep(0.005)
+
+    await _wait_until(start_at)
+    await asyncio.gather(*(caller() for _ in range(tasks)))
+    print(json.dumps(counts))
+
+
+async def hold(url: str, permits: int, lease: float) -> None:
+    guard = DistributedConcurrencyGuard(
+        permits, redis=url, name="crash", lease=lease, timeout=TIMEOUT
+    )
+    slots = [guard.slot() for _ in range(permits)]
+    for slot in slots:
+        await slot.__aenter__()
+    print("ready", flush=True)
+    await asyncio.sleep(3600)
+
+
+def main(argv: list[str]) -> None:
+    mode, url, *rest = argv
+    if mode == "rate":
+        start_at, seconds, per_second, burst = rest
+        coro = rate(url, float(start_at), float(seconds), float(per_second), int(burst))
+    elif mode == "concurrency":
+        start_at, seconds, max_active, tasks, held = rest
+        coro = concurrency(
+            url, float(start_at), float(seconds), int(max_active), int(tasks), float(held)
+        )
+    else:
+        permits, lease = rest
+        coro = hold(url, int(permits), float(lease))
+    asyncio.run(coro)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,155 @@
+"""Rate limits and the fleet concurrency limit on a real Redis, within one process.
+
+Two guards with the same name stand for two replicas (each has its own lease owner id and
+refresher, exactly as separate processes would).
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+import pytest
+from redis_testserver import RedisServer
+
+from fusion_guard import (
+    CallContext,
+    ConfigurationError,
+    DistributedConcurrencyGuard,
+    HandlerTimeout,
+    RateLimited,
+    RateLimiter,
+    RateLimits,
+    RedisRateLimitBackend,
+    ServerBusy,
+)
+
+pytestmark = pytest.mark.anyio
+
+CTX = CallContext(tool="billing.charge", client="client-secret-42")
+
+
+def _limits(backend: RedisRateLimitBackend, *limiters: RateLimiter) -> RateLimits:
+    return RateLimits(limiters, backend=backend)
+
+
+async def test_burst_then_refusal_with_exact_retry_after(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    limits = _limits(backend, RateLimiter(2, 1.0, 3, scope="client"))
+    assert [await limits.acheck(CTX) for _ in range(3)] == [None, None, None]
+    refusal = await limits.acheck(CTX)
+    assert isinstance(refusal, RateLimited)
+    assert refusal.retry_after is not None
+    assert 0.4 < refusal.retry_after <= 0.5  # one interval (0.5 s) after the first call
+    assert "client-secret-42" not in refusal.response.text
+    await backend.aclose()
+
+
+async def test_caller_keys_are_stored_as_digests(redis_url: str, redis_server: RedisServer) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="fg-test")
+    limits = _limits(backend, RateLimiter(5, scope="client"))
+    assert await limits.acheck(CTX) is None
+    with redis_server.client() as client:
+        keys = [key.decode() for key in client.keys("*")]
+    assert len(keys) == 1
+    assert keys[0].startswith("{fg-test}:rate:")
+    assert "client-secret-42" not in keys[0]
+    await backend.aclose()
+
+
+async def test_a_refusal_spends_no_other_limit(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    wide = RateLimiter(10, 100.0, 10, name="wide")  # no refill within the test
+    narrow = RateLimiter(1, 10.0, 1, name="narrow")
+    limits = _limits(backend, wide, narrow)
+    assert await limits.acheck(CTX) is None
+    for _ in range(5):
+        refusal = await limits.acheck(CTX)
+        assert isinstance(refusal, RateLimited)
+        assert refusal.scope == "global"
+    # The wide limit recorded the first call only: 9 more fit in its burst.
+    wide_only = _limits(backend, wide)
+    admitted = [await wide_only.acheck(CTX) for _ in range(9)]
+    assert admitted == [None] * 9
+    assert isinstance(await wide_only.acheck(CTX), RateLimited)
+    await backend.aclose()
+
+
+def test_bad_failure_policy_is_a_clear_error() -> None:
+    with pytest.raises(ConfigurationError, match="failure_policy='maybe' is invalid"):
+        RedisRateLimitBackend("redis://127.0.0.1:1/0", failure_policy="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="lease"):
+        DistributedConcurrencyGuard(2, redis="redis://127.0.0.1:1/0", lease=0)
+
+
+async def test_fleet_slots_are_shared_between_replicas(redis_url: str) -> None:
+    one = DistributedConcurrencyGuard(2, redis=redis_url, name="t", timeout=1.0)
+    two = DistributedConcurrencyGuard(2, redis=redis_url, name="t", timeout=1.0)
+    released = anyio.Event()
+    entered: list[str] = []
+
+    async def run(
+        guard: DistributedConcurrencyGuard,
+        label: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with guard.slot():
+            entered.append(label)
+            task_status.started()
+            await released.wait()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(run, one, "a")
+        await tg.start(run, two, "b")
+        tg.start_soon(run, one, "c")  # the fleet is full: c polls Redis
+        await anyio.sleep(0.1)
+        assert entered == ["a", "b"]
+        assert one.active == 2  # c holds a local slot while it waits for a lease
+        released.set()
+    assert sorted(entered) == ["a", "b", "c"]
+
+
+async def test_fleet_full_past_queue_timeout_is_server_busy(redis_url: str) -> None:
+    one = DistributedConcurrencyGuard(1, redis=redis_url, name="t", timeout=1.0)
+    two = DistributedConcurrencyGuard(1, redis=redis_url, name="t", queue_timeout=0.1, timeout=1.0)
+    async with one.slot():
+        with anyio.fail_after(2):
+            with pytest.raises(ServerBusy) as caught:
+                async with two.slot():
+                    pytest.fail("admitted beyond the fleet limit")
+    assert caught.value.reason == "queue_timeout"
+    assert caught.value.response.code == "SERVER_BUSY"
+    assert two.active == 0  # the local slot was given back
+
+
+async def test_local_queue_full_is_server_busy(redis_url: str) -> None:
+    guard = DistributedConcurrencyGuard(1, max_queue=0, redis=redis_url, name="t", timeout=1.0)
+    async with guard.slot():
+        with pytest.raises(ServerBusy) as caught:
+            async with guard.slot():
+                pytest.fail("admitted beyond the local limit")
+    assert caught.value.reason == "queue_full"
+
+
+async def test_handler_timeout_gives_the_lease_back(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    guard = DistributedConcurrencyGuard(1, redis=redis_url, name="t", timeout=1.0)
+    with pytest.raises(HandlerTimeout):
+        async with guard.slot(timeout=0.05):
+            await anyio.sleep(5)
+    with redis_server.client() as client:
+        assert client.zcard(guard.key) == 0
+    assert guard.active == 0
+
+
+async def test_leases_are_refreshed_while_a_call_runs(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    guard = DistributedConcurrencyGuard(1, redis=redis_url, name="t", lease=0.3, timeout=1.0)
+    async with guard.slot():
+        await anyio.sleep(0.7)  # more than two leases
+        with redis_server.client() as client:
+            assert client.zcard(guard.key) == 1
+    with redis_server.client() as client:
+        assert client.zcard(guard.key) == 0
