@@ -10,11 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _contract, _demo
+from . import _config, _contract, _demo
 
 __all__ = ["main"]
 
-_COMMANDS = (_demo, _contract)
+_COMMANDS = (_demo, _contract, _config)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,159 @@
+"""``fusion-guard config``: the effective configuration, and where each value came from.
+
+Reads the ``FUSION_GUARD_*`` variables as ``Guard.from_env()`` would. Prints the global
+settings, then each per-tool pattern with the limits a tool matched by it gets (the pattern's own
+keys over less specific patterns it falls under, over the defaults), each value with its source:
+``default``, ``env VARIABLE`` or ``argument``. ``--tool NAME`` shows what a given tool name
+resolves to. Exit status 2, with every problem listed on stderr, when the configuration is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .._policy import PolicyTable, specificity
+from ..config._errors import InvalidSettings
+from ..config._fields import LIMIT_FIELDS
+from ..config._settings import GuardSettings
+
+_INVALID = 2
+_GLOBAL_ONLY = ("metrics", "expose_exceptions", "backend", "redis_url")
+_AUTO_WHEN_NONE = frozenset({"max_queue", "burst"})
+
+Row = tuple[str, object, str]
+"""(setting, value, source)"""
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "config",
+        help="print the effective configuration (exit 2 when invalid)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also show the limits this tool name resolves to (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = GuardSettings()
+    except InvalidSettings as exc:
+        sys.stderr.write(f"fusion-guard config: {exc}\n")
+        return _INVALID
+    report = describe(settings, args.tool)
+    sys.stdout.write(_as_json(report) if args.json else _as_text(report))
+    return 0
+
+
+def describe(settings: GuardSettings, tools: Iterable[str] = ()) -> dict[str, dict[str, list[Row]]]:
+    """The report: ``global``, ``patterns`` and ``tools`` sections of (setting, value, source)."""
+    table = PolicyTable(settings)
+    global_rows = [_row(settings, name, None) for name in (*LIMIT_FIELDS, *_GLOBAL_ONLY)]
+    return {
+        "global": {"": global_rows},
+        "patterns": {
+            pattern: _resolved(settings, table, pattern)
+            for pattern in sorted(settings.tools, key=specificity)
+        },
+        "tools": {tool: _resolved(settings, table, tool) for tool in tools},
+    }
+
+
+def _resolved(settings: GuardSettings, table: PolicyTable, name: str) -> list[Row]:
+    """The limits of a tool called ``name`` (a pattern is resolved as if it were a name)."""
+    limits = table.resolve(name)
+    rows = []
+    for key in LIMIT_FIELDS:
+        setter = next((p for p in reversed(limits.patterns) if _sets(settings, p, key)), None)
+        value = getattr(limits, key)
+        rows.append((key, _shown(key, value), _source(settings, key, setter)))
+    rows.append(
+        ("patterns", ", ".join(limits.patterns) or "(none)", "matched, least specific first")
+    )
+    return rows
+
+
+def _sets(settings: GuardSettings, pattern: str, key: str) -> bool:
+    return key in settings.tools[pattern].model_fields_set
+
+
+def _row(settings: GuardSettings, key: str, pattern: str | None) -> Row:
+    return (key, _shown(key, getattr(settings, key)), _source(settings, key, pattern))
+
+
+def _source(settings: GuardSettings, key: str, pattern: str | None) -> str:
+    origin = settings.origin(key, pattern)
+    return f"{origin} (pattern {pattern!r})" if pattern is not None else origin
+
+
+def _shown(key: str, value: object) -> object:
+    if value is None:
+        return "auto" if key in _AUTO_WHEN_NONE else "off"
+    if key == "redis_url" and isinstance(value, str):
+        return _without_password(value)
+    return value
+
+
+def _without_password(url: str) -> str:
+    """Never print a password: ``redis://:secret@host`` becomes ``redis://:***@host``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _as_text(report: dict[str, dict[str, list[Row]]]) -> str:
+    lines = ["Global settings (FUSION_GUARD_*)"]
+    lines.extend(_table(report["global"][""]))
+    titles = (("patterns", "Per-tool pattern"), ("tools", "Tool"))
+    for section, title in titles:
+        for name, rows in report[section].items():
+            lines.extend(("", f"{title} {name!r}"))
+            lines.extend(_table(rows))
+    if not report["patterns"]:
+        lines.extend(("", "No per-tool overrides (FUSION_GUARD_TOOLS is not set)."))
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: Sequence[Row]) -> list[str]:
+    values = [_text(value) for _, value, _ in rows]
+    width_key = max(len(key) for key, _, _ in rows)
+    width_value = max(len(value) for value in values)
+    return [
+        f"  {key:<{width_key}}  {value:<{width_value}}  {source}"
+        for (key, _, source), value in zip(rows, values, strict=True)
+    ]
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    return str(value)
+
+
+def _as_json(report: dict[str, dict[str, list[Row]]]) -> str:
+    def section(rows: list[Row]) -> dict[str, object]:
+        return {key: {"value": value, "source": source} for key, value, source in rows}
+
+    document = {
+        "global": section(report["global"][""]),
+        "patterns": {name: section(rows) for name, rows in report["patterns"].items()},
+        "tools": {name: section(rows) for name, rows in report["tools"].items()},
+    }
+    return json.dumps(document, indent=2) + "\n"
