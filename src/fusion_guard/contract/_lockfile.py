@@ -77,7 +77,7 @@ def _contract_of(tool: object) -> ToolContract:
             return getattr(tool, key, default)
 
     name = get("name")
-    schema = get("inputSchema") or get("input_schema") or get("parameters") or {}
+    schema = get("input_schema") or get("inputSchema") or get("parameters") or {}
     if not isinstance(name, str) or not isinstance(schema, Mapping):
         raise ConfigurationError(
             f"cannot read a tool contract from {type(tool).__name__} {tool!r:.80}: expected a "
