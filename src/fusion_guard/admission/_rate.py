@@ -225,7 +225,7 @@ class RateLimiter:
 
     def request(self, key: str = "") -> GcraRequest:
         """This limit's part of a backend decision for ``key``."""
-        return GcraRequest(self._prefix + key, self._interval, self._tolerance)
+        return (self._prefix + key, self._interval, self._tolerance)
 
     def try_acquire(self, key: str = "") -> RateDecision:
         """Decide now and record an admitted call; needs a synchronous (in-memory) backend."""
@@ -308,7 +308,7 @@ class RateLimits:
 
     def requests(self, ctx: CallContext) -> list[GcraRequest]:
         """Every limit's part of the decision for this call."""
-        return [GcraRequest(prefix + key(ctx), t, tau) for key, prefix, t, tau in self._hot]
+        return [(prefix + key(ctx), t, tau) for key, prefix, t, tau in self._hot]
 
     def check(self, ctx: CallContext) -> RateLimited | None:
         """Decide now (in-memory backend): None when admitted (and recorded), else the refusal."""

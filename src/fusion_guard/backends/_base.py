@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 __all__ = [
     "ALLOWED",
@@ -33,16 +33,13 @@ __all__ = [
 ]
 
 
-class GcraRequest(NamedTuple):
-    """One limit's part of a decision. A tuple, because one is built per limit per call.
+GcraRequest: TypeAlias = tuple[str, float, float]
+"""One limit's part of a decision: ``(key, emission_interval, tolerance)``.
 
-    ``key``: the backend key (the limit's namespace plus the caller's key; distinct within a
-    decision). ``emission_interval`` and ``tolerance``: seconds, as in the module docstring.
-    """
-
-    key: str
-    emission_interval: float
-    tolerance: float
+``key``: the backend key (the limit's namespace plus the caller's key; keys are distinct within
+one decision). ``emission_interval`` and ``tolerance``: seconds, as in the module docstring. A
+plain tuple, because one is built per limit per call and a tuple literal is the cheapest object.
+"""
 
 
 @dataclass(frozen=True, slots=True)

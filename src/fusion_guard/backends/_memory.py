@@ -50,7 +50,9 @@ class MemoryBackend:
 
     def wait_one(self, key: str, emission_interval: float, tolerance: float) -> float:
         """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait."""
-        now = self._now()
+        now = self._clock()
+        if now >= self._horizon or len(self._tats) >= self._sweep_at:
+            self._clean(now)
         tat = self._tats.get(key, now)
         if tat < now:
             tat = now
@@ -65,32 +67,34 @@ class MemoryBackend:
 
     def decide_now(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """Decide a call against every request's limit, all or nothing."""
-        now = self._now()
+        now = self._clock()
+        if now >= self._horizon or len(self._tats) >= self._sweep_at:
+            self._clean(now)
+        get = self._tats.get
+        for key, _, tolerance in requests:
+            # A key behind the clock waits less than nothing: no need to clamp it to now here.
+            if get(key, now) - tolerance - now > _SLACK:
+                return self._refusal(requests, now)
         tats = self._tats
-        longest, refused = _SLACK, -1
-        for index, (key, _, tolerance) in enumerate(requests):
-            wait = max(tats.get(key, now), now) - tolerance - now
-            if wait > longest:
-                longest, refused = wait, index
-        if refused >= 0:
-            return GcraResult(False, longest, refused)
+        horizon = self._horizon
         for key, emission_interval, _ in requests:
-            tat = max(tats.get(key, now), now) + emission_interval
+            tat = get(key, now)
+            tat = (now if tat < now else tat) + emission_interval
             tats[key] = tat
-            if tat > self._horizon:
-                self._horizon = tat
+            if tat > horizon:
+                horizon = tat
+        self._horizon = horizon
         return ALLOWED
+
+    def _refusal(self, requests: Sequence[GcraRequest], now: float) -> GcraResult:
+        """The longest wait among the refusing limits, and which one it is; records nothing."""
+        waits = [max(self._tats.get(key, now), now) - tau - now for key, _, tau in requests]
+        longest = max(waits)
+        return GcraResult(False, longest, waits.index(longest))
 
     async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """:meth:`decide_now`; nothing is awaited, so the decision stays atomic."""
         return self.decide_now(requests)
-
-    def _now(self) -> float:
-        """The time, after the amortised clean-up when one is due."""
-        now = self._clock()
-        if now >= self._horizon or len(self._tats) >= self._sweep_at:
-            self._clean(now)
-        return now
 
     def _clean(self, now: float) -> None:
         if now >= self._horizon:

@@ -1,0 +1,61 @@
+"""Bounded state: idle keys are dropped once back to full, whatever the number of keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusion_guard import MemoryBackend, RateLimiter
+from fusion_guard.backends import key_digest
+from fusion_guard.testing import FakeClock
+
+MILLION = 1_000_000
+
+
+def test_a_million_one_off_keys_then_idle_leave_no_state() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock)
+    limiter = RateLimiter(10, burst=2, scope="client", backend=backend)
+    for i in range(MILLION):  # all at one instant: every key is live, none can go yet
+        limiter.try_acquire(str(i))
+    assert len(backend) == MILLION
+
+    clock.advance(limiter.emission_interval)  # idle until every key is back to full
+    assert limiter.try_acquire("next").allowed
+    assert len(backend) == 1
+
+
+def test_a_steady_stream_of_one_off_keys_stays_bounded() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock)
+    limiter = RateLimiter(1, per=0.05, burst=1, scope="client", backend=backend)
+    largest = 0
+    for i in range(200_000):  # 10,000 new keys a second, each live for 50 ms: ~500 live
+        limiter.try_acquire(f"k{i}")
+        clock.advance(0.0001)
+        largest = max(largest, len(backend))
+    assert largest <= 2 * 1024
+
+
+def test_live_keys_are_kept_through_sweeps() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock)
+    slow = RateLimiter(1, per=1000.0, scope="client", backend=backend, name="slow")
+    fast = RateLimiter(1000, scope="client", backend=backend, name="fast")
+    assert slow.try_acquire("keeper").allowed
+    for i in range(50_000):  # many sweeps go by; the slow key's state must survive them
+        fast.try_acquire(str(i))
+        clock.advance(0.001)
+    assert len(backend) < 4096
+    refused = slow.try_acquire("keeper")
+    assert not refused.allowed
+    assert refused.retry_after == pytest.approx(1000.0 - 50.0, abs=1e-6)
+
+
+def test_key_digest_is_stable_short_and_hides_the_key() -> None:
+    digest = key_digest("client:alice@example.com")
+    assert digest == key_digest("client:alice@example.com")
+    assert digest != key_digest("client:bob@example.com")
+    assert len(digest) == 16
+    assert int(digest, 16) >= 0
+    assert "alice" not in digest
+    assert len(key_digest("\ud800 lone surrogate")) == 16
