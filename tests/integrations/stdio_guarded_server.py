@@ -6,8 +6,6 @@ running (so the test knows it holds its slot without sleeping) and waits until `
 called; ``boom`` raises an exception whose text is a secret.
 """
 
-from __future__ import annotations
-
 import sys
 from typing import Any
 
