@@ -24,7 +24,7 @@ import re
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, get_args
 
 from .._exceptions import ConfigurationError
 from .._observer import Outcome, ShedReason
@@ -53,7 +53,7 @@ OUTCOMES: tuple[str, ...] = (
     "timeout",
     "cancelled",
 )
-SHED_REASONS: tuple[str, ...] = ("queue_full", "queue_timeout")
+SHED_REASONS: tuple[str, ...] = get_args(ShedReason)
 RETRY_CODES: tuple[str, ...] = ("SERVER_BUSY", "RATE_LIMITED")
 
 # Queue waits are mostly zero or milliseconds; handler times span ms to a minute; retry_after
@@ -378,7 +378,9 @@ class _ClientTool:
 
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         self._calls["shed"].inc()
-        self._shed[reason].inc()
+        child = self._shed.get(reason)
+        if child is not None:
+            child.inc()
         self._busy.observe(retry_after)
         self._sample_queue(queued)
 
@@ -387,7 +389,9 @@ class _ClientTool:
         self._limited.observe(retry_after)
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
-        self._calls[outcome].inc()
+        child = self._calls.get(outcome)
+        if child is not None:
+            child.inc()
         if duration is not None:
             self._inflight.dec()
             self._duration.observe(duration)
