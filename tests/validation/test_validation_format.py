@@ -457,3 +457,28 @@ def test_discriminated_union_names_the_tag_options() -> None:
     assert only_line(Args, {"item": {"kind": "c"}}, "item") == (
         "Unknown 'kind' value. You sent: {\"kind\":\"c\"}. Expected 'kind' to be one of: 'a', 'b'."
     )
+
+
+def test_missing_capitalised_siblings_are_not_a_union() -> None:
+    class Inner(BaseModel):
+        Name: str
+        Age: int
+
+    class Args(BaseModel):
+        person: Inner
+
+    assert list(fields_of(Args, {"person": {}})) == ["person.Name", "person.Age"]
+
+
+def test_single_allowed_value_is_named_alone() -> None:
+    class Args(BaseModel):
+        kind: Literal["invoice"]
+
+    assert only_line(Args, {"kind": "bill"}, "kind") == (
+        "Not one of the allowed values. You sent: 'bill'. Expected 'invoice'."
+    )
+
+
+def test_exc_must_be_a_validation_error() -> None:
+    with pytest.raises(TypeError, match="pydantic ValidationError"):
+        format_validation_error(ValueError("x"), action="t")  # type: ignore[arg-type]

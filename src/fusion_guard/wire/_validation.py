@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._render import escape_attr, escape_content
@@ -146,13 +146,21 @@ def _custom_message(error: ErrorDetails) -> tuple[str, str | None]:
     return message, None
 
 
+def _options(ctx: Mapping[str, Any]) -> str:
+    """pydantic's own list of the options (``'a', 'b' or 3``), or the single allowed value."""
+    expected = str(ctx.get("expected"))
+    single = " or " not in expected and ", " not in expected
+    return f"Expected {expected}." if single else f"Expected one of: {expected}."
+
+
 def _bound(ctx: Mapping[str, Any], key: str, op: str) -> str:
     return f"Expected a value {op} {_plain(ctx.get(key))}."
 
 
 # error type -> (problem, expectation) from the error's context. Types not listed here are
 # worded by family (_type, _parsing) or fall back to pydantic's own message.
-_WORDING: dict[str, Any] = {
+_Wording = Callable[[Mapping[str, Any]], tuple[str, str]]
+_WORDING: dict[str, _Wording] = {
     "extra_forbidden": lambda c: (
         "Unknown field",
         "Remove this field or correct its name (check for typos).",
@@ -202,11 +210,8 @@ _WORDING: dict[str, Any] = {
         "Too long",
         f"Expected at most {_plural(c.get('max_length'), 'byte')}.",
     ),
-    "literal_error": lambda c: (
-        "Not one of the allowed values",
-        f"Expected one of: {c.get('expected')}.",
-    ),
-    "enum": lambda c: ("Not one of the allowed options", f"Expected one of: {c.get('expected')}."),
+    "literal_error": lambda c: ("Not one of the allowed values", _options(c)),
+    "enum": lambda c: ("Not one of the allowed options", _options(c)),
     "string_pattern_mismatch": lambda c: (
         "Does not match the required pattern",
         f"Expected a string matching the pattern {c.get('pattern')}.",
@@ -266,8 +271,7 @@ def _wording(error: ErrorDetails) -> tuple[str, str | None]:
         return _custom_message(error)
     special = _WORDING.get(error_type)
     if special is not None:
-        problem, expected = special(ctx)
-        return str(problem), expected
+        return special(ctx)
     info = _type_info(error_type)
     if info is not None and error_type.endswith("_type"):
         return "Wrong type", f"Expected {info[1]}."
@@ -352,6 +356,8 @@ def _union_at(errors: Sequence[ErrorDetails], start: int, depth: int) -> int:
         if len(loc) <= depth or loc[:depth] != prefix or not _is_tag(loc[depth], depth):
             break
         if len(loc) == depth + 1:
+            if error["type"] in _MISSING:  # a missing *field*: siblings, not union members
+                return 0
             direct_inputs.append(error["input"])
         tags.add(loc[depth])
         end += 1
@@ -427,6 +433,10 @@ def format_validation_error(
     from a contract lockfile), the changes to that action's contract since the lockfile are added
     before the closing tag.
     """
+    from pydantic import ValidationError  # a dependency; imported late to keep import light
+
+    if not isinstance(exc, ValidationError):
+        raise TypeError(f"exc must be a pydantic ValidationError, not {type(exc).__name__}")
     if not isinstance(action, str):
         raise TypeError(f"action must be the tool name (str), not {type(action).__name__}")
     errors = exc.errors(include_url=False)
