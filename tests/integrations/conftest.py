@@ -9,3 +9,9 @@ from integrations_support import Harness
 @pytest.fixture(params=["mcpserver", "lowlevel", "fastmcp"])
 def harness(request: pytest.FixtureRequest, anyio_backend: str) -> Harness:
     return Harness(str(request.param), anyio_backend)
+
+
+@pytest.fixture(params=["mcpserver", "fastmcp"])
+def validating(request: pytest.FixtureRequest, anyio_backend: str) -> Harness:
+    """The SDKs that validate tool arguments themselves (the low-level Server does not)."""
+    return Harness(str(request.param), anyio_backend)

@@ -2,9 +2,11 @@
 in-memory client sessions to them.
 
 Every server has: ``slow`` (holds until the test releases it: anyio Events, no sleeps), ``fast``,
-``boom`` (raises an exception whose text is a secret), ``conflict`` (raises an envelope) and
-``add`` (typed arguments, for validation failures). ``Harness.connect`` yields a client whose
-``call`` returns the SDK's ``CallToolResult`` and ``list_tools`` the tool names.
+``boom`` (raises an exception whose text is a secret), ``conflict`` (raises an envelope; the
+low-level server returns it), ``refuse`` (the SDK's own deliberate tool error) and ``add`` (typed
+arguments, for validation failures; not on the low-level server, which validates nothing).
+``Harness.connect`` yields a client whose ``call`` returns the SDK's ``CallToolResult`` and
+``list_tools`` the tool names.
 
 The FastMCP client needs asyncio (it calls ``asyncio.create_task``); under trio the FastMCP
 server is reached with the MCP SDK's client instead, so the middleware still runs on both.
@@ -12,7 +14,7 @@ server is reached with the MCP SDK's client instead, so the middleware still run
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -21,11 +23,13 @@ import mcp_types
 from mcp import Client
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from fusion_guard import Guard, tool_error
 from fusion_guard.integrations.mcp import install
 
 SECRET = "secret-token-4242"
+REFUSAL = "Invoice 42 is locked by another payment run"
 
 
 class Gate:
@@ -66,6 +70,8 @@ class ToolClient(Protocol):
 
     async def list_tools(self) -> list[str]: ...
 
+    async def list_tool_definitions(self) -> list[Any]: ...
+
 
 # -- the same tools on each SDK -----------------------------------------------------------------
 
@@ -93,6 +99,10 @@ def mcpserver_app(gate: Gate) -> MCPServer[Any]:
     async def add(a: int, b: int) -> int:
         return a + b
 
+    @app.tool()
+    async def refuse() -> str:
+        raise ToolError(REFUSAL)
+
     return app
 
 
@@ -101,6 +111,7 @@ _TOOL_SCHEMAS = {
     "fast": {"type": "object", "properties": {}},
     "boom": {"type": "object", "properties": {}},
     "conflict": {"type": "object", "properties": {}},
+    "refuse": {"type": "object", "properties": {}},
 }
 
 
@@ -118,9 +129,9 @@ def lowlevel_app(gate: Gate) -> Server[Any]:
             raise RuntimeError(SECRET)
         elif params.name == "conflict":
             return tool_error("CONFLICT", "Invoice already paid")  # returned, not raised
-        else:
+        else:  # "refuse": a plain error result, the low-level SDK's deliberate failure
             return mcp_types.CallToolResult(
-                content=[mcp_types.TextContent(type="text", text="unknown tool")], is_error=True
+                content=[mcp_types.TextContent(type="text", text=REFUSAL)], is_error=True
             )
         return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)])
 
@@ -152,6 +163,12 @@ def fastmcp_app(gate: Gate) -> Any:
     async def add(a: int, b: int) -> int:
         return a + b
 
+    @app.tool
+    async def refuse() -> str:
+        from fastmcp.exceptions import ToolError as FastMCPToolError
+
+        raise FastMCPToolError(REFUSAL)
+
     return app
 
 
@@ -166,7 +183,10 @@ class _MCPClient:
         return await self._client.call_tool(name, arguments or {})
 
     async def list_tools(self) -> list[str]:
-        return [tool.name for tool in (await self._client.list_tools()).tools]
+        return [tool.name for tool in await self.list_tool_definitions()]
+
+    async def list_tool_definitions(self) -> list[Any]:
+        return list((await self._client.list_tools()).tools)
 
 
 class _FastMCPClient:
@@ -177,7 +197,10 @@ class _FastMCPClient:
         return await self._client.call_tool(name, arguments or {}, raise_on_error=False)
 
     async def list_tools(self) -> list[str]:
-        return [tool.name for tool in await self._client.list_tools()]
+        return [tool.name for tool in await self.list_tool_definitions()]
+
+    async def list_tool_definitions(self) -> list[Any]:
+        return list(await self._client.list_tools())
 
 
 class Harness:
@@ -191,22 +214,22 @@ class Harness:
     def __repr__(self) -> str:
         return f"Harness({self.sdk})"
 
-    def build(self, gate: Gate, guard: Guard, client_key: Callable[[Any], Any] | None) -> Any:
+    def build(self, gate: Gate, guard: Guard, **options: Any) -> Any:
         if self.sdk == "fastmcp":
             from fusion_guard.integrations.fastmcp import GuardMiddleware
 
             app = fastmcp_app(gate)
-            app.add_middleware(GuardMiddleware(guard, client_key=client_key))
+            app.add_middleware(GuardMiddleware(guard, **options))
             return app
         app = mcpserver_app(gate) if self.sdk == "mcpserver" else lowlevel_app(gate)
-        install(app, guard, client_key=client_key)
+        install(app, guard, **options)
         return app
 
     @asynccontextmanager
-    async def connect(
-        self, gate: Gate, guard: Guard, *, client_key: Callable[[Any], Any] | None = None
-    ) -> AsyncIterator[ToolClient]:
-        app = self.build(gate, guard, client_key)
+    async def connect(self, gate: Gate, guard: Guard, **options: Any) -> AsyncIterator[ToolClient]:
+        """A client session to a fresh server guarded with ``options`` (``client_key``,
+        ``awareness``)."""
+        app = self.build(gate, guard, **options)
         if self.sdk == "fastmcp" and self.backend == "asyncio":
             from fastmcp import Client as FastMCPClient
 

@@ -79,25 +79,31 @@ async def admit_call(
 
     ``call`` returns the SDK's own result (``failed`` tells whether it is an error result) or a
     ``ToolResponse`` the adapter already made of an SDK-wrapped failure. Exceptions listed in
-    ``passthrough`` (the SDK's protocol errors) propagate, as does cancellation: a cancelled
-    request gets no result, and leaving ``admit`` frees the slot. ``request`` (the SDK's request
+    ``passthrough`` (the SDK's protocol errors and deliberate tool errors, which the SDK itself
+    answers) propagate with an ``error`` outcome; so does cancellation: a cancelled request gets
+    no result, and leaving ``admit`` frees the slot. ``request`` (the SDK's request
     context) reaches custom rate-limit key functions.
     """
+    deferred: BaseException | None = None
     try:
         async with guard.admit(tool, client=client, request=request) as ticket:
             token = _current_ticket.set(ticket)
             try:
                 result = await call()
+            except passthrough as exc:
+                ticket.outcome = "error"
+                deferred = exc  # re-raised once the slot is free, reported as an error
             finally:
                 _current_ticket.reset(token)
-            _record(ticket, result, failed)
-        return result
+            if deferred is None:
+                _record(ticket, result, failed)
     except Rejected as exc:
         return exc.response
-    except passthrough:
-        raise
     except Exception as exc:
         return response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+    if deferred is not None:
+        raise deferred
+    return result
 
 
 def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:

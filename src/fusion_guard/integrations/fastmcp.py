@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 try:
     import mcp_types
-    from fastmcp.exceptions import ToolError
+    from fastmcp.exceptions import FastMCPError, NotFoundError, ToolError
     from fastmcp.exceptions import ValidationError as ArgumentsError
     from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
     from fastmcp.tools.base import ToolResult
@@ -64,6 +64,11 @@ __all__ = ["GuardMiddleware"]
 
 _CRASH_PREFIX = "Error calling tool "
 """How FastMCP words the ToolError it wraps around an unexpected exception (masked or not)."""
+
+
+_SDK_ANSWERS = (MCPError, FastMCPError, NotFoundError)
+"""What FastMCP answers itself (protocol errors, deliberate tool errors, unknown tools): passed
+through, reported as errors."""
 
 
 class GuardMiddleware(Middleware):
@@ -100,7 +105,7 @@ class GuardMiddleware(Middleware):
             resolve_client(self._client_key, context),
             lambda: self._run(tool, context, call_next),
             failed=_is_error,
-            passthrough=(MCPError,),
+            passthrough=_SDK_ANSWERS,
             request=context,
         )
         return to_tool_result(result) if isinstance(result, ToolResponse) else result

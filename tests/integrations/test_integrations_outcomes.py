@@ -1,0 +1,139 @@
+"""Through each SDK adapter: validation errors, deadlines, the SDKs' own deliberate errors, and
+the outcome every call reports to the guard's observer. Asyncio and trio."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from integrations_support import REFUSAL, Gate, Harness, texts
+
+from fusion_guard import (
+    ContractAwareness,
+    FusionClientError,
+    Guard,
+    diff_contracts,
+    parse_tool_error,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def envelope(result: Any) -> FusionClientError:
+    assert result.is_error, texts(result)
+    parsed = parse_tool_error(texts(result))
+    assert parsed is not None, texts(result)
+    return parsed
+
+
+class Recorder:
+    """A GuardObserver keeping every ``finished`` outcome and ``shed`` reason, per tool."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def for_tool(self, tool: str, *, max_active: int | None) -> Any:
+        recorder = self
+
+        class Bound:
+            def admitted(self, queue_wait: float) -> None:
+                pass
+
+            def shed(self, reason: str, active: int, queued: int, retry_after: float) -> None:
+                recorder.events.append((tool, "shed", reason))
+
+            def rate_limited(self, scope: str, retry_after: float) -> None:
+                recorder.events.append((tool, "rate_limited", scope))
+
+            def finished(self, outcome: str, duration: float | None) -> None:
+                recorder.events.append((tool, "finished", outcome))
+
+            def backend_error(self, backend: str, allowed: bool) -> None:
+                pass
+
+        return Bound()
+
+
+async def test_bad_arguments_come_back_as_a_validation_error(validating: Harness) -> None:
+    async with validating.connect(Gate(), Guard()) as client:
+        result = await client.call("add", {"a": "three", "b": 4})
+    text = texts(result)
+    assert text.startswith('<validation_error action="add">')
+    invalid = envelope(result)
+    assert invalid.code == "VALIDATION_ERROR"
+    assert invalid.details["action"] == "add"
+    assert "You sent: 'three'" in invalid.details["a"]
+    assert "errors.pydantic.dev" not in text  # not the SDK's raw text
+
+
+async def test_validation_errors_carry_the_contract_changes(validating: Harness) -> None:
+    locked = {
+        "tools": [
+            {
+                "name": "add",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+                    "required": ["a", "b"],
+                },
+            }
+        ]
+    }
+    async with validating.connect(Gate(), Guard()) as client:
+        live = await client.list_tool_definitions()
+    awareness = ContractAwareness(diff_contracts(locked, live))
+    async with validating.connect(Gate(), Guard(), awareness=awareness) as client:
+        result = await client.call("add", {"a": "three", "b": 4})
+    assert "<contract_awareness" in texts(result)
+    assert envelope(result).code == "VALIDATION_ERROR"
+
+
+async def test_a_handler_past_its_deadline_gives_timeout_and_is_cancelled(
+    harness: Harness,
+) -> None:
+    gate = Gate()
+    async with harness.connect(gate, Guard(timeout=0.05)) as client:
+        result = await client.call("slow")
+    assert envelope(result).code == "TIMEOUT"
+    assert gate.finished == 1  # the handler was cancelled, not left running
+    assert gate.inside == 0
+
+
+async def test_the_sdks_own_deliberate_errors_pass_through(harness: Harness) -> None:
+    async with harness.connect(Gate(), Guard()) as client:
+        result = await client.call("refuse")
+    assert result.is_error
+    assert REFUSAL in texts(result)
+
+
+async def test_each_call_reports_its_outcome(harness: Harness) -> None:
+    recorder = Recorder()
+    gate = Gate()
+    guard = Guard(max_active=1, max_queue=0, observer=recorder)
+    async with harness.connect(gate, guard) as client:
+        for tool in ("fast", "boom", "conflict", "refuse"):
+            await client.call(tool)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call, "slow")
+            await gate.wait_inside(1)
+            await client.call("slow")  # shed: the only slot of "slow" is held
+            tg.cancel_scope.cancel()
+        await gate.wait_finished(1)
+        await anyio.wait_all_tasks_blocked()
+        await client.list_tools()
+    assert recorder.events == [
+        ("fast", "finished", "ok"),
+        ("boom", "finished", "internal_error"),
+        ("conflict", "finished", "error"),
+        ("refuse", "finished", "error"),
+        ("slow", "shed", "queue_full"),
+        ("slow", "finished", "cancelled"),
+    ]
+
+
+async def test_validation_failures_report_an_error_outcome(validating: Harness) -> None:
+    recorder = Recorder()
+    async with validating.connect(Gate(), Guard(observer=recorder)) as client:
+        await client.call("add", {"a": 1})
+    assert recorder.events == [("add", "finished", "error")]
