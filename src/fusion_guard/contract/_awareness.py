@@ -35,9 +35,10 @@ from ..wire._render import escape_attr, escape_content
 from ._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
 from ._lockfile import Lockfile
 
-__all__ = ["DEFAULT_MAX_CHANGES", "ContractAwareness"]
+__all__ = ["DEFAULT_MAX_CHANGES", "DEFAULT_SEVERITIES", "ContractAwareness"]
 
 DEFAULT_MAX_CHANGES = 5
+DEFAULT_SEVERITIES = (ChangeSeverity.BREAKING, ChangeSeverity.RISKY)
 _CLOSING_TAG = "</validation_error>"
 _OPENING_TAG = "<contract_awareness>"
 _NOTE = (
@@ -116,10 +117,7 @@ class ContractAwareness:
         diff: ContractDiff,
         *,
         max_changes: int = DEFAULT_MAX_CHANGES,
-        severities: Iterable[ChangeSeverity | str] = (
-            ChangeSeverity.BREAKING,
-            ChangeSeverity.RISKY,
-        ),
+        severities: Iterable[ChangeSeverity | str] = DEFAULT_SEVERITIES,
     ) -> None:
         if not isinstance(diff, ContractDiff):
             raise ConfigurationError(
@@ -144,10 +142,7 @@ class ContractAwareness:
         live_tools: object,
         *,
         max_changes: int = DEFAULT_MAX_CHANGES,
-        severities: Iterable[ChangeSeverity | str] = (
-            ChangeSeverity.BREAKING,
-            ChangeSeverity.RISKY,
-        ),
+        severities: Iterable[ChangeSeverity | str] = DEFAULT_SEVERITIES,
     ) -> ContractAwareness:
         """Diff ``live_tools`` (a ``tools/list`` result, mcp / fastmcp tools...) against the
         lockfile at ``path``; ``ConfigurationError`` when the lockfile is missing or invalid."""
@@ -161,10 +156,7 @@ class ContractAwareness:
         server: object,
         *,
         max_changes: int = DEFAULT_MAX_CHANGES,
-        severities: Iterable[ChangeSeverity | str] = (
-            ChangeSeverity.BREAKING,
-            ChangeSeverity.RISKY,
-        ),
+        severities: Iterable[ChangeSeverity | str] = DEFAULT_SEVERITIES,
     ) -> ContractAwareness:
         """Like ``from_lockfile``, reading the live tools from an mcp ``MCPServer`` or a fastmcp
         ``FastMCP`` (its ``list_tools()``)."""
