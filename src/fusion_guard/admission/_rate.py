@@ -161,6 +161,7 @@ class RateLimiter:
         "_clock",
         "_interval",
         "_key",
+        "_namespace",
         "_prefix",
         "_tolerance",
         "_wait_one",
@@ -189,12 +190,14 @@ class RateLimiter:
         self.scope, self._key = _check_scope(scope, key)
         default = _default_name(self.scope, self.rate, self.per, self.burst)
         self.name = _check_name(name, default)
-        self._prefix = self.name + ":"
+        self._namespace = self.name + ":"
         self._interval = self.per / self.rate
         self._tolerance = (self.burst - 1) * self._interval
         self._clock = clock
         self._backend_given = backend is not None
         self._backend = _default_backend(clock, backend)
+        # A private backend holds this limit's keys only: they need no namespace.
+        self._prefix = self._namespace if self._backend_given else ""
         # The in-memory backend's one-limit fast path, when the backend has it.
         self._wait_one: Callable[[str, float, float], float] | None = getattr(
             self._backend, "wait_one", None
@@ -273,7 +276,7 @@ class RateLimits:
     (they must agree), else a new in-memory one on ``clock`` (or the limiters' common clock).
     """
 
-    __slots__ = ("_backend", "_decide_now", "_hot", "_limiters", "_templates")
+    __slots__ = ("_backend", "_decide_now", "_hot", "_limiters", "_templates", "_wait_one")
 
     def __init__(
         self,
@@ -283,13 +286,20 @@ class RateLimits:
         clock: Clock | None = None,
     ) -> None:
         self._limiters = _check_limiters(limiters)
-        self._backend = _shared_backend(self._limiters, backend, clock)
+        self._backend, private = _shared_backend(self._limiters, backend, clock)
+        # Keys are namespaced per limit, unless one limit has a private backend to itself.
+        alone = private and len(self._limiters) == 1
         self._decide_now = (
             self._backend.decide_now if isinstance(self._backend, SyncRateBackend) else None
         )
         # Per limit, what the per-call path needs, without attribute look-ups.
         self._hot = tuple(
-            (lim._key, lim._prefix, lim._interval, lim._tolerance) for lim in self._limiters
+            (lim._key, "" if alone else lim._namespace, lim._interval, lim._tolerance)
+            for lim in self._limiters
+        )
+        # One limit in memory (the common case): the backend's one-limit path, no request list.
+        self._wait_one: Callable[[str, float, float], float] | None = (
+            getattr(self._backend, "wait_one", None) if len(self._hot) == 1 else None
         )
         self._templates: dict[str, tuple[RateLimitedTemplate, ...]] = {}
 
@@ -312,6 +322,11 @@ class RateLimits:
 
     def check(self, ctx: CallContext) -> RateLimited | None:
         """Decide now (in-memory backend): None when admitted (and recorded), else the refusal."""
+        wait_one = self._wait_one
+        if wait_one is not None:
+            key, prefix, interval, tolerance = self._hot[0]
+            wait = wait_one(prefix + key(ctx), interval, tolerance)
+            return None if wait == 0.0 else self._refusal(ctx.tool, GcraResult(False, wait, 0))
         decide_now = self._decide_now or _decide_now(self._backend)  # the latter raises
         result = decide_now(self.requests(ctx))
         return None if result.allowed else self._refusal(ctx.tool, result)
@@ -359,7 +374,8 @@ def _check_limiters(limiters: Iterable[RateLimiter]) -> tuple[RateLimiter, ...]:
 
 def _shared_backend(
     limiters: tuple[RateLimiter, ...], backend: RateBackend | None, clock: Clock | None
-) -> RateBackend:
+) -> tuple[RateBackend, bool]:
+    """The backend of a composition, and whether it is a private one made here."""
     given = [lim._backend for lim in limiters if lim._backend_given]
     if backend is None and given:
         backend = given[0]
@@ -368,9 +384,9 @@ def _shared_backend(
             "the limits were given different backends: one decision needs one backend;"
             " pass the same backend= to every RateLimiter (or to RateLimits)"
         )
-    if clock is None:
+    if clock is None and backend is None:
         clocks = {id(lim._clock): lim._clock for lim in limiters if lim._clock is not None}
         if len(clocks) > 1:
             raise ConfigurationError("the limits were given different clocks: pass one clock=")
-        clock = next(iter(clocks.values()), None) if backend is None else None
-    return _default_backend(clock, backend)
+        clock = next(iter(clocks.values()), None)
+    return _default_backend(clock, backend), backend is None

@@ -4,11 +4,14 @@ Bounded memory: a key whose TAT is in the past is back to a full budget, so it i
 absent key and can be dropped. Two amortised O(1) clean-ups keep the table small:
 
 - once the clock passes the latest TAT handed out (the *horizon*), every key is back to full and
-  the whole table is cleared in one step: a million keys used once, then idle, cost nothing after
-  the next decision;
-- while calls keep coming, the table is swept (expired keys dropped, the dict rebuilt compact)
-  whenever it has doubled since the previous sweep, so the sweep's O(n) is paid for by the n/2
-  insertions before it.
+  the whole table is cleared in one step: a million keys used once, then idle, cost nothing once
+  the next new key arrives;
+- while new keys keep coming, the table is swept (expired keys dropped, the dict rebuilt
+  compact) whenever it has doubled since the previous sweep, so the sweep's O(n) is paid for by
+  the n/2 insertions before it.
+
+Only a new key grows the table, so only its insertion checks whether a clean-up is due: a
+decision on a known key does no housekeeping at all.
 
 Atomic under concurrency: a decision never awaits, so within one event loop no other task runs
 between its check and its record. Not thread-safe: use it from the event loop's thread.
@@ -51,14 +54,13 @@ class MemoryBackend:
     def wait_one(self, key: str, emission_interval: float, tolerance: float) -> float:
         """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait."""
         now = self._clock()
-        if now >= self._horizon or len(self._tats) >= self._sweep_at:
-            self._clean(now)
-        tat = self._tats.get(key, now)
-        if tat < now:
-            tat = now
+        stored = self._tats.get(key)
+        tat = now if stored is None or stored < now else stored
         wait = tat - tolerance - now
         if wait > _SLACK:
             return wait
+        if stored is None:  # only a new key grows the table: clean up first when due
+            self._clean_if_due(now)
         tat += emission_interval
         self._tats[key] = tat
         if tat > self._horizon:
@@ -68,17 +70,16 @@ class MemoryBackend:
     def decide_now(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """Decide a call against every request's limit, all or nothing."""
         now = self._clock()
-        if now >= self._horizon or len(self._tats) >= self._sweep_at:
-            self._clean(now)
         get = self._tats.get
         for key, _, tolerance in requests:
             # A key behind the clock waits less than nothing: no need to clamp it to now here.
             if get(key, now) - tolerance - now > _SLACK:
                 return self._refusal(requests, now)
+        self._clean_if_due(now)  # drops only keys back to full, which read the same as absent
         tats = self._tats
         horizon = self._horizon
         for key, emission_interval, _ in requests:
-            tat = get(key, now)
+            tat = tats.get(key, now)
             tat = (now if tat < now else tat) + emission_interval
             tats[key] = tat
             if tat > horizon:
@@ -96,11 +97,13 @@ class MemoryBackend:
         """:meth:`decide_now`; nothing is awaited, so the decision stays atomic."""
         return self.decide_now(requests)
 
-    def _clean(self, now: float) -> None:
+    def _clean_if_due(self, now: float) -> None:
         if now >= self._horizon:
             self._tats.clear()
-        else:
+        elif len(self._tats) >= self._sweep_at:
             self._tats = {key: tat for key, tat in self._tats.items() if tat > now}
+        else:
+            return
         self._sweep_at = max(_MIN_SWEEP, 2 * len(self._tats))
 
     def __repr__(self) -> str:
