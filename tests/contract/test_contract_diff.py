@@ -157,8 +157,44 @@ def test_tool_removed_is_breaking_and_tool_added_safe() -> None:
         pytest.param(
             schema({"a": INT}),
             {**schema({"a": INT}), "additionalProperties": False},
-            [],
-            id="root-closed-not-a-field",
+            [("(root)", BREAKING, "unknown fields no longer accepted")],
+            id="root-closed",
+        ),
+        pytest.param(
+            schema({"a": {}}),
+            schema({"a": INT}),
+            [("a", BREAKING, "type changed")],
+            id="any-to-integer",
+        ),
+        pytest.param(
+            schema({"a": INT}),
+            schema({"a": {"type": "number"}}),
+            [("a", RISKY, "type widened")],
+            id="integer-to-number",
+        ),
+        pytest.param(
+            schema({"a": {"type": "number"}}),
+            schema({"a": INT}),
+            [("a", BREAKING, "type changed")],
+            id="number-to-integer",
+        ),
+        pytest.param(
+            schema({"a": {"const": 1}}),
+            schema({"a": INT}),
+            [("a", RISKY, "options no longer restricted")],
+            id="const-dropped",
+        ),
+        pytest.param(
+            schema({"a": {**INT, "multipleOf": 2}}),
+            schema({"a": {**INT, "multipleOf": 0}}),
+            [("a", BREAKING, "multipleOf tightened")],
+            id="malformed-multiple",
+        ),
+        pytest.param(
+            schema({"a": {**INT, "minimum": "x"}}),
+            schema({"a": {**INT, "minimum": 1}}),
+            [("a", BREAKING, "minimum tightened")],
+            id="malformed-bound",
         ),
         pytest.param(
             schema({"a": {**INT, "default": 1}}),

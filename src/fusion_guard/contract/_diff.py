@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 TOOL_FIELD = "(tool)"
+ROOT_FIELD = "(root)"  # the arguments object itself (additionalProperties at the top level)
 
 
 class ChangeSeverity(StrEnum):
@@ -162,6 +163,16 @@ def _members(node: Mapping[str, Any]) -> list[Any]:
     return list(node.get("anyOf") or node.get("oneOf") or [])
 
 
+_JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+    list: "array",
+}
+
+
 def _types(
     node: Mapping[str, Any], defs: Mapping[str, Any], seen: frozenset[str]
 ) -> frozenset[str]:
@@ -176,7 +187,7 @@ def _types(
     if "properties" in node:
         return frozenset({"object"})
     if "const" in node:
-        return frozenset({type(node["const"]).__name__})
+        return frozenset({_JSON_TYPES.get(type(node["const"]), "object")})
     return frozenset()
 
 
@@ -231,8 +242,7 @@ def _walk(
     resolved, seen = _resolve(node, defs, seen)
     types = _types(resolved, defs, seen)
     resolved, seen = _main_member(resolved, defs, seen)
-    if path:
-        yield path, _field(resolved, required, types)
+    yield path or ROOT_FIELD, _field(resolved, required, types)
     if depth >= _MAX_DEPTH:
         return
     needed = set(resolved.get("required") or ())
@@ -351,12 +361,25 @@ def _bound_changes(
         lower = key in _LOWER_BOUNDS
         if before is None or after is None:
             tightened = before is None
-        else:
+        elif _is_number(before) and _is_number(after):
             tightened = after > before if lower else after < before
+        else:  # not comparable (a malformed schema): assume the worst
+            tightened = True
         what = f"{key} {'tightened' if tightened else 'loosened'}"
         yield ContractChange(
             tool, path, BREAKING if tightened else RISKY, what, _show(before), _show(after)
         )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _divides(divisor: object, value: object) -> bool:
+    """True when every multiple of ``value`` is a multiple of ``divisor`` (a looser multipleOf)."""
+    if not (_is_number(divisor) and _is_number(value)) or not divisor:
+        return False
+    return bool(value % divisor == 0)  # type: ignore[operator]
 
 
 def _rule_changes(
@@ -367,9 +390,7 @@ def _rule_changes(
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
-        loosened = after is None or (
-            key == "multipleOf" and before is not None and before % after == 0
-        )
+        loosened = after is None or (key == "multipleOf" and _divides(after, before))
         if key == "closed":
             what = (
                 "unknown fields accepted again" if loosened else "unknown fields no longer accepted"
@@ -396,11 +417,16 @@ def _enum_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChan
     return ContractChange(tool, path, RISKY, "enum widened (options added)", before, after)
 
 
+def _accepting(types: frozenset[str]) -> frozenset[str]:
+    return types | {"integer"} if "number" in types else types
+
+
 def _type_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChange | None:
-    if old.types == new.types or not old.types:
+    if old.types == new.types:
         return None
-    before, after = _show("|".join(sorted(old.types))), _show("|".join(sorted(new.types)))
-    if not new.types or old.types < new.types:
+    before, after = _kind(old), _kind(new)
+    # No type means any value; an integer is also a number.
+    if not new.types or (old.types and _accepting(old.types) < _accepting(new.types)):
         return ContractChange(tool, path, RISKY, "type widened", before, after)
     return ContractChange(tool, path, BREAKING, "type changed", before, after)
 
