@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 import anyio
 
-from ._exceptions import BackendError, ConfigurationError, Rejected
+from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObservers
 from ._policy import PolicyTable, ToolLimits
 from .admission._concurrency import ConcurrencyGuard, Slot
@@ -212,7 +212,7 @@ class Ticket:
         self._scope = None
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
         if scope.cancelled_caught and self._gate.deadline is not None:
-            raise self._gate.deadline.render() from None
+            raise HandlerTimeout(self._gate.deadline.render()) from None
         return swallowed
 
 

@@ -48,8 +48,10 @@ def _unknown(name: str, known: Sequence[str]) -> str:
             f" '.' and '*', which variable names cannot), e.g. {_TOOLS}="
             '\'{"billing.*": {"max_active": 2}}\''
         )
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]}?" if close else f"known variables: {', '.join(known)}"
+    # Compare what follows the shared prefix, or every name would look close to every other.
+    suffixes = {variable.removeprefix(_PREFIX): variable for variable in known}
+    close = difflib.get_close_matches(name.removeprefix(_PREFIX), suffixes, n=1)
+    hint = f"did you mean {suffixes[close[0]]}?" if close else f"known: {', '.join(known)}"
     return f"{name} is not a fusion_guard setting ({hint}); an ignored typo could disable a limit"
 
 
