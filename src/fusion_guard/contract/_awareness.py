@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .._exceptions import ConfigurationError
 from ..wire._render import escape_attr, escape_content
+from ..wire._validation import CLOSING_TAG
 from ._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
 from ._lockfile import Lockfile
 
@@ -39,7 +40,6 @@ __all__ = ["DEFAULT_MAX_CHANGES", "DEFAULT_SEVERITIES", "ContractAwareness"]
 
 DEFAULT_MAX_CHANGES = 5
 DEFAULT_SEVERITIES = (ChangeSeverity.BREAKING, ChangeSeverity.RISKY)
-_CLOSING_TAG = "</validation_error>"
 _OPENING_TAG = "<contract_awareness>"
 _NOTE = (
     "The contract of this tool changed since it was locked; these changes may explain why the "
@@ -185,7 +185,7 @@ class ContractAwareness:
         section = self.section(action)
         if section is None or _OPENING_TAG in text:
             return text
-        at = text.rfind(_CLOSING_TAG)
+        at = text.rfind(CLOSING_TAG)
         if at < 0:
             return text
         return f"{text[:at]}{section}\n{text[at:]}"

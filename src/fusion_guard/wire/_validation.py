@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ..contract._awareness import ContractAwareness
 
-__all__ = ["RECOVERY", "format_sent_value", "format_validation_error"]
+__all__ = ["CLOSING_TAG", "RECOVERY", "format_sent_value", "format_validation_error"]
 
 RECOVERY = "Fix the fields above and call the tool again. Do not explain the error."
 CLOSING_TAG = "</validation_error>"
