@@ -1,13 +1,18 @@
 """The one place where the guard's default observers are built.
 
 ``Guard`` calls ``default_observers(settings, registry)`` once, at construction, and adds the
-user's ``observer=`` (if any) after what it returns. Metrics (when ``settings.metrics`` is true,
-on ``registry`` or prometheus-client's default registry) and log events belong here.
+user's ``observer=`` (if any) after what it returns: Prometheus metrics when ``settings.metrics``
+is true (``FUSION_GUARD_METRICS=false`` turns them off), on ``registry`` or prometheus-client's
+default registry, then the sampled log events (always: they cost nothing until a call is
+refused or fails).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from ._events import LogEventObserver
+from ._metrics import PrometheusObserver
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -21,5 +26,8 @@ __all__ = ["default_observers"]
 def default_observers(
     settings: GuardSettings, registry: CollectorRegistry | None
 ) -> tuple[GuardObserver, ...]:
-    """The observers every guard gets by default (none yet: the observability issue fills this)."""
-    return ()
+    """The observers every guard gets by default: metrics (unless turned off), then logs."""
+    events = LogEventObserver()
+    if not settings.metrics:
+        return (events,)
+    return (PrometheusObserver(registry), events)
