@@ -237,6 +237,7 @@ def _initialise(
     errors: list[str] = []
     variables = _fusion_variables(environ) if environ is not None else {}
     errors.extend(unknown_variables(variables, GuardSettings.variables))
+    arguments = values
     if "tools" in values and _TOOLS_VARIABLE in variables:
         values = {**values, "tools": _merge_env_tools(variables[_TOOLS_VARIABLE], values, errors)}
     try:
@@ -250,7 +251,7 @@ def _initialise(
         errors.append(f"{exc} ({exc.__cause__})" if exc.__cause__ else str(exc))
     if errors:
         raise InvalidSettings(errors)
-    settings._origins = _origins(settings, values, variables)
+    settings._origins = _origins(settings, arguments, variables)
 
 
 def _merge_env_tools(raw: str, values: Mapping[str, Any], errors: list[str]) -> object:
