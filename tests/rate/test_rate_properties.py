@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from fusion_guard import CallContext, MemoryBackend, RateLimiter, RateLimits
+from fusion_guard.backends import _memory  # private: only to make sweeps frequent
 from fusion_guard.testing import FakeClock
 
 PERIODS = [Fraction(1), Fraction(2), Fraction(1, 2), Fraction(3)]
@@ -31,6 +34,9 @@ class Bucket:
 
     def take(self) -> None:
         self.tokens -= 1
+
+    def full(self, now: Fraction) -> bool:
+        return self.tokens + (now - self.last) * self.refill >= self.burst
 
 
 limit_params = st.tuples(
@@ -123,3 +129,58 @@ def test_composed_limits_are_all_or_nothing(
             assert abs(refused.retry_after - float(max(waits))) < 1e-6
             if abs(waits[0] - waits[1]) > Fraction(1, 10**6):  # a near tie may go either way
                 assert refused.scope == ("global" if waits[0] > waits[1] else "client")
+
+
+SMALL_SWEEP = 4
+LIMITS = {"slow": (1, Fraction(2), 2), "fast": (10, Fraction(1), 3)}
+
+
+class MemoryBackendMachine(RuleBasedStateMachine):
+    """Random calls on known and brand-new keys under two limits sharing one backend, with the
+    clock moving in between and sweeps made frequent: every decision still matches the exact
+    model (so clean-ups never drop live state) and the table stays within its bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.backend = MemoryBackend(self.clock)
+        self.limiters = {
+            name: RateLimiter(rate, per=float(per), burst=burst, backend=self.backend, name=name)
+            for name, (rate, per, burst) in LIMITS.items()
+        }
+        self.models: dict[tuple[str, str], Bucket] = {}
+        self.now = Fraction(0)
+        self.new_keys = 0
+        self.most_live = 0
+
+    @rule(ms=st.integers(min_value=0, max_value=700))
+    def advance(self, ms: int) -> None:
+        self.now += Fraction(ms, 1000)
+        self.clock.now = float(self.now)
+
+    @rule(limit=st.sampled_from(sorted(LIMITS)), key=st.sampled_from(["a", "b", "c", None]))
+    def call(self, limit: str, key: str | None) -> None:
+        if key is None:
+            self.new_keys += 1
+            key = f"new-{self.new_keys}"
+        model = self.models.setdefault((limit, key), Bucket(*LIMITS[limit]))
+        decision = self.limiters[limit].try_acquire(key)
+        expected = model.wait(self.now)
+        assert decision.allowed == (expected == 0)
+        assert abs(decision.retry_after - float(expected)) < 1e-6
+        if decision.allowed:
+            model.take()
+
+    @invariant()
+    def table_is_bounded(self) -> None:
+        live = sum(not bucket.full(self.now) for bucket in self.models.values())
+        self.most_live = max(self.most_live, live)
+        assert len(self.backend) <= max(SMALL_SWEEP, 2 * self.most_live)
+
+
+def test_memory_backend_state_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_memory, "_MIN_SWEEP", SMALL_SWEEP)
+    run_state_machine_as_test(
+        MemoryBackendMachine,
+        settings=settings(max_examples=150, stateful_step_count=60, deadline=None),
+    )
