@@ -29,6 +29,7 @@ from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObs
 from ._policy import PolicyTable, ToolLimits
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
+from .admission._distributed import concurrency_guard, rate_backend_failure
 from .admission._rate import RateLimiter, RateLimits
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
@@ -173,11 +174,11 @@ class Ticket:
         context = CallContext(gate.tool, self._client, self._request)
         try:
             refusal = rates.check(context) if rates.is_sync else await rates.acheck(context)
-        except BackendError:
-            if getattr(rates.backend, "failure_policy", "open") != "open":
-                gate.observer.backend_error(_backend_label(rates.backend), False)
-                raise
-            gate.observer.backend_error(_backend_label(rates.backend), True)
+        except BackendError as exc:
+            # The backend's failure policy: admit (None) or shed with SERVER_BUSY.
+            busy = rate_backend_failure(gate.tool, rates.backend, exc, gate.observer, gate.slots)
+            if busy is not None:
+                raise busy from exc
             return
         if refusal is not None:
             gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0)
@@ -230,11 +231,6 @@ def _response_outcome(response: ToolResponse) -> Outcome:
     if not response.is_error:
         return "ok"
     return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
-
-
-def _backend_label(backend: RateBackend) -> str:
-    name = type(backend).__name__.lower()
-    return "redis" if "redis" in name else name.removesuffix("backend") or "backend"
 
 
 class Guard:
@@ -380,7 +376,10 @@ class Guard:
         observer = self._observer_for(tool, limits.max_active)
         slots = None
         if limits.max_active is not None:
-            slots = ConcurrencyGuard(
+            # Fleet-wide slots (Redis leases) with BACKEND=redis, else this process's own.
+            slots = concurrency_guard(
+                self._settings,
+                self._rate_backend(),
                 limits.max_active,
                 limits.max_queue,
                 math.inf if limits.queue_timeout is None else limits.queue_timeout,
@@ -451,7 +450,12 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
     if settings.backend == "redis" and settings.redis_url is not None:
         from .backends._redis import RedisRateLimitBackend
 
-        return RedisRateLimitBackend(settings.redis_url)
+        return RedisRateLimitBackend(
+            settings.redis_url,
+            timeout=settings.redis_timeout,
+            failure_policy=settings.redis_failure_policy,
+            prefix=settings.redis_prefix,
+        )
     return MemoryBackend()
 
 

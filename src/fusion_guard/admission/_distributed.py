@@ -1,38 +1,42 @@
 """A concurrency limit for a whole fleet: leases in Redis, this process's bounded queue in front.
 
-``DistributedConcurrencyGuard(max_active=8, redis="redis://...")`` lets at most ``max_active``
-calls run at once across every process sharing the Redis and the guard's ``name``:
+``DistributedConcurrencyGuard(8, redis="redis://...", name="billing.charge")`` lets at most 8
+calls run at once across every process sharing the Redis, the ``prefix`` and the ``name``. It is a
+:class:`ConcurrencyGuard` (the local slots, bounded queue and shedding are that class's, through
+the seam its module describes) that also holds a Redis lease while a call runs:
 
-1. A call first takes a *local* slot from a :class:`ConcurrencyGuard` (its bounded queue and
+1. A call first takes a *local* slot (at most ``max_active`` in this process, a bounded queue,
    ``queue_timeout``): SERVER_BUSY ``queue_full`` when this process's queue is full.
 2. Holding it, the call takes a *lease* in Redis (one Lua script: purge expired holders, check
    the count, add). While the fleet is at capacity it polls with jittered exponential backoff
-   until ``queue_timeout`` (counted from arrival) runs out: then SERVER_BUSY ``queue_timeout``.
+   (2 ms doubling to 50 ms) until ``queue_timeout``, counted from arrival, runs out: then
+   SERVER_BUSY ``queue_timeout``. Waiting callers hold their local slot, so later arrivals
+   queue locally, and are shed ``queue_full`` once that queue is full too.
 3. While calls run, one background task per guard and process refreshes their leases every
    third of ``lease``; a crashed process stops refreshing, so its permits come back within
    ``lease`` seconds. Leaving the slot releases the lease, then the local slot.
 
-When Redis fails (down, slow past ``timeout``), :class:`BackendFailure` applies the guard's
+When Redis fails (down, or slower than ``timeout``), :class:`BackendFailure` applies
 ``failure_policy``: ``open`` runs the call on its local slot alone (counted, logged), ``closed``
-sheds it with SERVER_BUSY ``backend_unavailable``. Nothing else changes: the next call tries
-Redis again, so recovery needs no restart. Needs asyncio (redis-py's client is asyncio-only).
+sheds it with SERVER_BUSY ``backend_unavailable``. The next call tries Redis again, so recovery
+needs no restart. Needs asyncio (redis-py's client is asyncio-only).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._exceptions import BackendError, ServerBusy
+from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
-from .._observer import ShedReason, ToolObserver
+from .._observer import ToolObserver
 from ..backends._redis import (
+    DEFAULT_LEASE,
     DEFAULT_PREFIX,
     DEFAULT_TIMEOUT,
     FailurePolicy,
@@ -41,18 +45,53 @@ from ..backends._redis import (
     RedisRateLimitBackend,
     check_failure_policy,
 )
+from ..wire._render import escape_content
 from ..wire._shedding import ServerBusyTemplate
-from ._concurrency import ConcurrencyGuard, Slot, _check_int, _check_seconds
+from ._concurrency import ConcurrencyGuard, Slot, _check_seconds
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["BackendFailure", "DistributedConcurrencyGuard", "FleetSlot"]
+    from ..backends._base import RateBackend
+    from ..config._settings import GuardSettings
+
+__all__ = [
+    "BACKEND_RETRY_AFTER",
+    "BackendFailure",
+    "DistributedConcurrencyGuard",
+    "FleetSlot",
+    "concurrency_guard",
+    "rate_backend_failure",
+]
 
 BACKEND_RETRY_AFTER = 1.0
 """retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
 _FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.05
+
+
+class _BackendUnavailableTemplate(ServerBusyTemplate):
+    """SERVER_BUSY for a call a fail-closed limit could not decide: the standard layout (reason,
+    active, queued, retry_after), its own message and advice (rendered once per tool)."""
+
+    __slots__ = ()
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(tool, 0, 0)
+        name = escape_content(tool)
+        self._head = (
+            '<tool_error code="SERVER_BUSY" severity="error">\n'
+            f'  <message>Tool "{name}" cannot take calls right now: the store its limits are'
+            " shared through is unavailable ("
+        )
+        self._mid = (
+            " queued).</message>\n"
+            "  <recovery>Wait for the retry_after time, then call again; the fault is on the"
+            " server's side and clears by itself.</recovery>\n"
+            "  <details>\n"
+            '    <detail key="reason">'
+        )
+        self._tail = "  </details>\n  <retry_after>"
 
 
 class BackendFailure:
@@ -61,23 +100,21 @@ class BackendFailure:
     ``handle(exc, active, queued)`` reports it (``observer.backend_error("redis", allowed)`` and
     a sampled log line), then returns ``None`` under ``open`` (admit the call) or, under
     ``closed``, the :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``,
-    also reported as a shed). The Guard uses it for rate limits on a Redis backend too.
+    reported as a shed).
     """
 
-    __slots__ = ("_log", "_observer", "policy", "template")
+    __slots__ = ("_busy", "_log", "_observer", "policy")
 
     def __init__(
         self,
         tool: str,
         policy: FailurePolicy,
         *,
-        max_active: int,
-        max_queue: int,
         observer: ToolObserver | None = None,
         log: Callable[[BackendError, bool], None] | None = None,
     ) -> None:
         self.policy = check_failure_policy(policy)
-        self.template = ServerBusyTemplate(tool, max_active, max_queue)
+        self._busy = _BackendUnavailableTemplate(tool)
         self._observer = observer
         self._log = log
 
@@ -92,41 +129,42 @@ class BackendFailure:
             return None
         if observer is not None:
             observer.shed("backend_unavailable", active, queued, BACKEND_RETRY_AFTER)
-        response = self.template.render("backend_unavailable", active, queued, BACKEND_RETRY_AFTER)
+        response = self._busy.render("backend_unavailable", active, queued, BACKEND_RETRY_AFTER)
         busy = ServerBusy(response, BACKEND_RETRY_AFTER, "backend_unavailable")
         busy.__cause__ = exc
         return busy
 
 
-class FleetSlot:
-    """One call's hold on a fleet slot (local slot + Redis lease): an async context manager."""
+class FleetSlot(Slot):
+    """One call's hold on a fleet slot: a local slot plus a Redis lease (see the module)."""
 
-    __slots__ = ("_guard", "_holder", "_local", "_timeout", "queue_wait")
+    __slots__ = ("_fleet", "_holder")
 
     def __init__(self, guard: DistributedConcurrencyGuard, timeout: float | None) -> None:
-        self._guard = guard
-        self._timeout = timeout
-        self._local: Slot | None = None
+        super().__init__(guard, timeout)
+        self._fleet = guard
         self._holder: str | None = None
-        self.queue_wait = 0.0
 
     async def __aenter__(self) -> FleetSlot:
-        guard = self._guard
+        guard = self._fleet
         arrival = guard._clock()
-        local = await guard._local_slot()
+        if guard._active < guard._max_active:  # a free local slot, taken without yielding
+            guard._active += 1
+        else:
+            await guard._wait()  # sheds (and reports) queue_full or queue_timeout
         try:
-            self._holder = await guard._lease(arrival + guard.queue_timeout)
+            self._holder = await guard._lease(arrival + guard._queue_timeout)
         except BaseException:
-            local.release()
+            guard._release()
             raise
-        self._local = local
         self.queue_wait = guard._clock() - arrival
+        guard._admitted += 1
         if guard._observer is not None:
             guard._observer.admitted(self.queue_wait)
+        self._held = True
+        self._start = guard._clock()
         if self._timeout is not None:
-            # The handler's deadline starts now, as ConcurrencyGuard.slot(timeout) does.
-            local._timeout = self._timeout
-            local._enter_deadline(self._timeout)
+            self._enter_deadline(self._timeout)
         return self
 
     async def __aexit__(
@@ -140,37 +178,27 @@ class FleetSlot:
             # Shielded: a body cancelled by its deadline must still give its lease back (the
             # release is bounded by the Redis timeout).
             with anyio.CancelScope(shield=True):
-                await self._guard._release(holder)
-        local, self._local = self._local, None
-        if local is None:
-            return False
-        return await local.__aexit__(exc_type, exc, tb)
+                await self._fleet._release_lease(holder)
+        return await super().__aexit__(exc_type, exc, tb)
+
+    async def arelease(self) -> None:
+        """Give the lease and the local slot back (for slots taken with ``acquire()``)."""
+        await self.__aexit__(None, None, None)
 
 
-class DistributedConcurrencyGuard:
-    """At most ``max_active`` calls at once across every process sharing ``redis`` and ``name``.
+class DistributedConcurrencyGuard(ConcurrencyGuard):
+    """At most ``max_active`` calls at once across every process sharing ``redis``, ``prefix``
+    and ``name``; this process queues as a :class:`~fusion_guard.ConcurrencyGuard` does.
 
     ``redis``: a ``redis://`` URL, a ``redis.asyncio.Redis``, or a
-    :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``max_queue`` and
-    ``queue_timeout``: this process's queue, as for :class:`~fusion_guard.ConcurrencyGuard`
-    (``queue_timeout`` also bounds the wait for a fleet lease). ``local_max_active``: slots of
-    this process (default ``max_active``). ``lease``: seconds a lease lives unless refreshed
-    (a crashed process's permits come back within it). ``failure_policy``: ``"open"`` or
-    ``"closed"`` when Redis fails; ``timeout``: seconds any Redis call may take. ``prefix``:
-    the Redis keys' namespace and hash tag. ``observer`` receives this tool's decisions.
+    :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``lease``: seconds
+    a lease lives unless refreshed (a crashed process's permits come back within it).
+    ``failure_policy``: ``"open"`` or ``"closed"`` when Redis fails; ``timeout``: seconds any
+    Redis call may take; ``prefix``: the keys' namespace and hash tag. Every other argument is
+    :class:`~fusion_guard.ConcurrencyGuard`'s, for this process's slots and queue.
     """
 
-    __slots__ = (
-        "_clock",
-        "_conn",
-        "_failure",
-        "_local",
-        "_observer",
-        "_semaphore",
-        "lease",
-        "max_active",
-        "queue_timeout",
-    )
+    __slots__ = ("_conn", "_failure", "_semaphore", "lease")
 
     def __init__(
         self,
@@ -179,39 +207,19 @@ class DistributedConcurrencyGuard:
         queue_timeout: float = 2.0,
         *,
         redis: str | Redis | RedisRateLimitBackend | RedisConnection,
-        name: str = "tool",
-        lease: float = 10.0,
+        lease: float = DEFAULT_LEASE,
         failure_policy: FailurePolicy = "open",
-        local_max_active: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         prefix: str = DEFAULT_PREFIX,
-        observer: ToolObserver | None = None,
-        **local_options: Any,
+        **local: Any,
     ) -> None:
-        self.max_active = _check_int("max_active", max_active, 1)
-        # The local guard checks the rest; it reports nothing itself: this guard reports whole
-        # decisions (a local slot is only half of one).
-        self._local = ConcurrencyGuard(
-            self.max_active if local_max_active is None else local_max_active,
-            4 * self.max_active if max_queue is None else max_queue,
-            queue_timeout,
-            name=name,
-            **local_options,
-        )
-        self.queue_timeout = self._local.queue_timeout
+        super().__init__(max_active, max_queue, queue_timeout, **local)
         self.lease = _check_seconds("lease", lease)
         self._conn = _connection(redis, timeout, prefix)
-        self._semaphore = FleetSemaphore(self._conn, name, limit=max_active, lease=self.lease)
-        self._observer = observer
+        self._semaphore = FleetSemaphore(self._conn, self.name, limit=max_active, lease=self.lease)
         self._failure = BackendFailure(
-            name,
-            failure_policy,
-            max_active=max_active,
-            max_queue=self._local.max_queue,
-            observer=observer,
-            log=self._conn.failed,
+            self.name, failure_policy, observer=self._observer, log=self._conn.failed
         )
-        self._clock: Callable[[], float] = time.monotonic
 
     def slot(self, timeout: float | None = None) -> FleetSlot:
         """``async with guard.slot():`` runs the body holding a fleet slot; raises
@@ -221,27 +229,22 @@ class DistributedConcurrencyGuard:
             timeout = _check_seconds("timeout", timeout, allow_inf=True)
         return FleetSlot(self, timeout)
 
-    @property
-    def name(self) -> str:
-        return self._local.name
+    async def acquire(self) -> FleetSlot:
+        """A held fleet slot; give it back with ``await slot.arelease()``."""
+        held = FleetSlot(self, None)
+        await held.__aenter__()
+        return held
+
+    def acquire_nowait(self) -> Slot:
+        """Not available: a fleet slot needs a Redis round trip (use ``await acquire()``)."""
+        raise ConfigurationError(
+            "DistributedConcurrencyGuard.acquire_nowait() is not available: a fleet slot needs"
+            " a Redis round trip; use `await guard.acquire()` or `async with guard.slot()`"
+        )
 
     @property
     def failure_policy(self) -> FailurePolicy:
         return self._failure.policy
-
-    @property
-    def active(self) -> int:
-        """Calls of this process holding a slot (including those waiting for a lease)."""
-        return self._local.active
-
-    @property
-    def queued(self) -> int:
-        """Calls of this process waiting for a local slot."""
-        return self._local.queued
-
-    @property
-    def max_queue(self) -> int:
-        return self._local.max_queue
 
     @property
     def key(self) -> str:
@@ -249,29 +252,16 @@ class DistributedConcurrencyGuard:
         return self._semaphore.key
 
     @property
-    def local(self) -> ConcurrencyGuard:
-        """This process's guard (its slots and queue)."""
-        return self._local
+    def held_leases(self) -> int:
+        """Leases this process holds now (calls running with a fleet slot)."""
+        return self._semaphore.held
 
     def __repr__(self) -> str:
         return (
             f"DistributedConcurrencyGuard(name={self.name!r}, max_active={self.max_active},"
-            f" local={self._local!r}, lease={self.lease}, failure_policy={self.failure_policy!r})"
+            f" active={self.active}, queued={self.queued}, lease={self.lease},"
+            f" failure_policy={self.failure_policy!r})"
         )
-
-    # -- the steps of a slot --------------------------------------------------------------------
-
-    async def _local_slot(self) -> Slot:
-        try:
-            return await self._local.acquire()
-        except ServerBusy as busy:
-            if self._observer is not None:
-                local = self._local
-                # The local guard sheds for queue_full or queue_timeout only.
-                reason = cast(ShedReason, busy.reason)
-                retry_after = busy.retry_after or 0.0
-                self._observer.shed(reason, local.active, local.queued, retry_after)
-            raise
 
     async def _lease(self, deadline: float) -> str | None:
         """A lease's holder id; None when Redis failed and the policy is open."""
@@ -280,7 +270,7 @@ class DistributedConcurrencyGuard:
             try:
                 grant = await self._semaphore.try_acquire()
             except BackendError as exc:
-                busy = self._failure.handle(exc, self._local.active, self._local.queued)
+                busy = self._failure.handle(exc, self._active, len(self._waiters))
                 if busy is not None:
                     raise busy from exc
                 return None
@@ -288,24 +278,16 @@ class DistributedConcurrencyGuard:
                 return grant.holder
             remaining = deadline - self._clock()
             if remaining <= 0:
-                raise self._fleet_full(grant.holders)
+                raise self._shed("queue_timeout", len(self._waiters), predicted=False)
             # Full jitter: the fleet's waiters do not poll Redis in lockstep.
             await anyio.sleep(min(remaining, backoff * random.uniform(0.5, 1.0)))
             backoff = min(2 * backoff, _MAX_BACKOFF)
 
-    async def _release(self, holder: str) -> None:
+    async def _release_lease(self, holder: str) -> None:
         try:
             await self._semaphore.release(holder)
         except BackendError as exc:  # the lease expires by itself within `lease` seconds
             log_event(logging.WARNING, "lease_release_failed", tool=self.name, error=str(exc))
-
-    def _fleet_full(self, holders: int) -> ServerBusy:
-        queued = self._local.queued
-        retry_after = max(self._local.statistics().mean_service_time, _MAX_BACKOFF)
-        if self._observer is not None:
-            self._observer.shed("queue_timeout", holders, queued, retry_after)
-        response = self._failure.template.render("queue_timeout", holders, queued, retry_after)
-        return ServerBusy(response, retry_after, "queue_timeout")
 
 
 def _connection(
@@ -316,3 +298,49 @@ def _connection(
     if isinstance(redis, RedisRateLimitBackend):
         return redis.connection
     return RedisConnection(redis, timeout=timeout, prefix=prefix)
+
+
+# -- the Guard's hooks --------------------------------------------------------------------------
+
+
+def concurrency_guard(
+    settings: GuardSettings,
+    rate_backend: RateBackend | None,
+    max_active: int,
+    max_queue: int | None,
+    queue_timeout: float,
+    **local: Any,
+) -> ConcurrencyGuard:
+    """A tool's slots for the Guard: fleet-wide with ``BACKEND=redis`` (sharing the rate
+    backend's connection when that is the Redis one), else this process's own."""
+    if settings.backend != "redis" or settings.redis_url is None:
+        return ConcurrencyGuard(max_active, max_queue, queue_timeout, **local)
+    redis: str | RedisRateLimitBackend = (
+        rate_backend if isinstance(rate_backend, RedisRateLimitBackend) else settings.redis_url
+    )
+    return DistributedConcurrencyGuard(
+        max_active,
+        max_queue,
+        queue_timeout,
+        redis=redis,
+        lease=settings.redis_lease,
+        failure_policy=settings.redis_failure_policy,
+        timeout=settings.redis_timeout,
+        prefix=settings.redis_prefix,
+        **local,
+    )
+
+
+def rate_backend_failure(
+    tool: str,
+    backend: RateBackend,
+    exc: BackendError,
+    observer: ToolObserver,
+    slots: ConcurrencyGuard | None,
+) -> ServerBusy | None:
+    """The Guard's answer when a rate limit's backend failed: the backend's failure policy
+    (``open`` when it has none) applied by :class:`BackendFailure`; None admits the call."""
+    policy: FailurePolicy = getattr(backend, "failure_policy", "open")
+    log = getattr(backend, "failed", None)
+    active, queued = (0, 0) if slots is None else (slots.active, slots.queued)
+    return BackendFailure(tool, policy, observer=observer, log=log).handle(exc, active, queued)

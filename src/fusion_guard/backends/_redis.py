@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
 __all__ = [
+    "DEFAULT_LEASE",
     "DEFAULT_PREFIX",
     "DEFAULT_TIMEOUT",
     "FAILURE_POLICIES",
@@ -54,6 +55,7 @@ FailurePolicy: TypeAlias = Literal["open", "closed"]
 FAILURE_POLICIES: Final = ("open", "closed")
 DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_PREFIX: Final = "fusion_guard"
+DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")

@@ -22,7 +22,16 @@ from ..config._fields import LIMIT_FIELDS
 from ..config._settings import GuardSettings
 
 _INVALID = 2
-_GLOBAL_ONLY = ("metrics", "expose_exceptions", "backend", "redis_url")
+_GLOBAL_ONLY = (
+    "metrics",
+    "expose_exceptions",
+    "backend",
+    "redis_url",
+    "redis_failure_policy",
+    "redis_timeout",
+    "redis_lease",
+    "redis_prefix",
+)
 _AUTO_WHEN_NONE = frozenset({"max_queue", "burst"})
 
 Row = tuple[str, object, str]

@@ -10,18 +10,20 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt
-from pydantic import AllowInfNan, BeforeValidator
+from pydantic import AllowInfNan, BeforeValidator, StringConstraints
 
 __all__ = [
     "ACCEPTED",
     "LIMIT_FIELDS",
     "Backend",
     "Burst",
+    "FailurePolicy",
     "MaxActive",
     "MaxQueue",
     "Rate",
     "RatePer",
     "RateScope",
+    "RedisPrefix",
     "Seconds",
     "SecondsOrOff",
 ]
@@ -54,6 +56,8 @@ RatePer = Seconds
 Burst = Annotated[Annotated[int, Ge(1)] | None, BeforeValidator(_auto_to_none)]
 RateScope = Literal["global", "tool", "client"]
 Backend = Literal["memory", "redis"]
+FailurePolicy = Literal["open", "closed"]
+RedisPrefix = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^{}]+$")]
 
 LIMIT_FIELDS = (
     "max_active",
@@ -86,6 +90,13 @@ ACCEPTED: dict[str, str] = {
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
     "backend": "one of 'memory' (state in this process) or 'redis' (state shared through Redis)",
     "redis_url": "a redis://, rediss:// or unix:// URL (required when BACKEND is 'redis')",
+    "redis_failure_policy": "one of 'open' (when Redis fails, admit the call; counted and"
+    " logged) or 'closed' (shed it with SERVER_BUSY)",
+    "redis_timeout": "a number of seconds > 0 (the longest any Redis call may take)",
+    "redis_lease": "a number of seconds > 0 (a fleet slot's lease: a crashed replica's slots"
+    " come back within it)",
+    "redis_prefix": "a non-empty string without braces (the Redis keys' namespace and cluster"
+    " hash tag)",
     "tools": "a JSON object mapping tool names or globs to objects of per-tool limits, e.g."
     ' {"billing.*": {"max_active": 2}, "search": {"rate": 5}}',
 }

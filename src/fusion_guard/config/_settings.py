@@ -28,16 +28,20 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _PydanticSettingsError
 
+from ..backends._redis import DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT
 from ._errors import InvalidSettings, env_name, translate_validation_error, unknown_variables
 from ._fields import (
     LIMIT_FIELDS,
     Backend,
     Burst,
+    FailurePolicy,
     MaxActive,
     MaxQueue,
     Rate,
     RatePer,
     RateScope,
+    RedisPrefix,
+    Seconds,
     SecondsOrOff,
 )
 
@@ -129,6 +133,11 @@ class GuardSettings(BaseSettings):
     expose_exceptions: bool = False
     backend: Backend = "memory"
     redis_url: str | None = None
+    # Used with BACKEND=redis only; defaults shared with the Redis backend's own.
+    redis_failure_policy: FailurePolicy = "open"
+    redis_timeout: Seconds = DEFAULT_TIMEOUT
+    redis_lease: Seconds = DEFAULT_LEASE
+    redis_prefix: RedisPrefix = DEFAULT_PREFIX
     tools: Annotated[dict[PatternKey, ToolPolicy], NoDecode] = Field(default_factory=dict)
 
     _origins: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)

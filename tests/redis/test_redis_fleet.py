@@ -1,0 +1,129 @@
+"""Several worker processes (``redis_fleet_worker.py``) sharing limits through one Redis.
+
+Bounded: three workers per test, each with a deadline of a few seconds; every process is killed
+at the end of its test whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis_testserver import RedisServer
+
+from fusion_guard import DistributedConcurrencyGuard
+
+WORKER = Path(__file__).with_name("redis_fleet_worker.py")
+WORKERS = 3
+STARTUP = 2.0  # seconds for the workers to start (imports) before their load begins together
+RESULT_TIMEOUT = 30.0
+
+
+@pytest.fixture
+def spawn() -> Iterator[Any]:
+    processes: list[subprocess.Popen[str]] = []
+
+    def start(*args: object) -> subprocess.Popen[str]:
+        command = [sys.executable, str(WORKER), *map(str, args)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _result(process: subprocess.Popen[str]) -> Any:
+    out, _ = process.communicate(timeout=RESULT_TIMEOUT)
+    assert process.returncode == 0, f"worker failed with {process.returncode}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_processes_share_one_rate_limit(spawn: Any, redis_url: str) -> None:
+    rate, burst, seconds = 20.0, 5, 2.0
+    start_at = time.monotonic() + STARTUP
+    workers = [spawn("rate", redis_url, start_at, seconds, rate, burst) for _ in range(WORKERS)]
+    results = [_result(worker) for worker in workers]
+
+    stamps = sorted(stamp for result in results for stamp in result["admitted"])
+    attempts = sum(result["attempts"] for result in results)
+    assert attempts > 3 * len(stamps)  # the limit was under pressure the whole time
+    # GCRA admits `burst` at once, then one call per interval (1 / rate): between the first and
+    # the last admission, `burst + span * rate` calls are allowed, whatever process asks.
+    allowed = burst + (stamps[-1] - stamps[0]) * rate
+    assert abs(len(stamps) - allowed) <= 1, (len(stamps), allowed)
+    assert len(stamps) <= burst + seconds * rate + 1
+
+
+def test_processes_share_one_concurrency_limit(
+    spawn: Any, redis_server: RedisServer, redis_url: str
+) -> None:
+    max_active, tasks, hold, seconds = 4, 4, 0.02, 2.0
+    start_at = time.monotonic() + STARTUP
+    workers = [
+        spawn("concurrency", redis_url, start_at, seconds, max_active, tasks, hold)
+        for _ in range(WORKERS)
+    ]
+    key = "{fusion_guard}:lease:fleet"
+    samples: list[int] = []
+    with redis_server.client() as client:
+        while any(worker.poll() is None for worker in workers):
+            samples.append(int(client.zcard(key)))
+            time.sleep(0.002)  # a sampling cadence, not a wait for an event
+    results = [_result(worker) for worker in workers]
+
+    assert len(samples) > 200
+    assert max(samples) <= max_active
+    assert max(samples) == max_active  # the limit was reached, so the bound was tested
+    assert all(result["ok"] > 0 for result in results)
+    # 12 callers want a slot and only 4 exist: the fleet ran at capacity.
+    assert sum(result["ok"] for result in results) > seconds / hold
+
+
+def test_a_killed_process_permits_come_back_within_the_lease(
+    spawn: Any, redis_server: RedisServer, redis_url: str
+) -> None:
+    permits, lease = 3, 0.5
+    holder = spawn("hold", redis_url, permits, lease)
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "ready"
+    key = "{fusion_guard}:lease:crash"
+    time.sleep(2 * lease)  # past two leases: held only because the worker refreshes them
+    with redis_server.client() as client:
+        assert client.zcard(key) == permits
+
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    killed = time.monotonic()
+    reclaimed = asyncio.run(_take_all(redis_url, permits, lease)) - killed
+
+    assert reclaimed <= lease + 0.15, reclaimed
+    with redis_server.client() as client:
+        assert client.zcard(key) == 0
+
+
+async def _take_all(redis_url: str, permits: int, lease: float) -> float:
+    """Take every permit of the crashed worker's semaphore; return when that succeeded."""
+    guard = DistributedConcurrencyGuard(
+        permits, redis=redis_url, name="crash", lease=lease, queue_timeout=4 * lease, timeout=1.0
+    )
+    slots = [guard.slot() for _ in range(permits)]
+    for slot in slots:
+        await slot.__aenter__()
+    took = time.monotonic()
+    for slot in slots:
+        await slot.__aexit__(None, None, None)
+    return took

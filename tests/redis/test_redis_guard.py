@@ -1,0 +1,172 @@
+"""The Guard on the Redis backend: configuration from the environment, Redis stopped and started
+again mid-load under each failure policy."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.to_thread
+import pytest
+from prometheus_client import CollectorRegistry
+from redis_testserver import RedisServer
+
+from fusion_guard import (
+    DistributedConcurrencyGuard,
+    Guard,
+    InvalidSettings,
+    RedisRateLimitBackend,
+    ToolResponse,
+    parse_tool_error,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _backend_errors(registry: CollectorRegistry, decision: str) -> float:
+    labels = {"backend": "redis", "decision": decision}
+    return registry.get_sample_value("fusion_guard_backend_errors_total", labels) or 0.0
+
+
+async def test_env_variables_select_the_redis_backend(
+    monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer, redis_url: str
+) -> None:
+    monkeypatch.setenv("FUSION_GUARD_BACKEND", "redis")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("FUSION_GUARD_REDIS_TIMEOUT", "0.5")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_LEASE", "2")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_PREFIX", "env-test")
+    monkeypatch.setenv("FUSION_GUARD_RATE", "5")
+    guard = Guard.from_env(registry=CollectorRegistry())
+    slots = guard.concurrency("search")
+    assert isinstance(slots, DistributedConcurrencyGuard)
+    assert slots.lease == 2.0
+    assert slots.key.startswith("{env-test}:")
+
+    seen_holders: list[int] = []
+
+    async def handler() -> str:
+        with redis_server.client() as client:
+            seen_holders.append(client.zcard(slots.key))
+        return "ok"
+
+    response = await guard.call("search", handler)
+    assert not response.is_error
+    assert seen_holders == [1]
+    with redis_server.client() as client:
+        assert client.zcard(slots.key) == 0
+        assert any(key.startswith(b"{env-test}:rate:") for key in client.keys("*"))
+
+
+def test_redis_settings_are_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FUSION_GUARD_BACKEND", "redis")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_FAILURE_POLICY", "sometimes")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_TIMEOUT", "-1")
+    with pytest.raises(InvalidSettings) as caught:
+        Guard.from_env()
+    text = str(caught.value)
+    assert "FUSION_GUARD_REDIS_FAILURE_POLICY='sometimes' is invalid" in text
+    assert "'open'" in text
+    assert "'closed'" in text
+    assert "FUSION_GUARD_REDIS_TIMEOUT='-1' is invalid" in text
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+async def test_redis_stopped_mid_load_then_started_again(
+    redis_server: RedisServer, redis_url: str, policy: str
+) -> None:
+    registry = CollectorRegistry()
+    guard = Guard(
+        backend="redis",
+        redis_url=redis_url,
+        redis_failure_policy=policy,
+        redis_timeout=0.3,
+        max_active=4,
+        max_queue=16,
+        queue_timeout=1.0,
+        rate=10_000,
+        registry=registry,
+    )
+    phase = "before"
+    answers: dict[str, list[ToolResponse]] = {"before": [], "down": [], "after": []}
+    done = anyio.Event()
+
+    async def handler() -> str:
+        await anyio.sleep(0.002)
+        return "ok"
+
+    async def client() -> None:
+        while not done.is_set():
+            seen = phase
+            answers[seen].append(await guard.call("billing.charge", handler))
+            await anyio.sleep(0.002)
+
+    # Any exception escaping Guard.call would fail the task group, and the test.
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(client)
+        await anyio.sleep(0.2)
+        phase = "down"
+        await anyio.to_thread.run_sync(redis_server.stop)
+        await anyio.sleep(0.3)
+        await anyio.to_thread.run_sync(redis_server.start)
+        await anyio.sleep(0.05)
+        phase = "after"
+        await anyio.sleep(0.3)
+        done.set()
+
+    codes = {
+        name: {parse_tool_error(r.text).code if r.is_error else "ok" for r in rs}  # type: ignore[union-attr]
+        for name, rs in answers.items()
+    }
+    assert codes["before"] == {"ok"}
+    assert answers["down"], "no call was made while Redis was down"
+    if policy == "open":
+        assert codes["down"] == {"ok"}
+        assert _backend_errors(registry, "allowed") > 0
+        assert _backend_errors(registry, "denied") == 0
+    else:
+        assert "SERVER_BUSY" in codes["down"]
+        assert codes["down"] <= {"ok", "SERVER_BUSY"}  # calls admitted before the stop finish
+        busy = next(r for r in answers["down"] if r.is_error)
+        assert "backend_unavailable" in busy.text
+        assert _backend_errors(registry, "denied") > 0
+        assert _backend_errors(registry, "allowed") == 0
+    # Started again (empty: no keys, no scripts): no restart of this process needed. The first
+    # calls after the start may still meet a dead pooled connection; the last ones are fine.
+    assert answers["after"][-6:]
+    assert {r.is_error for r in answers["after"][-6:]} == {False}
+    await _limits_work_again(guard, redis_server)
+
+
+async def _limits_work_again(guard: Guard, redis_server: RedisServer) -> None:
+    slots = guard.concurrency("billing.charge")
+    assert isinstance(slots, DistributedConcurrencyGuard)
+    holders: list[int] = []
+
+    async def handler() -> str:
+        with redis_server.client() as client:
+            holders.append(client.zcard(slots.key))
+        return "ok"
+
+    assert not (await guard.call("billing.charge", handler)).is_error
+    assert holders == [1]  # the lease is in Redis again
+
+
+async def test_rate_limit_refusals_come_back_after_a_restart(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=0.5)
+    guard = Guard(rate=1, rate_per=60, burst=1, max_active=None, rate_backend=backend)
+
+    async def handler() -> str:
+        return "ok"
+
+    assert not (await guard.call("t", handler)).is_error
+    assert (await guard.call("t", handler)).is_error
+    await anyio.to_thread.run_sync(redis_server.stop)
+    await anyio.to_thread.run_sync(redis_server.start)
+    assert not (await guard.call("t", handler)).is_error  # Redis lost the state: full again
+    refused = await guard.call("t", handler)
+    info = parse_tool_error(refused.text)
+    assert info is not None
+    assert info.code == "RATE_LIMITED"
