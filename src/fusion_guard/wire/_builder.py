@@ -20,6 +20,7 @@ from ._response import (
     check_optional_text,
     check_retry_after,
     check_text,
+    make_response,
 )
 
 __all__ = ["ErrorBuilder", "error"]
@@ -100,7 +101,7 @@ class ErrorBuilder(ToolResponse):
         """A plain ``ToolResponse`` with the current content, independent of later setters."""
         built = self._cached()
         # A fresh instance: a response may be raised, and raising mutates it (traceback).
-        return ToolResponse(built.text, is_error=built.is_error, code=built.code)
+        return make_response(built.text, built.is_error, built.code)
 
     @property
     def text(self) -> str:
@@ -127,7 +128,7 @@ class ErrorBuilder(ToolResponse):
                 self._retry_after,
             )
             is_error = self._severity != Severity.WARNING
-            built = self._built = ToolResponse(text, is_error=is_error, code=self._error_code)
+            built = self._built = make_response(text, is_error, self._error_code)
         return built
 
 

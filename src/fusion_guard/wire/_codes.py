@@ -38,13 +38,15 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-_SEVERITIES = frozenset(s.value for s in Severity)
+# Plain strings by plain string or member (members equal and hash like their values).
+_SEVERITIES: dict[object, str] = {s.value: s.value for s in Severity}
 
 
 def check_severity(severity: str) -> str:
     """Return ``severity`` as a plain string, or raise ``ValueError`` naming what is accepted."""
-    if severity not in _SEVERITIES:
+    try:
+        return _SEVERITIES[severity]
+    except (KeyError, TypeError):  # TypeError: an unhashable value
         raise ValueError(
             f"unknown severity {severity!r}: expected one of 'error', 'critical', 'warning'"
-        )
-    return str(severity)
+        ) from None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
+
+from ._codes import ErrorCode, Severity
 
 __all__ = [
     "escape_attr",
@@ -46,6 +48,10 @@ _ATTR_TABLE = {
 
 def escape_content(text: str) -> str:
     """Escape element content: ``&``, ``<``, ``]]>`` and CR; forbidden characters to U+FFFD."""
+    # Fast path: printable text has no control character, surrogate or non-character at all
+    # (CR and every forbidden character are non-printable), which one C loop checks.
+    if text.isprintable() and "&" not in text and "<" not in text and "]]>" not in text:
+        return text
     if _CONTENT_SPECIAL.search(text) is None:
         return text
     text = text.translate(_CONTENT_TABLE)
@@ -60,23 +66,20 @@ def escape_attr(text: str) -> str:
     return text.translate(_ATTR_TABLE)
 
 
+_INFINITY = math.inf
+
+
 def format_retry_after(seconds: float) -> str | None:
     """Seconds rounded *up* to the millisecond as a plain decimal, or None when not finite > 0.
 
     ``2.0004`` -> ``"2.001"``, ``1.5`` -> ``"1.5"``, ``1e7`` -> ``"10000000"``.
     """
-    if not seconds > 0 or seconds == math.inf:  # also rejects NaN
+    if not 0 < seconds < _INFINITY:  # also rejects NaN
         return None
-    if seconds >= _WHOLE_FLOATS:  # whole seconds already, and * 1000 could overflow
+    if seconds % 1 == 0:  # whole seconds; every float >= 2**52 is one, and * 1000 could overflow
         return str(int(seconds))
     whole, frac = divmod(_ceil_millis(seconds), 1000)
-    if frac == 0:
-        return str(whole)
-    return f"{whole}.{frac:03d}".rstrip("0")
-
-
-# Every float at or above 2**52 is a whole number.
-_WHOLE_FLOATS = float(2**52)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
 
 
 def _ceil_millis(seconds: float) -> int:
@@ -114,33 +117,45 @@ def render_tool_error(
     severity: str,
     message: str,
     suggestion: str | None = None,
-    actions: Iterable[str] = (),
+    actions: Sequence[str] = (),
     details: Mapping[str, object] | None = None,
     retry_after: float | None = None,
 ) -> str:
     """Render the envelope text. Arguments are assumed validated (see ``tool_error``)."""
-    lines = [
-        f'<tool_error code="{escape_attr(code)}" severity="{escape_attr(severity)}">',
-        f"  <message>{escape_content(message)}</message>",
-    ]
+    head = _HEADS.get(severity, _NO_HEADS).get(code) or _head(code, severity)
+    parts = [head, escape_content(message), "</message>"]
     if suggestion:
-        lines.append(f"  <recovery>{escape_content(suggestion)}</recovery>")
-    action_lines = [f"    <action>{escape_content(a)}</action>" for a in actions]
-    if action_lines:
-        lines.append("  <available_actions>")
-        lines.extend(action_lines)
-        lines.append("  </available_actions>")
+        parts.append(f"\n  <recovery>{escape_content(suggestion)}</recovery>")
+    if actions:
+        parts.append("\n  <available_actions>")
+        for action in actions:  # loops, not comprehensions: these lists are short
+            parts.append(f"\n    <action>{escape_content(action)}</action>")
+        parts.append("\n  </available_actions>")
     if details:
-        lines.append("  <details>")
+        parts.append("\n  <details>")
         for key, value in details.items():
-            lines.append(
-                f'    <detail key="{escape_attr(key)}">'
-                f"{escape_content(format_detail_value(value))}</detail>"
-            )
-        lines.append("  </details>")
+            text = value if type(value) is str else format_detail_value(value)
+            parts.append(f'\n    <detail key="{escape_attr(key)}">{escape_content(text)}</detail>')
+        parts.append("\n  </details>")
     if retry_after is not None:
         formatted = format_retry_after(retry_after)
         if formatted is not None:
-            lines.append(f"  <retry_after>{formatted} seconds</retry_after>")
-    lines.append("</tool_error>")
-    return "\n".join(lines)
+            parts.append(f"\n  <retry_after>{formatted} seconds</retry_after>")
+    parts.append("\n</tool_error>")
+    return "".join(parts)
+
+
+def _head(code: str, severity: str) -> str:
+    """Everything up to the message text: the opening tag and ``<message>``."""
+    return (
+        f'<tool_error code="{escape_attr(code)}" severity="{escape_attr(severity)}">\n  <message>'
+    )
+
+
+# Prepared once: the head of every canonical code, by severity then code (keys are plain
+# strings, which the enum members equal and hash like).
+_HEADS: dict[str, dict[str, str]] = {
+    severity.value: {code.value: _head(code.value, severity.value) for code in ErrorCode}
+    for severity in Severity
+}
+_NO_HEADS: dict[str, str] = {}

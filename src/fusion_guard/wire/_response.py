@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._codes import Severity, check_severity
 from ._render import render_tool_error
 
-__all__ = ["ToolResponse", "success", "tool_error"]
+__all__ = ["ToolResponse", "make_response", "success", "tool_error"]
 
 
 class ToolResponse(Exception):  # a result first; raising it is a convenience (section 5)
@@ -70,8 +70,23 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience (s
         return hash((self.text, self.is_error))
 
 
+_new_exception = Exception.__new__
+
+
+def make_response(text: str, is_error: bool, code: str | None = None) -> ToolResponse:
+    """``ToolResponse(text, is_error=..., code=...)`` for the hot paths (every envelope, every
+    shed call): calling a class with keyword arguments costs twice as much as this."""
+    response: ToolResponse = _new_exception(ToolResponse)
+    response._text = text
+    response._is_error = is_error
+    response._code = code
+    return response
+
+
 def check_code(code: object) -> str:
     """Return ``code`` as a plain string, or raise naming what is accepted."""
+    if type(code) is str and code:  # the common case, without a conversion
+        return code
     if not isinstance(code, str):
         raise TypeError(f"error code must be a str or ErrorCode, not {type(code).__name__}")
     if not code:
@@ -83,37 +98,49 @@ def check_retry_after(retry_after: object) -> float | None:
     """Accept None or a real number of seconds (non-finite and <= 0 are dropped when rendered)."""
     if retry_after is None:
         return None
-    if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+    if type(retry_after) is float:  # the common case, without conversion or checks
+        value = retry_after
+    elif type(retry_after) is int or (
+        not isinstance(retry_after, bool) and isinstance(retry_after, int | float)
+    ):
+        value = float(retry_after)
+    else:
         raise TypeError(
             f"retry_after must be a number of seconds or None, not {type(retry_after).__name__}"
         )
-    value = float(retry_after)
-    return value if value > 0 and math.isfinite(value) else None
+    return value if 0 < value < math.inf else None
 
 
-def check_details(details: object) -> dict[str, object]:
+def check_details(details: object) -> Mapping[str, object]:
+    """The details mapping as given (not copied: callers render or merge it at once)."""
     if details is None:
         return {}
-    if not isinstance(details, Mapping):
+    if type(details) is not dict and not isinstance(details, Mapping):
         raise TypeError(
             f"details must be a mapping of str keys to values, not {type(details).__name__}"
         )
     for key in details:
         if not isinstance(key, str):
             raise TypeError(f"details keys must be str, got {key!r} ({type(key).__name__})")
-    return dict(details)
+    return details
 
 
-def check_actions(actions: object) -> list[str]:
+def check_actions(actions: object) -> Sequence[str]:
+    """The action names as given when a list or tuple (not copied), else as a new list."""
     if actions is None:
-        return []
-    if isinstance(actions, str) or not isinstance(actions, Iterable):
-        raise TypeError("available_actions must be a list of tool names, not a single string")
-    names = list(actions)
-    for name in names:
+        return ()
+    if type(actions) is not list and not isinstance(actions, list | tuple):
+        if isinstance(actions, str):
+            raise TypeError("available_actions must be a list of tool names, not a single string")
+        if not isinstance(actions, Iterable):
+            raise TypeError(
+                f"available_actions must be a list of tool names, not {type(actions).__name__}"
+            )
+        actions = list(actions)
+    for name in actions:
         if not isinstance(name, str):
             raise TypeError(f"available_actions entries must be str, got {name!r}")
-    return names
+    return actions
 
 
 def check_text(value: object, what: str) -> str:
@@ -143,12 +170,12 @@ def tool_error(
         code_text,
         severity_text,
         check_text(message, "message"),
-        check_optional_text(suggestion, "suggestion"),
+        None if suggestion is None else check_text(suggestion, "suggestion"),
         check_actions(available_actions),
         check_details(details),
         check_retry_after(retry_after),
     )
-    return ToolResponse(text, is_error=severity_text != "warning", code=code_text)
+    return make_response(text, severity_text != "warning", code_text)
 
 
 def success(result: object = "") -> ToolResponse:

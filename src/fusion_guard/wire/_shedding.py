@@ -8,7 +8,7 @@ a refusal formats only the live figures.
 from __future__ import annotations
 
 from ._render import escape_content, format_detail_value, format_retry_after
-from ._response import ToolResponse
+from ._response import ToolResponse, make_response
 
 __all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
 
@@ -56,7 +56,7 @@ class ServerBusyTemplate:
             f"{self._tail}{_retry_after_text(retry_after)}"
             " seconds</retry_after>\n</tool_error>"
         )
-        return ToolResponse(text, is_error=True, code="SERVER_BUSY")
+        return make_response(text, True, "SERVER_BUSY")
 
 
 def describe_rate(rate: float, per: float) -> str:
@@ -92,7 +92,7 @@ class RateLimitedTemplate:
 
     def render(self, retry_after: float) -> ToolResponse:
         text = f"{self._head}{_retry_after_text(retry_after)}{self._tail}"
-        return ToolResponse(text, is_error=True, code="RATE_LIMITED")
+        return make_response(text, True, "RATE_LIMITED")
 
 
 class TimeoutTemplate:
@@ -117,4 +117,4 @@ class TimeoutTemplate:
 
     def render(self) -> ToolResponse:
         # A fresh instance each time: a response may be raised, and raising mutates it.
-        return ToolResponse(self._text, is_error=True, code="TIMEOUT")
+        return make_response(self._text, True, "TIMEOUT")

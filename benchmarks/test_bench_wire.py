@@ -1,0 +1,133 @@
+"""Wire figures: rendering envelopes, against xml.etree.ElementTree building the same text.
+
+The baseline is the fastest honest use of ElementTree for the contract's layout: the element
+tree is built with the indentation set as ``text``/``tail`` (no ``ET.indent`` pass) and serialised
+with ``tostring``; it produces the very same bytes as ``tool_error``, which the test checks.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from conftest import Figures, sync_batch, time_batches
+from fusion_guard import ToolResponse, error, tool_error
+from fusion_guard.wire._shedding import RateLimitedTemplate, ServerBusyTemplate
+
+_VECTORS = Path(__file__).parent.parent / "tests" / "wire" / "data" / "envelopes.json"
+SEED: dict[str, Any] = json.loads(_VECTORS.read_text(encoding="utf-8"))[0]["input"]
+SEED_TEXT: str = json.loads(_VECTORS.read_text(encoding="utf-8"))[0]["text"]
+
+TOOL = "billing.process_invoice"
+BUSY = ServerBusyTemplate(TOOL, max_active=5, max_queue=20)
+LIMITED = RateLimitedTemplate(TOOL, rate=10, per=1.0, scope="tool")
+
+OPS = 2_000
+ROUNDS = 15
+
+
+def render_seed() -> ToolResponse:
+    return tool_error(
+        SEED["code"],
+        SEED["message"],
+        suggestion=SEED["suggestion"],
+        available_actions=SEED["available_actions"],
+        details=SEED["details"],
+        retry_after=SEED["retry_after"],
+    )
+
+
+def build_seed() -> ToolResponse:
+    return (
+        error(SEED["code"], SEED["message"])
+        .suggest(SEED["suggestion"])
+        .actions(*SEED["available_actions"])
+        .details(SEED["details"])
+        .retry_after(SEED["retry_after"])
+        .build()
+    )
+
+
+def _child(parent: ET.Element, tag: str, text: str, tail: str, **attrib: str) -> ET.Element:
+    element = ET.SubElement(parent, tag, attrib)
+    element.text = text
+    element.tail = tail
+    return element
+
+
+def etree_seed() -> str:
+    """The seed envelope through ElementTree, the same sections in the same layout."""
+    root = ET.Element("tool_error", {"code": SEED["code"], "severity": "error"})
+    root.text = "\n  "
+    _child(root, "message", SEED["message"], "\n  ")
+    _child(root, "recovery", SEED["suggestion"], "\n  ")
+    actions = _child(root, "available_actions", "\n    ", "\n  ")
+    for name in SEED["available_actions"]:
+        last = _child(actions, "action", name, "\n    ")
+    last.tail = "\n  "
+    details = _child(root, "details", "\n    ", "\n  ")
+    for key, value in SEED["details"].items():
+        last = _child(details, "detail", str(value), "\n    ", key=key)
+    last.tail = "\n  "
+    _child(root, "retry_after", f"{SEED['retry_after']} seconds", "\n")
+    return ET.tostring(root, encoding="unicode")
+
+
+def busy() -> ToolResponse:
+    return BUSY.render("queue_full", 5, 20, 0.25)
+
+
+def limited() -> ToolResponse:
+    return LIMITED.render(0.1)
+
+
+def test_the_baseline_builds_the_same_text() -> None:
+    assert render_seed().text == SEED_TEXT
+    assert build_seed().text == SEED_TEXT
+    assert etree_seed() == SEED_TEXT
+
+
+def test_figure_render_seed_vs_elementtree(figures: Figures, benchmark: BenchmarkFixture) -> None:
+    benchmark(render_seed)
+    ours, baseline = time_batches(
+        sync_batch(render_seed), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
+    )
+    figures.faster_by("render the seed envelope (tool_error) vs ElementTree", ours, baseline, 6)
+
+
+def test_figure_builder_seed_vs_elementtree(figures: Figures, benchmark: BenchmarkFixture) -> None:
+    benchmark(build_seed)
+    ours, baseline = time_batches(
+        sync_batch(build_seed), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
+    )
+    figures.faster_by("render the seed envelope (error builder) vs ElementTree", ours, baseline, 3)
+
+
+@pytest.mark.parametrize(("name", "shed"), [("SERVER_BUSY", busy), ("RATE_LIMITED", limited)])
+def test_figure_shed_envelopes_are_the_cheapest(
+    figures: Figures, benchmark: BenchmarkFixture, name: str, shed: Any
+) -> None:
+    benchmark(shed)
+    ours, seed = time_batches(sync_batch(shed), sync_batch(render_seed), ops=OPS, rounds=ROUNDS)
+    figures.at_most(f"render {name} vs the seed envelope (tool_error)", ours, seed, 1.0)
+
+
+def test_bench_render_seed(benchmark: BenchmarkFixture) -> None:
+    assert benchmark(render_seed).text == SEED_TEXT
+
+
+def test_bench_elementtree_seed(benchmark: BenchmarkFixture) -> None:
+    assert benchmark(etree_seed) == SEED_TEXT
+
+
+def test_bench_server_busy(benchmark: BenchmarkFixture) -> None:
+    assert benchmark(busy).code == "SERVER_BUSY"
+
+
+def test_bench_rate_limited(benchmark: BenchmarkFixture) -> None:
+    assert benchmark(limited).code == "RATE_LIMITED"
