@@ -143,3 +143,14 @@ async def test_per_client_limits_use_the_client_key(harness: Harness) -> None:
     assert texts(bob_first) == "fast done"
     assert listed
     assert len(seen) == 3
+
+
+async def test_a_failing_client_key_gives_internal_error(harness: Harness) -> None:
+    def client_key(context: object) -> str:
+        raise LookupError(SECRET)
+
+    guard = Guard(rate=5, rate_scope="client")
+    async with harness.connect(Gate(), guard, client_key=client_key) as client:
+        result = await client.call("fast")
+    assert envelope(result).code == "INTERNAL_ERROR"
+    assert SECRET not in texts(result)

@@ -28,6 +28,7 @@ __all__ = [
     "ClientKey",
     "admit_call",
     "crash_response",
+    "in_guarded_call",
     "missing_extra",
     "validation_response",
 ]
@@ -55,11 +56,6 @@ def missing_extra(extra: str, package: str) -> str:
     )
 
 
-def resolve_client(client_key: ClientKey | None, context: object) -> str | None:
-    """The caller's key for per-client limits, or None when no key function was given."""
-    return None if client_key is None else client_key(context)
-
-
 def in_guarded_call() -> bool:
     """Whether the running code is inside a call admitted by an adapter."""
     return _current_ticket.get() is not None
@@ -68,12 +64,12 @@ def in_guarded_call() -> bool:
 async def admit_call(
     guard: Guard,
     tool: str,
-    client: str | None,
     call: Callable[[], Awaitable[ResultT | ToolResponse]],
     *,
+    request: object,
+    client_key: ClientKey | None,
     failed: Callable[[ResultT], bool],
     passthrough: tuple[type[BaseException], ...] = (),
-    request: object | None = None,
 ) -> ResultT | ToolResponse:
     """Run ``call`` as one admitted tool call; every refusal and failure becomes an envelope.
 
@@ -81,11 +77,13 @@ async def admit_call(
     ``ToolResponse`` the adapter already made of an SDK-wrapped failure. Exceptions listed in
     ``passthrough`` (the SDK's protocol errors and deliberate tool errors, which the SDK itself
     answers) propagate with an ``error`` outcome; so does cancellation: a cancelled request gets
-    no result, and leaving ``admit`` frees the slot. ``request`` (the SDK's request
-    context) reaches custom rate-limit key functions.
+    no result, and leaving ``admit`` frees the slot. ``request`` is the SDK's request context:
+    ``client_key`` reads the caller's identity from it, and custom rate-limit key functions
+    receive it. A failing ``client_key`` is a server bug like any other: INTERNAL_ERROR.
     """
     deferred: BaseException | None = None
     try:
+        client = None if client_key is None else client_key(request)
         async with guard.admit(tool, client=client, request=request) as ticket:
             token = _current_ticket.set(ticket)
             try:

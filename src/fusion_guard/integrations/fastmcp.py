@@ -52,7 +52,6 @@ from ._common import (
     ClientKey,
     admit_call,
     crash_response,
-    resolve_client,
     validation_response,
 )
 
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
     from .._guard import Guard
     from ..contract._awareness import ContractAwareness
 
-__all__ = ["GuardMiddleware"]
+__all__ = ["GuardMiddleware", "to_tool_result"]
 
 _CRASH_PREFIX = "Error calling tool "
 """How FastMCP words the ToolError it wraps around an unexpected exception (masked or not)."""
@@ -102,11 +101,11 @@ class GuardMiddleware(Middleware):
         result = await admit_call(
             self._guard,
             tool,
-            resolve_client(self._client_key, context),
             lambda: self._run(tool, context, call_next),
+            request=context,
+            client_key=self._client_key,
             failed=_is_error,
             passthrough=_SDK_ANSWERS,
-            request=context,
         )
         return to_tool_result(result) if isinstance(result, ToolResponse) else result
 

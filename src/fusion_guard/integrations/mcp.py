@@ -45,7 +45,6 @@ from ._common import (
     crash_response,
     in_guarded_call,
     missing_extra,
-    resolve_client,
     validation_response,
 )
 
@@ -181,11 +180,11 @@ class _Adapter:
             result = await admit_call(
                 self._guard,
                 tool,
-                resolve_client(self._client_key, ctx),
                 lambda: _run_handler(handler, ctx, params),
+                request=ctx,
+                client_key=self._client_key,
                 failed=_is_error,
                 passthrough=(self._sdk.MCPError,),
-                request=ctx,
             )
             return to_call_tool_result(result) if isinstance(result, ToolResponse) else result
 
