@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from ._clock import FakeClock
+from .backends._redis_server import RedisServer
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "RedisServer"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from redis_testserver import RedisServer, find_redis_server
+from redis_testserver import RedisServer, redis_server_or_skip
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(find_redis_server(), tmp_path_factory.mktemp("redis"))
+    server = redis_server_or_skip(tmp_path_factory.mktemp("redis"))
     server.start()
     try:
         yield server
@@ -26,7 +26,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """The URL of an empty, running server."""
-    if redis_server._process is None:
+    if not redis_server.running:
         redis_server.start()
     with redis_server.client() as client:
         client.flushall()
