@@ -7,6 +7,7 @@ import math
 import pytest
 
 from fusion_guard import ConfigurationError, MemoryBackend, RateDecision, RateLimiter
+from fusion_guard.backends import RateBackend
 from fusion_guard.testing import FakeClock
 
 
@@ -176,23 +177,17 @@ def test_other_bad_arguments(kwargs: dict[str, object], match: str) -> None:
         RateLimiter(1, **kwargs)  # type: ignore[arg-type]
 
 
-class _AsyncOnlyBackend:
-    def __init__(self) -> None:
-        self.inner = MemoryBackend(FakeClock())
-
-    async def decide(self, requests):  # type: ignore[no-untyped-def]
-        return await self.inner.decide(requests)
-
-
-def test_try_acquire_on_an_async_backend_says_what_to_use() -> None:
-    limiter = RateLimiter(1, backend=_AsyncOnlyBackend())
+def test_try_acquire_on_an_async_backend_says_what_to_use(
+    async_only_backend: RateBackend,
+) -> None:
+    limiter = RateLimiter(1, backend=async_only_backend)
     with pytest.raises(ConfigurationError, match="await acquire"):
         limiter.try_acquire()
 
 
 @pytest.mark.anyio
-async def test_acquire_works_with_an_async_only_backend() -> None:
-    limiter = RateLimiter(1, backend=_AsyncOnlyBackend())
+async def test_acquire_works_with_an_async_only_backend(async_only_backend: RateBackend) -> None:
+    limiter = RateLimiter(1, backend=async_only_backend)
     assert (await limiter.acquire()).allowed
     refused = await limiter.acquire()
     assert not refused.allowed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from fusion_guard import (
@@ -14,6 +16,9 @@ from fusion_guard import (
     parse_tool_error,
 )
 from fusion_guard.testing import FakeClock
+
+if TYPE_CHECKING:
+    from conftest import AsyncOnlyBackend
 
 
 def _server_and_client(clock: FakeClock) -> RateLimits:
@@ -145,19 +150,11 @@ async def test_acheck_decides_like_check() -> None:
     assert refused.scope == "client"
 
 
-class _AsyncOnlyBackend:
-    def __init__(self, clock: FakeClock) -> None:
-        self.inner = MemoryBackend(clock)
-        self.calls = 0
-
-    async def decide(self, requests):  # type: ignore[no-untyped-def]
-        self.calls += 1
-        return await self.inner.decide(requests)
-
-
 @pytest.mark.anyio
-async def test_acheck_asks_an_async_backend_once_per_call() -> None:
-    backend = _AsyncOnlyBackend(FakeClock())
+async def test_acheck_asks_an_async_backend_once_per_call(
+    async_only_backend: AsyncOnlyBackend,
+) -> None:
+    backend = async_only_backend
     limits = RateLimits([RateLimiter(5, burst=5), RateLimiter(1, scope="client")], backend=backend)
     assert not limits.is_sync
     assert await limits.acheck(CallContext("t", client="a")) is None
