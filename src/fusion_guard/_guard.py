@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import logging
 import math
 import re
 import time
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import anyio
 
 from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
+from ._log import log_event
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObservers
 from ._policy import PolicyTable, ToolLimits
 from .admission._concurrency import ConcurrencyGuard, Slot
@@ -46,6 +48,10 @@ if TYPE_CHECKING:
 __all__ = ["Guard", "Ticket"]
 
 P = ParamSpec("P")
+
+MAX_TOOLS = 4096
+"""Distinct tool names a guard keeps state for; calls to further names share one gate."""
+OVERFLOW_TOOL = "(other tools)"
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -242,6 +248,9 @@ class Guard:
     ``registry``: the Prometheus registry for the default metrics; ``observer``: a
     ``GuardObserver`` that receives every decision, besides the default observers.
     ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``).
+
+    Per-tool state is made on a tool's first call and kept; past ``MAX_TOOLS`` distinct names
+    (a client inventing tool names), further names share one gate, ``"(other tools)"``.
     """
 
     __slots__ = ("_backend", "_expose", "_gates", "_observers", "_policies", "_settings")
@@ -368,7 +377,18 @@ class Guard:
     def _gate(self, tool: str) -> _Gate:
         gate = self._gates.get(tool)
         if gate is None:
+            if len(self._gates) >= MAX_TOOLS:
+                return self._overflow_gate(_check_tool(tool))
             gate = self._gates[tool] = self._make_gate(_check_tool(tool))
+        return gate
+
+    def _overflow_gate(self, tool: str) -> _Gate:
+        # Adapters admit whatever name a client sends, before the SDK refuses unknown tools: a
+        # client inventing names must not grow this table (or the metrics' label sets) forever.
+        gate = self._gates.get(OVERFLOW_TOOL)
+        if gate is None:
+            log_event(logging.WARNING, "tool_table_full", tool=tool, max_tools=MAX_TOOLS)
+            gate = self._gates[OVERFLOW_TOOL] = self._make_gate(OVERFLOW_TOOL)
         return gate
 
     def _make_gate(self, tool: str) -> _Gate:

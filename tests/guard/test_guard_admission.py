@@ -336,3 +336,18 @@ async def test_from_env_reads_variables_and_overrides_win(monkeypatch: pytest.Mo
     assert guard.limits("search").timeout == 7.0
     assert guard.limits("search").max_active == 3
     assert guard.settings.origin("timeout") == "argument"
+
+
+async def test_invented_tool_names_cannot_grow_the_state_forever(
+    observer: RecordingObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fusion_guard import _guard
+
+    monkeypatch.setattr(_guard, "MAX_TOOLS", 2)
+    guard = Guard(metrics=False, observer=observer)
+    for name in ("a", "b", "invented-1", "invented-2"):
+        assert (await guard.call(name, _ok)).text == "ok"
+    assert guard.limits("a").tool == "a"
+    assert guard.limits("invented-3").tool == _guard.OVERFLOW_TOOL
+    assert [tool for tool, _ in observer.bound] == ["a", "b", _guard.OVERFLOW_TOOL]
+    assert observer.ends(_guard.OVERFLOW_TOOL) == ["ok", "ok"]
