@@ -61,7 +61,8 @@ def escape_content(text: str) -> str:
 
 def escape_attr(text: str) -> str:
     """Escape an attribute value: all five XML specials plus tab, newline and CR."""
-    if _ATTR_SPECIAL.search(text) is None:
+    # Identifiers (most codes and detail keys) hold letters, digits and `_` only: a C check.
+    if text.isidentifier() or _ATTR_SPECIAL.search(text) is None:
         return text
     return text.translate(_ATTR_TABLE)
 
@@ -79,7 +80,11 @@ def format_retry_after(seconds: float) -> str | None:
     if seconds % 1 == 0:  # whole seconds; every float >= 2**52 is one, and * 1000 could overflow
         return str(int(seconds))
     whole, frac = divmod(_ceil_millis(seconds), 1000)
-    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
+    return f"{whole}.{_MILLIS[frac]}" if frac else str(whole)
+
+
+# Prepared once: the decimals of every millisecond count, trailing zeros dropped ("25" for 250).
+_MILLIS = [f"{frac:03d}".rstrip("0") for frac in range(1000)]
 
 
 def _ceil_millis(seconds: float) -> int:
