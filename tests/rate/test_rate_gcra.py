@@ -192,3 +192,17 @@ async def test_acquire_works_with_an_async_only_backend(async_only_backend: Rate
     refused = await limiter.acquire()
     assert not refused.allowed
     assert refused.retry_after == pytest.approx(1.0)
+
+
+def test_a_limiter_is_read_only() -> None:
+    limiter = RateLimiter(10)
+    with pytest.raises(AttributeError, match="read-only"):
+        limiter.rate = 20  # type: ignore[misc]
+    assert limiter.emission_interval == pytest.approx(0.1)
+
+
+def test_default_names_keep_the_exact_figures() -> None:
+    assert RateLimiter(1234567).name != RateLimiter(1234568).name
+    assert (
+        RateLimiter(0.5, per=0.25, burst=2, scope="my scope", key=str).name == "my_scope/0.5/0.25/2"
+    )

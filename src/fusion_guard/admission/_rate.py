@@ -25,6 +25,7 @@ from .._clock import Clock
 from .._exceptions import ConfigurationError, RateLimited
 from ..backends._base import GcraRequest, GcraResult, RateBackend, SyncRateBackend
 from ..backends._memory import MemoryBackend
+from ..wire._render import format_detail_value
 from ..wire._shedding import RateLimitedTemplate, describe_rate
 from ._context import CallContext
 
@@ -122,7 +123,8 @@ def _check_name(name: object, default: str) -> str:
 
 def _default_name(scope: str, rate: float, per: float, burst: int) -> str:
     # Stable across processes (replicas sharing a Redis backend must agree on it).
-    return f"{_NAME_UNSAFE.sub('_', scope)}/{rate:g}/{per:g}/{burst}"
+    figures = f"{format_detail_value(rate)}/{format_detail_value(per)}/{burst}"  # exact
+    return f"{_NAME_UNSAFE.sub('_', scope)}/{figures}"
 
 
 def _default_backend(clock: Clock | None, backend: object) -> RateBackend:
@@ -202,6 +204,13 @@ class RateLimiter:
         self._wait_one: Callable[[str, float, float], float] | None = getattr(
             self._backend, "wait_one", None
         )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Each attribute is set once, in __init__: a later change would leave the derived
+        # interval, tolerance and namespace stale.
+        if hasattr(self, name):
+            raise AttributeError(f"RateLimiter.{name} is read-only: make a new RateLimiter")
+        object.__setattr__(self, name, value)
 
     @property
     def backend(self) -> RateBackend:

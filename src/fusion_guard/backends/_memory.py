@@ -71,11 +71,16 @@ class MemoryBackend:
         """Decide a call against every request's limit, all or nothing."""
         now = self._clock()
         get = self._tats.get
+        new_key = False
         for key, _, tolerance in requests:
+            tat = get(key)
+            if tat is None:  # a new key has a full budget
+                new_key = True
             # A key behind the clock waits less than nothing: no need to clamp it to now here.
-            if get(key, now) - tolerance - now > _SLACK:
+            elif tat - tolerance - now > _SLACK:
                 return self._refusal(requests, now)
-        self._clean_if_due(now)  # drops only keys back to full, which read the same as absent
+        if new_key:  # only a new key grows the table: clean up first when due
+            self._clean_if_due(now)
         tats = self._tats
         horizon = self._horizon
         for key, emission_interval, _ in requests:
