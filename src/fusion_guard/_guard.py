@@ -147,7 +147,15 @@ class Ticket:
         if gate.rates is not None:
             await self._check_rates(gate, gate.rates)
         if gate.slots is not None:
-            await self._take_slot(gate.slots.slot(gate.limits.timeout))
+            slot = gate.slots.slot(gate.limits.timeout)
+            try:
+                await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
+            except anyio.get_cancelled_exc_class():
+                self._done = True
+                gate.observer.finished("cancelled", None)
+                raise
+            self._slot = slot
+            self.queue_wait = slot.queue_wait
         else:
             gate.observer.admitted(0.0)
             if gate.deadline is not None:
@@ -162,7 +170,12 @@ class Ticket:
         tb: TracebackType | None,
     ) -> bool:
         try:
-            swallowed = await self._leave(exc_type, exc, tb)
+            if self._slot is not None:  # frees the slot; HandlerTimeout past the deadline
+                swallowed = await self._slot.__aexit__(exc_type, exc, tb)
+            elif self._scope is not None:
+                swallowed = self._exit_deadline(self._scope, exc_type, exc, tb)
+            else:
+                swallowed = False
         except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
             self.complete(_outcome_of(raised))
             raise
@@ -190,32 +203,18 @@ class Ticket:
             gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0)
             raise refusal
 
-    async def _take_slot(self, slot: Slot) -> None:
-        try:
-            await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
-        except anyio.get_cancelled_exc_class():
-            self._done = True
-            self._gate.observer.finished("cancelled", None)
-            raise
-        self._slot = slot
-        self.queue_wait = slot.queue_wait
-
     def _enter_deadline(self, timeout: float) -> None:
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
         scope.__enter__()
         self._scope = scope
 
-    async def _leave(
+    def _exit_deadline(
         self,
+        scope: anyio.CancelScope,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if self._slot is not None:
-            return await self._slot.__aexit__(exc_type, exc, tb)
-        scope = self._scope
-        if scope is None:
-            return False
         self._scope = None
         swallowed = bool(scope.__exit__(exc_type, exc, tb))
         if scope.cancelled_caught and self._gate.deadline is not None:
