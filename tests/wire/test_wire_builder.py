@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 import fusion_guard.wire._builder as builder_module
@@ -151,3 +154,16 @@ def test_a_failed_setter_leaves_the_builder_unchanged() -> None:
     with pytest.raises(TypeError):
         b.actions("fine", 1)  # type: ignore[arg-type]
     assert b.text == text
+
+
+def test_responses_and_builders_copy_and_pickle() -> None:
+    response = tool_error("CONFLICT", "Already paid", retry_after=2)
+    builder = error("CONFLICT", "Already paid").retry_after(2)
+    for original in (response, builder):
+        for clone in (copy.copy(original), pickle.loads(pickle.dumps(original))):
+            assert type(clone) is ToolResponse
+            assert (clone.text, clone.is_error, clone.code) == (
+                response.text,
+                response.is_error,
+                "CONFLICT",
+            )

@@ -165,7 +165,7 @@ def _retry_after(text: str | None) -> float | None:
 # -- results ------------------------------------------------------------------------------------
 
 
-def raise_for_tool_error(result: ToolResponse | Mapping[str, Any] | Any) -> None:
+def raise_for_tool_error(result: object) -> None:
     """Raise ``FusionClientError`` when ``result`` is an error result; warnings never raise.
 
     ``result`` is a ``ToolResponse``, the wire dict ``{"content": [...], "isError": bool}``, or

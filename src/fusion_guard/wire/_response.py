@@ -69,6 +69,12 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience (s
     def __hash__(self) -> int:
         return hash((self.text, self.is_error))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's default (the class called with ``args``, which are empty) cannot rebuild a
+        # response: copy.copy() and pickling (to another process) would fail. A builder reduces
+        # to the plain response it renders.
+        return (make_response, (self.text, self.is_error, self.code))
+
 
 _new_exception = Exception.__new__
 
