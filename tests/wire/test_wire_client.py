@@ -225,3 +225,13 @@ def test_an_unknown_shape_is_a_type_error() -> None:
         raise_for_tool_error("<tool_error/>")
     with pytest.raises(TypeError, match="must hold a str"):
         raise_for_tool_error({"content": [{"type": "text", "text": 3}], "isError": True})
+
+
+@pytest.mark.parametrize("written", ["inf seconds", "nan seconds", "-1 seconds", "0", "soon", ""])
+def test_a_retry_after_that_is_no_advice_reads_as_none(written: str) -> None:
+    retry = f"<retry_after>{written}</retry_after>"
+    text = f'<tool_error code="X"><message>m</message>{retry}</tool_error>'
+    parsed = parse_tool_error(text)
+    assert parsed is not None
+    assert parsed.retry_after is None
+    assert parsed.severity == "error"  # the default when the attribute is missing

@@ -8,6 +8,7 @@ writes and a compact one without whitespace between elements are read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 from xml.etree.ElementTree import Element, TreeBuilder
@@ -157,9 +158,11 @@ def _retry_after(text: str | None) -> float | None:
         return None
     number, _, _unit = text.partition(" ")
     try:
-        return float(number)
+        seconds = float(number)
     except ValueError:
         return None
+    # The contract writes only finite values > 0; anything else from a server is no advice.
+    return seconds if 0 < seconds < math.inf else None
 
 
 # -- results ------------------------------------------------------------------------------------
