@@ -28,7 +28,7 @@ def _configured_structlog() -> ModuleType | None:
 def is_enabled(level: int) -> bool:
     """Whether an event at ``level`` would be emitted (always true under structlog, whose own
     filtering decides later); lets callers skip preparing fields nobody will read."""
-    return _configured_structlog() is not None or _stdlib.isEnabledFor(level)
+    return _stdlib.isEnabledFor(level) or _configured_structlog() is not None
 
 
 def log_event(

@@ -98,14 +98,20 @@ class LiveFigures(Protocol):
 
 
 class _Histogram:
-    """Bucket counts (not cumulative; the scrape adds them up) and a running sum."""
+    """Bucket counts (not cumulative; the scrape adds them up) and a running sum.
 
-    __slots__ = ("bounds", "counts", "total")
+    ``zeros`` counts observations of exactly 0 apart (the uncontended queue wait): the hot path
+    then skips the bucket search, and the scrape adds them to the bucket 0 falls in.
+    """
+
+    __slots__ = ("bounds", "counts", "total", "zero_bucket", "zeros")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
+        self.zeros = 0
+        self.zero_bucket = bisect_left(bounds, 0.0)
 
     def observe(self, value: float) -> None:
         # bisect_left finds the first bound >= value: Prometheus' "le" bucket.
@@ -114,6 +120,7 @@ class _Histogram:
 
     def cumulative(self) -> tuple[list[tuple[str, float]], float]:
         counts, total = list(self.counts), self.total  # a copy: the loop may record meanwhile
+        counts[self.zero_bucket] += self.zeros
         running, buckets = 0, []
         for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
             running += count
@@ -162,11 +169,16 @@ class _LeanTool:
         """Read ``inflight`` and ``queue_depth`` from ``figures`` at scrape time."""
         self.live = figures
 
+    # The hot methods inline _Histogram.observe: a method call is a third of their cost.
+
     def admitted(self, queue_wait: float) -> None:
         self.inflight += 1
         wait = self.wait
-        wait.counts[bisect_left(wait.bounds, queue_wait)] += 1
-        wait.total += queue_wait
+        if queue_wait:
+            wait.counts[bisect_left(wait.bounds, queue_wait)] += 1
+            wait.total += queue_wait
+        else:
+            wait.zeros += 1
 
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         calls, counts = self.calls, self.shed_counts
@@ -179,11 +191,15 @@ class _LeanTool:
         self.retry_limited.observe(retry_after)
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
-        calls = self.calls
-        calls[outcome] = calls.get(outcome, 0) + 1
+        try:
+            self.calls[outcome] += 1
+        except KeyError:  # an outcome outside the contract: shown, never raised
+            self.calls[outcome] = 1
         if duration is not None:
             self.inflight -= 1
-            self.duration.observe(duration)
+            hist = self.duration
+            hist.counts[bisect_left(hist.bounds, duration)] += 1
+            hist.total += duration
 
     def backend_error(self, backend: str, allowed: bool) -> None:
         key = (backend, "allowed" if allowed else "denied")
