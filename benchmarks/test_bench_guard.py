@@ -50,25 +50,21 @@ def _run(benchmark: pytest.FixtureRequest, op: Callable[[], Awaitable[object]]) 
     benchmark(async_batch(op), 1_000)
 
 
-def test_tool_without_limits_vs_semaphore(
-    benchmark: pytest.FixtureRequest, figures: Figures
+@pytest.mark.parametrize(
+    ("name", "limits", "target"),
+    [
+        ("tool with no limits", {"max_active": "off", "timeout": "off"}, 3.5),
+        ("slot, no deadline", {"timeout": "off"}, 5),
+    ],
+)
+def test_guard_call_vs_semaphore(
+    benchmark: pytest.FixtureRequest,
+    figures: Figures,
+    name: str,
+    limits: dict[str, object],
+    target: float,
 ) -> None:
-    guard = Guard(metrics=False, tools={"health": {"max_active": "off", "timeout": "off"}})
-
-    def call() -> Awaitable[object]:
-        return guard.call("health", handler)
-
-    candidate, baseline = time_batches(
-        async_batch(call), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
-    )
-    figures.at_most("Guard.call, tool with no limits vs bare semaphore", candidate, baseline, 3.5)
-    _run(benchmark, call)
-
-
-def test_slot_without_deadline_vs_semaphore(
-    benchmark: pytest.FixtureRequest, figures: Figures
-) -> None:
-    guard = Guard(metrics=False, timeout="off")
+    guard = Guard(metrics=False, tools={"billing.pay": limits})
 
     def call() -> Awaitable[object]:
         return guard.call("billing.pay", handler)
@@ -76,7 +72,7 @@ def test_slot_without_deadline_vs_semaphore(
     candidate, baseline = time_batches(
         async_batch(call), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
     )
-    figures.at_most("Guard.call, slot, no deadline vs bare semaphore", candidate, baseline, 5)
+    figures.at_most(f"Guard.call, {name} vs bare semaphore", candidate, baseline, target)
     _run(benchmark, call)
 
 

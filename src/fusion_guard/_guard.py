@@ -20,6 +20,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -132,7 +133,7 @@ class Ticket:
         self._client = client
         self._request = request
         self._slot: Slot | None = None
-        self._scope: anyio.CancelScope | None = None
+        self._scope: AbstractContextManager[anyio.CancelScope] | None = None
         self._start = 0.0
         self._done = False
         self.outcome: Outcome | str = "ok"
@@ -173,7 +174,7 @@ class Ticket:
             if self._slot is not None:  # frees the slot; HandlerTimeout past the deadline
                 swallowed = await self._slot.__aexit__(exc_type, exc, tb)
             elif self._scope is not None:
-                swallowed = self._exit_deadline(self._scope, exc_type, exc, tb)
+                swallowed = self._leave_deadline(self._scope, exc_type, exc, tb)
             else:
                 swallowed = False
         except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
@@ -204,22 +205,26 @@ class Ticket:
             raise refusal
 
     def _enter_deadline(self, timeout: float) -> None:
-        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
-        scope.__enter__()
-        self._scope = scope
+        # A tool without slots keeps its deadline here (with slots, the Slot applies it).
+        deadline = anyio.fail_after(timeout)
+        deadline.__enter__()
+        self._scope = deadline
 
-    def _exit_deadline(
+    def _leave_deadline(
         self,
-        scope: anyio.CancelScope,
+        deadline: AbstractContextManager[anyio.CancelScope],
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
         self._scope = None
-        swallowed = bool(scope.__exit__(exc_type, exc, tb))
-        if scope.cancelled_caught and self._gate.deadline is not None:
-            raise HandlerTimeout(self._gate.deadline.render()) from None
-        return swallowed
+        try:
+            return bool(deadline.__exit__(exc_type, exc, tb))
+        except TimeoutError:  # ours: the body's own exceptions come back as a False return
+            template = self._gate.deadline
+            if template is None:  # pragma: no cover (a deadline is entered only with one)
+                raise
+            raise HandlerTimeout(template.render()) from None
 
 
 def _outcome_of(exc: BaseException) -> Outcome:

@@ -351,3 +351,16 @@ async def test_invented_tool_names_cannot_grow_the_state_forever(
     assert guard.limits("invented-3").tool == _guard.OVERFLOW_TOOL
     assert [tool for tool, _ in observer.bound] == ["a", "b", _guard.OVERFLOW_TOOL]
     assert observer.ends(_guard.OVERFLOW_TOOL) == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("max_active", [1, "off"])
+async def test_a_handlers_own_timeout_error_is_not_the_deadline(
+    observer: RecordingObserver, max_active: object
+) -> None:
+    async def gives_up() -> str:
+        raise TimeoutError("upstream API timed out")
+
+    guard = Guard(metrics=False, max_active=max_active, timeout=30, observer=observer)
+    result = await guard.call("fetch", gives_up)
+    assert result.code == ErrorCode.INTERNAL_ERROR
+    assert observer.ends("fetch") == ["internal_error"]
