@@ -364,3 +364,28 @@ async def test_a_handlers_own_timeout_error_is_not_the_deadline(
     result = await guard.call("fetch", gives_up)
     assert result.code == ErrorCode.INTERNAL_ERROR
     assert observer.ends("fetch") == ["internal_error"]
+
+
+async def test_default_metrics_count_every_call_on_the_given_registry() -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    guard = Guard(registry=registry, max_active=1, max_queue=0, rate=2, rate_per=60, burst=2)
+    gate = Gate()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.call, "billing.pay", gate.hold)
+        await anyio.wait_all_tasks_blocked()
+        assert registry.get_sample_value("fusion_guard_inflight", {"tool": "billing.pay"}) == 1
+        assert (await guard.call("billing.pay", gate.hold)).code == ErrorCode.SERVER_BUSY
+        gate.release.set()
+    assert (await guard.call("billing.pay", gate.hold)).code == ErrorCode.RATE_LIMITED
+
+    def calls(outcome: str) -> float | None:
+        labels = {"tool": "billing.pay", "outcome": outcome}
+        return registry.get_sample_value("fusion_guard_calls_total", labels)
+
+    assert (calls("ok"), calls("shed"), calls("rate_limited")) == (1, 1, 1)
+    quiet = CollectorRegistry()
+    await Guard(registry=quiet, metrics=False).call("t", _ok)
+    labels = {"tool": "t", "outcome": "ok"}
+    assert quiet.get_sample_value("fusion_guard_calls_total", labels) is None
