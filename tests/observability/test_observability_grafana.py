@@ -7,7 +7,7 @@ import re
 import subprocess
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from observability_support import ALERT_TESTS, ALERTS, DASHBOARD, GRAFANA, require_binary
 
 from fusion_guard.observability._metrics import metric_names
