@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import math
-import xml.etree.ElementTree as ET
 
 import anyio
 import anyio.lowlevel
 import pytest
+from concurrency_support import envelope_details as details
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, HandlerTimeout, ServerBusy
 
 pytestmark = pytest.mark.anyio
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def details(text: str) -> dict[str, str]:
-    root = ET.fromstring(text)
-    return {d.attrib["key"]: d.text or "" for d in root.iter("detail")}
 
 
 async def test_free_slot_is_taken_without_yielding() -> None:

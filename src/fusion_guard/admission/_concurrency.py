@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
 from .._observer import ShedReason, ToolObserver
@@ -350,6 +351,9 @@ class ConcurrencyGuard:
         try:
             with anyio.move_on_after(self._queue_timeout):
                 await waiter.event.wait()
+            # Cancelled at the very moment the slot was handed over (trio resumes a woken task
+            # without delivering the cancellation): give the slot on rather than run the body.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             self._abandon(waiter)
             raise

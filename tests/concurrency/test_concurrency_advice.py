@@ -1,0 +1,262 @@
+"""retry_after promises, predictive early shedding, LIFO under overload, the race, the observer."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from concurrency_support import FakeClock, RecordingObserver, envelope_details
+
+from fusion_guard import ConcurrencyGuard, ServerBusy
+
+pytestmark = pytest.mark.anyio
+
+
+async def observe_hold(guard: ConcurrencyGuard, clock: FakeClock, seconds: float) -> None:
+    """One call that holds its slot ``seconds`` on the fake clock."""
+    async with guard.slot():
+        clock.advance(seconds)
+
+
+async def refusals(guard: ConcurrencyGuard, count: int) -> list[float]:
+    out: list[float] = []
+    for _ in range(count):
+        with pytest.raises(ServerBusy) as info:
+            await guard.acquire()
+        assert info.value.retry_after is not None
+        out.append(info.value.retry_after)
+    return out
+
+
+# -- retry_after ---------------------------------------------------------------------------------
+
+
+async def test_successive_refusals_are_promised_successive_openings(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(2, max_queue=0, clock=clock)
+    await observe_hold(guard, clock, 0.4)  # one slot frees every 0.4 / 2 = 0.2 s
+    held = [guard.acquire_nowait(), guard.acquire_nowait()]
+    assert await refusals(guard, 4) == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    for slot in held:
+        slot.release()
+
+
+async def test_retry_after_reflects_observed_service_time(clock: FakeClock) -> None:
+    fast = ConcurrencyGuard(1, max_queue=0, clock=clock)
+    slow = ConcurrencyGuard(1, max_queue=0, clock=clock)
+    await observe_hold(fast, clock, 0.02)
+    await observe_hold(slow, clock, 1.5)
+    fast.acquire_nowait()
+    slow.acquire_nowait()
+    assert await refusals(fast, 1) == pytest.approx([0.02])
+    assert await refusals(slow, 1) == pytest.approx([1.5])
+
+
+async def test_retry_after_uses_the_prior_before_any_sample(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=0, expected_service_time=0.25, clock=clock)
+    guard.acquire_nowait()
+    assert await refusals(guard, 2) == pytest.approx([0.25, 0.5])
+
+
+async def test_promises_fall_back_to_the_queue_drain_once_time_passes(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=0, expected_service_time=0.1, clock=clock)
+    guard.acquire_nowait()
+    assert await refusals(guard, 3) == pytest.approx([0.1, 0.2, 0.3])
+    clock.advance(10)  # the burst is long over: no stale promises linger
+    assert await refusals(guard, 1) == pytest.approx([0.1])
+
+
+async def test_retry_after_counts_the_queue_ahead_and_is_capped(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(
+        1, max_queue=3, queue_timeout=60, max_retry_after=2.0, predictive=False, clock=clock
+    )
+    await observe_hold(guard, clock, 0.5)
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        # 3 queued ahead: the next opening for a newcomer is the 4th, 4 * 0.5 s away; then capped
+        assert await refusals(guard, 2) == pytest.approx([2.0, 2.0])
+        tg.cancel_scope.cancel()
+
+
+# -- predictive early shedding ---------------------------------------------------------------------
+
+
+async def test_caller_that_cannot_be_served_in_time_is_shed_at_arrival(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=100, queue_timeout=1.0, name="t", clock=clock)
+    await observe_hold(guard, clock, 0.4)
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)  # expected wait 0.4 s
+        tg.start_soon(guard.acquire)  # expected wait 0.8 s
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 2
+        with pytest.raises(ServerBusy) as info:  # expected wait 1.2 s > queue_timeout
+            await guard.acquire()
+        tg.cancel_scope.cancel()
+    assert info.value.reason == "queue_timeout"
+    assert envelope_details(info.value.response.text) == {
+        "reason": "queue_timeout",
+        "active": "1",
+        "queued": "2",
+        "max_active": "1",
+        "max_queue": "100",
+        "predicted": "true",
+    }
+    stats = guard.statistics()
+    assert (stats.shed_queue_timeout, stats.shed_predicted) == (1, 1)
+
+
+async def test_no_prediction_before_a_service_time_is_observed(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(
+        1, max_queue=5, queue_timeout=1.0, expected_service_time=10.0, clock=clock
+    )
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 5  # the prior is a guess: nobody is shed on it
+        tg.cancel_scope.cancel()
+
+
+async def test_prediction_can_be_switched_off(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=5, queue_timeout=1.0, predictive=False, clock=clock)
+    await observe_hold(guard, clock, 5.0)
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 1
+        tg.cancel_scope.cancel()
+
+
+# -- queue order -----------------------------------------------------------------------------------
+
+
+async def serve_order(guard: ConcurrencyGuard, clock: FakeClock, age: float) -> list[int]:
+    """Queue callers 0, 1, 2, 3 behind a held slot, let them age, release; the order served."""
+    order: list[int] = []
+    holder = guard.acquire_nowait()
+
+    async def caller(i: int) -> None:
+        async with guard.slot():
+            order.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(caller, i)
+            await anyio.wait_all_tasks_blocked()
+        clock.advance(age)
+        holder.release()
+    return order
+
+
+async def test_lifo_serves_newest_first_while_the_queue_is_standing(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30, lifo=True, clock=clock)
+    assert await serve_order(guard, clock, age=0.5) == [3, 2, 1, 0]
+
+
+async def test_lifo_guard_stays_fifo_while_the_queue_is_fresh(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30, lifo=True, clock=clock)
+    assert await serve_order(guard, clock, age=0.01) == [0, 1, 2, 3]
+
+
+async def test_lifo_after_sets_when_a_queue_counts_as_standing(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, queue_timeout=30, lifo=True, lifo_after=1.0, clock=clock)
+    assert await serve_order(guard, clock, age=0.5) == [0, 1, 2, 3]
+    assert await serve_order(guard, clock, age=1.5) == [3, 2, 1, 0]
+
+
+async def test_fifo_guard_ignores_queue_age(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30, clock=clock)
+    assert await serve_order(guard, clock, age=5.0) == [0, 1, 2, 3]
+
+
+# -- the hand-off race -----------------------------------------------------------------------------
+
+
+async def test_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30)
+    holder = guard.acquire_nowait()
+    ran: list[str] = []
+    scopes: dict[str, anyio.CancelScope] = {}
+
+    async def caller(label: str) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[label] = scope
+            async with guard.slot():
+                ran.append(label)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(caller, "first")
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(caller, "second")
+        await anyio.wait_all_tasks_blocked()
+        holder.release()  # hands the slot to "first"...
+        scopes["first"].cancel()  # ...which is cancelled before it can run
+        assert guard.active == 1
+    assert ran == ["second"]
+    assert (guard.active, guard.queued) == (0, 0)
+    stats = guard.statistics()
+    assert (stats.admitted, stats.cancelled_queued) == (2, 1)
+
+
+async def test_waiter_cancelled_as_handed_with_nobody_behind_frees_the_slot() -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30)
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        holder.release()
+        tg.cancel_scope.cancel()
+    assert (guard.active, guard.queued) == (0, 0)
+    guard.acquire_nowait().release()  # the slot is usable again
+
+
+# -- observer and queue_wait -----------------------------------------------------------------------
+
+
+async def test_observer_hears_admissions_with_queue_wait_and_sheds(clock: FakeClock) -> None:
+    observer = RecordingObserver()
+    guard = ConcurrencyGuard(
+        1, max_queue=1, queue_timeout=30, expected_service_time=0.5, observer=observer, clock=clock
+    )
+    waits: list[float] = []
+
+    async def queued_caller() -> None:
+        async with guard.slot() as s:
+            waits.append(s.queue_wait)
+
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued_caller)
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(ServerBusy):
+            await guard.acquire()
+        clock.advance(0.25)
+        holder.release()
+    assert waits == [0.25]
+    assert observer.events == [
+        ("admitted", 0.0),
+        ("shed", "queue_full", 1, 1, pytest.approx(1.0)),
+        ("admitted", 0.25),
+    ]
+
+
+async def test_statistics_and_repr_show_the_figures() -> None:
+    guard = ConcurrencyGuard(3, max_queue=7, queue_timeout=1.5, name="x.y")
+    held = guard.acquire_nowait()
+    stats = guard.statistics()
+    assert (stats.name, stats.active, stats.queued, stats.max_active, stats.max_queue) == (
+        "x.y",
+        1,
+        0,
+        3,
+        7,
+    )
+    assert "active=1/3" in repr(guard)
+    held.release()
+    assert guard.statistics().service_samples == 1
+    with pytest.raises(AttributeError):
+        stats.active = 5  # type: ignore[misc]

@@ -1,0 +1,142 @@
+"""Property test: thousands of random arrivals, completions, failures, cancellations and timeouts.
+
+Each example runs a random program against one guard. Calls are real tasks; after every step the
+test lets the scheduler settle (``wait_all_tasks_blocked``) and checks the invariants. At the end
+every call must be accounted for exactly once, by the test and by the guard's statistics alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fusion_guard import ConcurrencyGuard, HandlerTimeout, ServerBusy
+
+pytestmark = pytest.mark.anyio
+
+ARRIVE, FINISH, FAIL, CANCEL, TICK = "arrive", "finish", "fail", "cancel", "tick"
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from([ARRIVE, ARRIVE, ARRIVE, FINISH, FINISH, FAIL, CANCEL, TICK]),
+        st.integers(0, 1000),  # which call (modulo the candidates)
+        st.booleans(),  # for an arrival: does the handler have a short deadline?
+    ),
+    min_size=50,
+    max_size=250,
+)
+
+
+@dataclass
+class Call:
+    index: int
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    fail: bool = False
+    entered: bool = False
+
+
+@dataclass
+class World:
+    guard: ConcurrencyGuard
+    fifo: bool
+    calls: list[Call] = field(default_factory=list)
+    waiting: set[int] = field(default_factory=set)
+    outcomes: dict[int, str] = field(default_factory=dict)
+
+    def settle_outcome(self, call: Call, outcome: str) -> None:
+        assert call.index not in self.outcomes, "a call ended twice"
+        self.outcomes[call.index] = outcome
+        self.waiting.discard(call.index)
+
+    async def run_call(self, call: Call, deadline: float | None) -> None:
+        self.waiting.add(call.index)
+        outcome = "cancelled"
+        with call.scope:
+            try:
+                async with self.guard.slot(deadline):
+                    self.admitted(call)
+                    await call.done.wait()
+                    if call.fail:
+                        raise RuntimeError("handler failed")
+                    outcome = "ok"
+            except ServerBusy:
+                outcome = "shed"
+            except HandlerTimeout:
+                outcome = "timeout"
+            except RuntimeError:
+                outcome = "error"
+        self.settle_outcome(call, outcome)
+
+    def admitted(self, call: Call) -> None:
+        call.entered = True
+        self.waiting.discard(call.index)
+        if self.fifo:  # nobody who arrived earlier is still waiting: FIFO, no barging
+            assert all(other > call.index for other in self.waiting)
+
+    def check(self) -> None:
+        guard = self.guard
+        assert 0 <= guard.active <= guard.max_active
+        assert 0 <= guard.queued <= guard.max_queue
+        assert guard.queued == len(self.waiting)
+        if guard.queued:
+            assert guard.active == guard.max_active  # a free slot never coexists with waiters
+
+
+async def drive(world: World, program: list[tuple[str, int, bool]]) -> None:
+    async with anyio.create_task_group() as tg:
+        for action, pick, short_deadline in program:
+            live = [c for c in world.calls if c.index not in world.outcomes]
+            holders = [c for c in live if c.entered]
+            if action == ARRIVE:
+                call = Call(len(world.calls))
+                world.calls.append(call)
+                tg.start_soon(world.run_call, call, 0.002 if short_deadline else None)
+            elif action in (FINISH, FAIL) and holders:
+                call = holders[pick % len(holders)]
+                call.fail = action == FAIL
+                call.done.set()
+            elif action == CANCEL and live:
+                live[pick % len(live)].scope.cancel()
+            elif action == TICK:
+                await anyio.sleep(0.003)  # lets handler deadlines and queue timeouts expire
+            await anyio.wait_all_tasks_blocked()
+            world.check()
+        for call in world.calls:  # wind down: everything still live is cancelled
+            call.scope.cancel()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    program=steps,
+    max_active=st.integers(1, 4),
+    max_queue=st.integers(0, 6),
+    lifo=st.booleans(),
+)
+async def test_random_programs_keep_every_invariant(
+    program: list[tuple[str, int, bool]], max_active: int, max_queue: int, lifo: bool
+) -> None:
+    guard = ConcurrencyGuard(
+        max_active, max_queue=max_queue, queue_timeout=0.02, lifo=lifo, lifo_after=0.004
+    )
+    world = World(guard, fifo=not lifo)
+    await drive(world, program)
+
+    assert (guard.active, guard.queued) == (0, 0)
+    assert sorted(world.outcomes) == list(range(len(world.calls)))  # each call exactly once
+    counts = {k: list(world.outcomes.values()).count(k) for k in set(world.outcomes.values())}
+    stats = guard.statistics()
+    entered = sum(c.entered for c in world.calls)
+    assert stats.admitted == entered
+    assert stats.shed_queue_full + stats.shed_queue_timeout == counts.get("shed", 0)
+    assert stats.handler_timeouts == counts.get("timeout", 0)
+    never_ran = [c for c in world.calls if not c.entered and world.outcomes[c.index] == "cancelled"]
+    assert stats.cancelled_queued == len(never_ran)
