@@ -13,7 +13,7 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from conftest import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch, time_batches
 from fusion_guard import Guard
 
 OPS = 5_000

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from conftest import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch, time_batches
 from fusion_guard import ConcurrencyGuard, GuardSettings, PrometheusObserver, ServerBusy
 from fusion_guard._observer import ToolObserver
 from fusion_guard.observability._defaults import default_observers
@@ -88,47 +88,45 @@ def quiet_logs() -> Iterator[None]:
     logger.removeHandler(handler)
 
 
+def figure(
+    figures: Figures,
+    benchmark: BenchmarkFixture,
+    name: str,
+    ours: Callable[[], Awaitable[None]],
+    baseline: Callable[[], Awaitable[None]],
+    limit: float,
+) -> None:
+    """Measure ``ours`` against ``baseline`` side by side, then let pytest-benchmark time it."""
+    candidate_s, baseline_s = time_batches(
+        async_batch(ours), async_batch(baseline), ops=OPS, rounds=ROUNDS
+    )
+    figures.at_most(name, candidate_s, baseline_s, limit)
+    benchmark(run_once(ours))
+
+
 def test_figure_slot_with_metrics_vs_semaphore(
     figures: Figures, benchmark: BenchmarkFixture
 ) -> None:
-    op = slot_op(metrics_observer())
-    ours, baseline = time_batches(
-        async_batch(op), async_batch(semaphore_op()), ops=OPS, rounds=ROUNDS
-    )
-    figures.at_most("guard.slot() uncontended, metrics on vs asyncio.Semaphore", ours, baseline, 3)
-    benchmark(run_once(op))
+    name = "guard.slot() uncontended, metrics on vs asyncio.Semaphore"
+    figure(figures, benchmark, name, slot_op(metrics_observer()), semaphore_op(), 3)
 
 
 def test_figure_slot_with_default_observers_vs_semaphore(
     figures: Figures, benchmark: BenchmarkFixture, quiet_logs: None
 ) -> None:
-    op = slot_op(default_observer())
-    ours, baseline = time_batches(
-        async_batch(op), async_batch(semaphore_op()), ops=OPS, rounds=ROUNDS
-    )
-    figures.at_most(
-        "guard.slot() uncontended, metrics + logs vs asyncio.Semaphore", ours, baseline, 3
-    )
-    benchmark(run_once(op))
+    name = "guard.slot() uncontended, metrics + logs vs asyncio.Semaphore"
+    figure(figures, benchmark, name, slot_op(default_observer()), semaphore_op(), 3)
 
 
 def test_figure_metrics_add_little_to_the_slot(
     figures: Figures, benchmark: BenchmarkFixture
 ) -> None:
-    op = slot_op(metrics_observer())
-    ours, baseline = time_batches(
-        async_batch(op), async_batch(slot_op(None)), ops=OPS, rounds=ROUNDS
-    )
-    figures.at_most("guard.slot() uncontended, metrics on vs metrics off", ours, baseline, 1.5)
-    benchmark(run_once(op))
+    name = "guard.slot() uncontended, metrics on vs metrics off"
+    figure(figures, benchmark, name, slot_op(metrics_observer()), slot_op(None), 1.5)
 
 
 def test_figure_reporting_a_shed_vs_the_shed_itself(
     figures: Figures, benchmark: BenchmarkFixture, quiet_logs: None
 ) -> None:
-    op = shed_op(default_observer())
-    ours, baseline = time_batches(
-        async_batch(op), async_batch(shed_op(None)), ops=OPS, rounds=ROUNDS
-    )
-    figures.at_most("shed, metrics + sampled logs vs shed unobserved", ours, baseline, 1.5)
-    benchmark(run_once(op))
+    name = "shed, metrics + sampled logs vs shed unobserved"
+    figure(figures, benchmark, name, shed_op(default_observer()), shed_op(None), 1.5)

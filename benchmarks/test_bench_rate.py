@@ -18,7 +18,7 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from conftest import Figures, async_batch, sync_batch, time_batches
+from bench_support import Figures, async_batch, sync_batch, time_batches
 from fusion_guard import CallContext, RateLimiter, RateLimits
 
 CLIENTS = [f"client-{i}" for i in range(10_000)]

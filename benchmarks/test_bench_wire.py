@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from conftest import Figures, sync_batch, time_batches
+from bench_support import Figures, sync_batch, time_batches
 from fusion_guard import ToolResponse, error, tool_error
 from fusion_guard.wire._shedding import RateLimitedTemplate, ServerBusyTemplate
 
