@@ -151,7 +151,8 @@ def _lowlevel_server(server: object, sdk: _SDK) -> Server[Any]:
         )
     raise ConfigurationError(
         f"install(server, guard): server must be an mcp MCPServer or a low-level mcp Server,"
-        f" not {type(server).__name__}"
+        f" not {type(server).__name__} (for FastMCP, add"
+        " fusion_guard.integrations.fastmcp.GuardMiddleware(guard) with app.add_middleware)"
     )
 
 
