@@ -276,3 +276,14 @@ def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> N
         "FUSION_GUARD_TOOLS",
     ]
     assert str(caught.value).startswith("invalid fusion_guard configuration (4 problems):")
+
+
+def test_with_values_keeps_the_sources_of_what_it_does_not_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FUSION_GUARD_TOOLS", '{"a.*": {"rate": 1}, "b": {"timeout": 2}}')
+    changed = GuardSettings().with_values(tools={"a.*": {"max_active": 3}})
+    assert changed.tools["a.*"] == ToolPolicy(rate=1, max_active=3)
+    assert changed.origin("rate", "a.*") == "env FUSION_GUARD_TOOLS"
+    assert changed.origin("timeout", "b") == "env FUSION_GUARD_TOOLS"
+    assert changed.origin("max_active", "a.*") == "argument"

@@ -157,10 +157,10 @@ class GuardSettings(BaseSettings):
 
     def with_values(self, **values: Any) -> Self:
         """A copy with ``values`` on top (per-tool overrides merged key by key)."""
-        explicit = {name: getattr(self, name) for name in self.model_fields_set}
-        if "tools" in values and "tools" in explicit:
-            values["tools"] = merge_tools(explicit["tools"], values["tools"])
-        settings = type(self).from_values(**{**explicit, **values})
+        merged = {name: getattr(self, name) for name in self.model_fields_set} | values
+        if "tools" in values and "tools" in self.model_fields_set:
+            merged["tools"] = merge_tools(self.tools, values["tools"])
+        settings = type(self).from_values(**merged)
         settings._origins = {**self._origins, **settings._origins_of(values, ARGUMENT)}
         return settings
 
