@@ -32,9 +32,9 @@ import os
 import time
 from collections.abc import Callable
 
-from .._exceptions import ConfigurationError
 from .._log import is_enabled, log_event
 from .._observer import Outcome, ShedReason
+from ..admission._rate import _check_number
 from ._metrics import LiveFigures
 
 __all__ = ["LogEventObserver"]
@@ -74,16 +74,7 @@ class LogEventObserver:
         clock: Callable[[], float] = time.monotonic,
         key_salt: bytes | None = None,
     ) -> None:
-        if (
-            isinstance(interval, bool)
-            or not isinstance(interval, int | float)
-            or not math.isfinite(interval)
-            or interval <= 0
-        ):
-            raise ConfigurationError(
-                f"interval={interval!r} is invalid: expected a finite number of seconds > 0"
-            )
-        self._interval = float(interval)
+        self._interval = _check_number("interval", interval, "seconds, the sampling window")
         self._clock = clock
         self._salt = os.urandom(16) if key_salt is None else bytes(key_salt)
         self._tools: dict[str, _ToolEvents] = {}

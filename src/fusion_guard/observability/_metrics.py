@@ -423,55 +423,28 @@ class _ClientMetrics:
     def __init__(self, namespace: str, buckets: _Buckets, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        ns, r = namespace, registry
-        self.inflight = Gauge(
-            f"{ns}_inflight", _HELP["inflight"], ["tool"], registry=r, multiprocess_mode="livesum"
-        )
-        self.queue = Gauge(
-            f"{ns}_queue_depth",
-            _HELP["queue_depth"],
-            ["tool"],
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.limit = Gauge(
-            f"{ns}_concurrency_limit",
-            _HELP["concurrency_limit"],
-            ["tool"],
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.calls = Counter(
-            f"{ns}_calls_total", _HELP["calls_total"], ["tool", "outcome"], registry=r
-        )
-        self.shed = Counter(f"{ns}_shed_total", _HELP["shed_total"], ["tool", "reason"], registry=r)
-        self.wait = Histogram(
-            f"{ns}_queue_wait_seconds",
-            _HELP["queue_wait_seconds"],
-            ["tool"],
-            registry=r,
-            buckets=buckets.queue_wait,
-        )
-        self.duration = Histogram(
-            f"{ns}_call_duration_seconds",
-            _HELP["call_duration_seconds"],
-            ["tool"],
-            registry=r,
-            buckets=buckets.call_duration,
-        )
-        self.retry = Histogram(
-            f"{ns}_retry_after_seconds",
-            _HELP["retry_after_seconds"],
-            ["tool", "code"],
-            registry=r,
-            buckets=buckets.retry_after,
-        )
-        self.backend = Counter(
-            f"{ns}_backend_errors_total",
-            _HELP["backend_errors_total"],
-            ["backend", "decision"],
-            registry=r,
-        )
+        def named(suffix: str) -> tuple[str, str]:
+            return f"{namespace}_{suffix}", _HELP[suffix]
+
+        def gauge(suffix: str) -> Gauge:
+            # livesum: the figures of live workers add up; a dead worker's drop out.
+            return Gauge(*named(suffix), ["tool"], registry=registry, multiprocess_mode="livesum")
+
+        def counter(suffix: str, labels: list[str]) -> Counter:
+            return Counter(*named(suffix), labels, registry=registry)
+
+        def histogram(suffix: str, labels: list[str], bounds: tuple[float, ...]) -> Histogram:
+            return Histogram(*named(suffix), labels, registry=registry, buckets=bounds)
+
+        self.inflight = gauge("inflight")
+        self.queue = gauge("queue_depth")
+        self.limit = gauge("concurrency_limit")
+        self.calls = counter("calls_total", ["tool", "outcome"])
+        self.shed = counter("shed_total", ["tool", "reason"])
+        self.wait = histogram("queue_wait_seconds", ["tool"], buckets.queue_wait)
+        self.duration = histogram("call_duration_seconds", ["tool"], buckets.call_duration)
+        self.retry = histogram("retry_after_seconds", ["tool", "code"], buckets.retry_after)
+        self.backend = counter("backend_errors_total", ["backend", "decision"])
         self.tools: dict[str, _ClientTool] = {}
 
     def tool(self, tool: str) -> _ClientTool:
