@@ -91,6 +91,7 @@ def test_guarded_tool_call_vs_unguarded(
     sdk: str,
     batch: Callable[[bool], Callable[[int], float]],
 ) -> None:
-    candidate, baseline = time_batches(batch(True), batch(False), ops=OPS, rounds=ROUNDS)
+    rounds = ROUNDS if figures.strict else 3  # the smoke run (make test) stays short
+    candidate, baseline = time_batches(batch(True), batch(False), ops=OPS, rounds=rounds)
     figures.at_most(f"guarded tools/call vs unguarded ({sdk})", candidate, baseline, TARGET)
     benchmark.pedantic(batch(True), args=(OPS,), rounds=1, iterations=1)
