@@ -25,7 +25,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from fusion_guard import Guard, tool_error
+from fusion_guard import FusionClientError, Guard, parse_tool_error, tool_error
 from fusion_guard.integrations.mcp import install
 
 SECRET = "secret-token-4242"
@@ -230,14 +230,15 @@ class Harness:
         """A client session to a fresh server guarded with ``options`` (``client_key``,
         ``awareness``)."""
         app = self.build(gate, guard, **options)
-        if self.sdk == "fastmcp" and self.backend == "asyncio":
+        if self.sdk == "fastmcp" and self.backend == "asyncio" and self.mode == "auto":
             from fastmcp import Client as FastMCPClient
 
             async with FastMCPClient(app) as client:
                 yield _FastMCPClient(client)
             return
         if self.sdk == "fastmcp":
-            # trio: the FastMCP client is asyncio-only; its server runs fine under trio.
+            # The FastMCP client is asyncio-only (and always modern); its server runs fine
+            # under trio, and on a legacy session, with the MCP SDK's client.
             app = app._mcp_server
         async with Client(app, mode=self.mode) as mcp_client:
             yield _MCPClient(mcp_client)
@@ -245,3 +246,11 @@ class Harness:
 
 def texts(result: Any) -> str:
     return "\n".join(block.text for block in result.content if hasattr(block, "text"))
+
+
+def envelope(result: Any) -> FusionClientError:
+    """The parsed envelope of an error result (failing the test when it is not one)."""
+    assert result.is_error, texts(result)
+    parsed = parse_tool_error(texts(result))
+    assert parsed is not None, texts(result)
+    return parsed

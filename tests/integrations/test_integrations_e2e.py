@@ -11,18 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import SECRET, Gate, Harness, texts
+from integrations_support import SECRET, Gate, Harness, envelope, texts
 
-from fusion_guard import FusionClientError, Guard, parse_tool_error
+from fusion_guard import FusionClientError, Guard, raise_for_tool_error
 
 pytestmark = pytest.mark.anyio
-
-
-def envelope(result: Any) -> FusionClientError:
-    assert result.is_error, texts(result)
-    parsed = parse_tool_error(texts(result))
-    assert parsed is not None, texts(result)
-    return parsed
 
 
 async def test_calls_beyond_capacity_come_back_as_server_busy(harness: Harness) -> None:
@@ -39,6 +32,9 @@ async def test_calls_beyond_capacity_come_back_as_server_busy(harness: Harness) 
         refused = [await client.call("slow") for _ in range(3)]
         gate.release.set()
     assert texts(first[0]) == "slow done"
+    with pytest.raises(FusionClientError) as raised:
+        raise_for_tool_error(refused[0])  # the client-side helper reads the SDK's result
+    assert raised.value.code == "SERVER_BUSY"
     for result in refused:
         busy = envelope(result)
         assert busy.code == "SERVER_BUSY"
@@ -59,7 +55,11 @@ async def test_a_burst_beyond_the_rate_limit_comes_back_as_rate_limited(harness:
     assert limited.retry_after > 0
 
 
-async def test_a_cancelled_call_frees_its_slot(harness: Harness) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_cancelled_call_frees_its_slot(harness: Harness, mode: str) -> None:
+    # auto: the 2026-07-28 per-request path cancels the handler directly; legacy: the client
+    # sends notifications/cancelled on the session and the server cancels the handler.
+    harness = Harness(harness.sdk, harness.backend, mode)
     gate = Gate()
     guard = Guard(max_active=1, max_queue=0)  # one slot for "slow"
     async with harness.connect(gate, guard) as client:

@@ -7,24 +7,15 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import REFUSAL, Gate, Harness, texts
+from integrations_support import REFUSAL, Gate, Harness, envelope, texts
 
 from fusion_guard import (
     ContractAwareness,
-    FusionClientError,
     Guard,
     diff_contracts,
-    parse_tool_error,
 )
 
 pytestmark = pytest.mark.anyio
-
-
-def envelope(result: Any) -> FusionClientError:
-    assert result.is_error, texts(result)
-    parsed = parse_tool_error(texts(result))
-    assert parsed is not None, texts(result)
-    return parsed
 
 
 class Recorder:
