@@ -12,16 +12,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from fusion_guard import ConfigurationError, LogEventObserver
+from fusion_guard.testing import FakeClock
 
 FIELDS = {"tool", "reason", "active", "queued", "retry_after"}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -121,7 +114,7 @@ def test_a_storm_of_10000_sheds_logs_a_bounded_number_of_events_whose_counts_add
     bound = observer.for_tool("search", max_active=2)
     for _ in range(10_000):  # 10,000 sheds over 10 seconds
         bound.shed("queue_full", 2, 8, 0.1)
-        clock.now += 0.001
+        clock.advance(0.001)
     observer.flush()
     logged = events(records)
     assert len(logged) <= 2 * 11  # one event and one summary per 1 s window
@@ -186,7 +179,7 @@ def test_nothing_reaches_stdout(
     for _ in range(50):
         bound.shed("queue_full", 1, 4, 0.1)
         bound.finished("internal_error", 0.01)
-        clock.now += 0.1
+        clock.advance(0.1)
     observer.flush()
     out, _ = capfd.readouterr()
     assert out == ""
