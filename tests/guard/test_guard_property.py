@@ -1,5 +1,5 @@
-"""Property: whatever mix of handler behaviours and limits, every call is reported to the
-observer exactly once, with the outcome its envelope shows, and the guard ends empty."""
+"""Property: whatever mix of handler behaviours, cancellations and limits, every call is reported
+to the observer exactly once, with the outcome its envelope shows, and the guard ends empty."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 
 from fusion_guard import ErrorCode, Guard, ToolResponse, tool_error
 
-BEHAVIOURS = ("return", "return_error", "raise_error", "crash", "hang")
+BEHAVIOURS = ("return", "return_error", "raise_error", "crash", "hang", "cancelled")
 EXPECTED_OUTCOME = {
     "return": "ok",
     "return_error": "error",
     "raise_error": "error",
     "crash": "internal_error",
     "hang": "timeout",
+    "cancelled": "timeout",  # cancelled by the caller, unless its deadline came first
 }
 REFUSALS = {ErrorCode.RATE_LIMITED: "rate_limited", ErrorCode.SERVER_BUSY: "shed"}
 
@@ -32,7 +33,7 @@ async def handler(behaviour: str) -> object:
         raise tool_error("CONFLICT", "taken")
     if behaviour == "crash":
         raise RuntimeError("secret detail")
-    if behaviour == "hang":
+    if behaviour in ("hang", "cancelled"):
         await anyio.sleep_forever()
     return {"ok": True}
 
@@ -60,22 +61,36 @@ async def scenario(plan: list[str], max_active: int, max_queue: int, burst: int)
         metrics=False,
     )
     results: dict[int, ToolResponse] = {}
+    callers: list[anyio.CancelScope] = []
 
     async def one(index: int, behaviour: str) -> None:
-        results[index] = await guard.call("tool", handler, behaviour)
+        with anyio.CancelScope() as caller:
+            if behaviour == "cancelled":
+                callers.append(caller)
+            results[index] = await guard.call("tool", handler, behaviour)
 
     async with anyio.create_task_group() as tg:
         for index, behaviour in enumerate(plan):
             tg.start_soon(one, index, behaviour)
+        # A few scheduling rounds let every call reach its slot, queue or handler. (Not
+        # wait_all_tasks_blocked: on asyncio it polls every 0.1 s, past the 10 ms deadlines.)
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        for caller in callers:  # running or queued: both must be freed and reported
+            caller.cancel()
 
     ends = observer.ends("tool")
     assert len(ends) == len(plan)  # exactly one end per call
-    assert Counter(ends) == Counter(reported_end(response) for response in results.values())
-    for index, behaviour in enumerate(plan):  # an admitted call ends as its handler did
-        end = reported_end(results[index])
-        assert end in ("rate_limited", "shed", EXPECTED_OUTCOME[behaviour])
-    admitted = sum(1 for event in observer.events["tool"] if event[0] == "admitted")
-    assert admitted == sum(1 for end in ends if end not in ("rate_limited", "shed"))
+    unanswered = [index for index in range(len(plan)) if index not in results]
+    assert all(plan[index] == "cancelled" for index in unanswered)
+    answered = Counter(reported_end(response) for response in results.values())
+    assert Counter(ends) == answered + Counter({"cancelled": len(unanswered)})
+    for index, response in results.items():  # an admitted call ends as its handler did
+        assert reported_end(response) in ("rate_limited", "shed", EXPECTED_OUTCOME[plan[index]])
+    events = observer.events["tool"]
+    admitted = sum(1 for event in events if event[0] == "admitted")
+    # every admitted call finishes with a duration; a call cancelled in the queue, with None
+    assert admitted == sum(1 for event in events if event[0] == "finished" and event[2] is not None)
     assert sum(end == "rate_limited" for end in ends) == max(0, len(plan) - burst)
     slots = guard.concurrency("tool")
     assert slots is not None
@@ -83,7 +98,7 @@ async def scenario(plan: list[str], max_active: int, max_queue: int, burst: int)
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     plan=st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=10),
