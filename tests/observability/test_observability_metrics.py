@@ -216,3 +216,16 @@ def test_one_mode_per_registry() -> None:
     PrometheusObserver(registry, multiprocess=False)
     with pytest.raises(ConfigurationError, match="multiprocess="):
         PrometheusObserver(registry, multiprocess=True)
+
+
+def test_the_concurrency_limit_follows_the_watched_guard() -> None:
+    class Adaptive:
+        active, queued, max_active = 0, 0, 4
+
+    registry = CollectorRegistry()
+    bound = PrometheusObserver(registry).for_tool("adaptive", max_active=4)
+    figures = Adaptive()
+    bound.watch(figures)
+    figures.max_active = 7  # the limit adapted
+    found = samples(generate_latest(registry).decode())
+    assert value(found, "fusion_guard_concurrency_limit", tool="adaptive") == 7

@@ -205,6 +205,12 @@ class _LeanTool:
         key = (backend, "allowed" if allowed else "denied")
         self._backend[key] = self._backend.get(key, 0) + 1
 
+    def current_limit(self) -> int | None:
+        """The slot count in force: the watched guard's own when it shows one (limits that
+        adapt change it), else the ``max_active`` given to ``for_tool``."""
+        limit: int | None = getattr(self.live, "max_active", self.limit)
+        return limit
+
     def current(self) -> tuple[int, int]:
         """(inflight, queue depth): live from the guard when watched, else counted from events
         (no queue figure then)."""
@@ -325,8 +331,9 @@ class _Families:
         inflight, queued = bound.current()
         self.inflight.add_metric([name], float(inflight))
         self.queue.add_metric([name], float(queued))
-        if bound.limit is not None:
-            self.limit.add_metric([name], float(bound.limit))
+        limit = bound.current_limit()
+        if limit is not None:
+            self.limit.add_metric([name], float(limit))
         for outcome, count in list(bound.calls.items()):
             self.calls.add_metric([name, outcome], float(count))
         for reason, count in list(bound.shed_counts.items()):
