@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+import redis.exceptions
 import trio
 from redis_testserver import RedisServer
 
@@ -24,7 +25,11 @@ async def _gcra(conn: RedisConnection, *limits: tuple[str, int, int]) -> list[in
     args: list[str | int] = []
     for _, interval, tolerance in limits:
         args += [interval, tolerance]
-    return [int(x) for x in await conn.run("gcra", keys, args)]
+    reply = int(await conn.run(conn.scripts["gcra"], keys, args))
+    if reply == 0:
+        return [1, 0, 0]
+    wait_us, index = divmod(reply, 64)  # gcra.lua: retry_after * 64 + index
+    return [0, wait_us, index]
 
 
 async def test_gcra_burst_then_exact_retry_after(redis_url: str) -> None:
@@ -103,7 +108,8 @@ async def test_a_hung_redis_never_hangs_the_caller(
         with pytest.raises(BackendError) as caught:
             await _gcra(conn, ("k", SECOND_US, 0))
         assert time.monotonic() - start < 0.5
-        assert isinstance(caught.value.__cause__, TimeoutError)
+        # redis-py's own socket timeout (from the URL client's settings)
+        assert isinstance(caught.value.__cause__, redis.exceptions.TimeoutError)
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
     # Recovers by itself once Redis answers again.
@@ -140,3 +146,23 @@ def test_under_trio_the_error_says_asyncio_is_needed() -> None:
 
     with pytest.raises(ConfigurationError, match="needs asyncio"):
         trio.run(main)
+
+
+async def test_a_client_given_ready_made_is_bounded_by_the_timeout_too(
+    redis_server: RedisServer, redis_url: str
+) -> None:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(redis_url)  # no socket timeout of its own
+    conn = RedisConnection(client, timeout=0.1)
+    assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
+    os.kill(redis_server.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(BackendError) as caught:
+            await _gcra(conn, ("k", SECOND_US, 0))
+        assert time.monotonic() - start < 0.5
+        assert isinstance(caught.value.__cause__, TimeoutError)
+    finally:
+        os.kill(redis_server.pid, signal.SIGCONT)
+    await conn.aclose()

@@ -17,12 +17,13 @@ light). Its exceptions, and timeouts, are translated here, at one boundary, to
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
@@ -32,7 +33,6 @@ from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-    from redis.commands.core import AsyncScript
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -57,6 +57,8 @@ DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_PREFIX: Final = "fusion_guard"
 DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
+_INDEX_BASE = 64  # gcra.lua's reply: retry_after * 64 + the refusing limit's index
+_DIGEST_CACHE = 4096  # keys whose digest is kept (the table is cleared when full)
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
 
@@ -113,18 +115,21 @@ def _client_from_url(url: str, timeout: float) -> Redis:
         from redis.asyncio import Redis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
     except ImportError as exc:
         raise ConfigurationError(
             'the Redis backend needs redis-py: pip install "fusion-guard[redis]"'
         ) from exc
     try:
-        # One immediate retry: the first command after a Redis restart meets a dead pooled
-        # connection; the retry reconnects. The overall timeout still bounds both attempts.
+        # socket_timeout bounds every read and write, socket_connect_timeout every connect.
+        # One immediate retry on a connection error only: the first command after a Redis
+        # restart meets a dead pooled connection, and the retry reconnects; a timeout is not
+        # retried, so a hung Redis costs one timeout.
         return Redis.from_url(
             url,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
     except ValueError as exc:
         raise ConfigurationError(
@@ -132,11 +137,23 @@ def _client_from_url(url: str, timeout: float) -> Redis:
         ) from exc
 
 
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    from redis.exceptions import RedisError
+class Script:
+    """A Lua script of ``backends/lua``, known to Redis by its SHA1 (``EVALSHA``)."""
+
+    __slots__ = ("name", "sha", "text")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.text = _load_script(name)
+        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+
+
+def _redis_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
+    """What the boundary translates, and redis-py's NOSCRIPT error."""
+    from redis.exceptions import NoScriptError, RedisError
 
     # TimeoutError (asyncio.timeout) and socket errors are OSErrors.
-    return (RedisError, OSError)
+    return (RedisError, OSError), NoScriptError
 
 
 class _ErrorLog:
@@ -166,14 +183,31 @@ class _ErrorLog:
         )
 
 
+def _backend_error(script: Script, exc: BaseException) -> BackendError:
+    return BackendError(f"redis {script.name} failed: {type(exc).__name__}: {exc or 'timed out'}")
+
+
 class RedisConnection:
-    """One redis-py asyncio client with the registered scripts and the one error boundary.
+    """One redis-py asyncio client, the scripts, and the one error boundary.
 
     ``target`` is a URL (``redis://host:port/db``) or an existing ``redis.asyncio.Redis``.
-    ``timeout`` (seconds) bounds every call, so a hung Redis never hangs a tool.
+    ``timeout`` (seconds) bounds every call, so a hung Redis never hangs a tool: through the
+    socket timeouts of a client made from a URL (free: redis-py applies them anyway), or an
+    ``asyncio.timeout`` around each call for a client given ready-made.
     """
 
-    __slots__ = ("_client", "_errors", "_log", "_scripts", "key_prefix", "prefix", "timeout")
+    __slots__ = (
+        "_client",
+        "_errors",
+        "_execute",
+        "_log",
+        "_no_script",
+        "_outer_timeout",
+        "key_prefix",
+        "prefix",
+        "scripts",
+        "timeout",
+    )
 
     def __init__(
         self, target: str | Redis, *, timeout: float = DEFAULT_TIMEOUT, prefix: str = DEFAULT_PREFIX
@@ -183,16 +217,17 @@ class RedisConnection:
         self.key_prefix = "{" + self.prefix + "}:"
         if isinstance(target, str):
             self._client = _client_from_url(target, self.timeout)
-        elif hasattr(target, "register_script"):
+            self._outer_timeout = False
+        elif callable(getattr(target, "execute_command", None)):
             self._client = target
+            self._outer_timeout = True
         else:
             raise ConfigurationError(
                 f"redis={target!r} is invalid: expected a redis:// URL or a redis.asyncio.Redis"
             )
-        self._errors = _redis_errors()
-        self._scripts: dict[str, AsyncScript] = {
-            name: self._client.register_script(_load_script(name)) for name in _SCRIPTS
-        }
+        self._execute: Callable[..., Awaitable[Any]] = self._client.execute_command
+        self._errors, self._no_script = _redis_errors()
+        self.scripts = {name: Script(name) for name in _SCRIPTS}
         self._log = _ErrorLog()
 
     @property
@@ -200,16 +235,34 @@ class RedisConnection:
         """The redis-py client (for PING in benchmarks, or closing)."""
         return self._client
 
-    async def run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
-        """Run one registered script within the timeout; any failure is a BackendError."""
+    async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        """Run ``script`` (one round trip); any failure or timeout is a BackendError."""
         require_asyncio()
         try:
+            if not self._outer_timeout:  # the hot path: one await, no extra coroutine
+                return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
             async with asyncio.timeout(self.timeout):
-                return await self._scripts[script](keys, args)
+                return await self._evalsha(script, keys, args)
+        except self._no_script:  # a Redis restarted empty, or SCRIPT FLUSH: load it again
+            return await self.run_loading(script, keys, args)
         except self._errors as exc:
-            raise BackendError(
-                f"redis {script} failed: {type(exc).__name__}: {exc or 'timed out'}"
-            ) from exc
+            raise _backend_error(script, exc) from exc
+
+    async def run_loading(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        """``run``, loading the script first (after NOSCRIPT)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._client.script_load(script.text)
+                return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except self._errors as exc:
+            raise _backend_error(script, exc) from exc
+
+    async def _evalsha(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except self._no_script:
+            await self._client.script_load(script.text)
+            return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def failed(self, exc: BackendError, allowed: bool) -> None:
         """Log a failure (sampled); the caller reports it to its observer."""
@@ -231,6 +284,15 @@ class LeaseGrant:
         self.retry_in = retry_in
 
 
+class _LeaseScripts:
+    __slots__ = ("lease_acquire", "lease_refresh", "lease_release")
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self.lease_acquire = conn.scripts["lease_acquire"]
+        self.lease_release = conn.scripts["lease_release"]
+        self.lease_refresh = conn.scripts["lease_refresh"]
+
+
 class FleetSemaphore:
     """A semaphore shared by a fleet: at most ``limit`` leases in one Redis sorted set.
 
@@ -247,6 +309,7 @@ class FleetSemaphore:
         "_keys",
         "_owner",
         "_refresher",
+        "_scripts",
         "_sleeping",
         "lease",
         "limit",
@@ -255,6 +318,7 @@ class FleetSemaphore:
 
     def __init__(self, conn: RedisConnection, name: str, *, limit: int, lease: float) -> None:
         self._conn = conn
+        self._scripts = _LeaseScripts(conn)
         self.name = name
         self.limit = limit
         self.lease = lease
@@ -281,7 +345,7 @@ class FleetSemaphore:
         """One attempt (one round trip); raises BackendError when Redis fails."""
         self._counter += 1
         holder = f"{self._owner}:{self._counter}"
-        reply = await self._conn.run("lease_acquire", self._keys, [holder, *self._args])
+        reply = await self._conn.run(self._scripts.lease_acquire, self._keys, [holder, *self._args])
         if not reply[0]:
             return LeaseGrant(None, int(reply[1]), max(0, int(reply[2])) / 1000)
         self._held.add(holder)
@@ -294,7 +358,7 @@ class FleetSemaphore:
         if not self._held and self._refresher is not None and self._sleeping:
             self._refresher.cancel()
             self._refresher = None
-        await self._conn.run("lease_release", self._keys, [holder])
+        await self._conn.run(self._scripts.lease_release, self._keys, [holder])
 
     def _ensure_refresher(self) -> None:
         if self._refresher is None or self._refresher.done():
@@ -316,7 +380,8 @@ class FleetSemaphore:
 
     async def _refresh_once(self) -> None:
         try:
-            reply = await self._conn.run("lease_refresh", self._keys, [*self._args, *self._held])
+            args = [*self._args, *self._held]
+            reply = await self._conn.run(self._scripts.lease_refresh, self._keys, args)
         except BackendError as exc:
             log_event(logging.WARNING, "lease_refresh_failed", semaphore=self.name, error=str(exc))
             return
@@ -343,7 +408,7 @@ class RedisRateLimitBackend:
     digests (they may name users). Needs asyncio (redis-py's client is asyncio-only).
     """
 
-    __slots__ = ("_conn", "_rate_prefix", "failure_policy")
+    __slots__ = ("_conn", "_digests", "_gcra", "_rate_prefix", "failure_policy")
 
     def __init__(
         self,
@@ -360,6 +425,8 @@ class RedisRateLimitBackend:
             else RedisConnection(redis, timeout=timeout, prefix=prefix)
         )
         self._rate_prefix = f"{self._conn.key_prefix}rate:"
+        self._gcra = self._conn.scripts["gcra"]
+        self._digests: dict[str, str] = {}
 
     @property
     def connection(self) -> RedisConnection:
@@ -368,17 +435,34 @@ class RedisRateLimitBackend:
 
     async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """Decide one call against every request's limit, in one round trip."""
-        prefix = self._rate_prefix
+        if len(requests) >= _INDEX_BASE:
+            raise ConfigurationError(
+                f"{len(requests)} limits in one decision: the Redis backend decides at most"
+                f" {_INDEX_BASE - 1} at once"
+            )
         keys: list[str] = []
         args: list[str | int] = []
+        digests = self._digests
         for key, emission_interval, tolerance in requests:
-            keys.append(prefix + key_digest(key))
+            redis_key = digests.get(key)
+            if redis_key is None:
+                redis_key = self._digest(key)
+            keys.append(redis_key)
             args.append(round(emission_interval * _US))
             args.append(round(tolerance * _US))
-        allowed, wait_us, refused = await self._conn.run("gcra", keys, args)
-        if allowed:
+        reply = await self._conn.run(self._gcra, keys, args)
+        if not reply:
             return ALLOWED
-        return GcraResult(False, int(wait_us) / _US, int(refused) - 1)
+        wait_us, refused = divmod(int(reply), _INDEX_BASE)
+        return GcraResult(False, wait_us / _US, refused - 1)
+
+    def _digest(self, key: str) -> str:
+        """The Redis key of a limiter key: a digest (keys may name users), cached (bounded)."""
+        digests = self._digests
+        if len(digests) >= _DIGEST_CACHE:
+            digests.clear()
+        redis_key = digests[key] = self._rate_prefix + key_digest(key)
+        return redis_key
 
     def failed(self, exc: BackendError, allowed: bool) -> None:
         """Log a failure the limiter handled by its policy (sampled under a storm)."""
