@@ -61,8 +61,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GuardMiddleware", "to_tool_result"]
 
-_CRASH_PREFIX = "Error calling tool "
-"""How FastMCP words the ToolError it wraps around an unexpected exception (masked or not)."""
+_UPSTREAM_ANSWERS = ("Rate limited by upstream API", "Upstream request timed out")
+"""The two ToolErrors FastMCP makes of a failure on purpose, for the model to act on (an upstream
+429 or timeout); every other ToolError it wraps around an exception is a crash."""
 
 
 _SDK_ANSWERS = (MCPError, FastMCPError, NotFoundError)
@@ -141,8 +142,24 @@ def _is_error(result: Any) -> bool:
 
 
 def _is_crash(exc: ToolError) -> bool:
-    """FastMCP wraps an unexpected exception in a ToolError ``from`` it; a tool's own ToolError
-    is passed through unwrapped."""
-    return (
-        type(exc) is ToolError and exc.__cause__ is not None and str(exc).startswith(_CRASH_PREFIX)
-    )
+    """Whether FastMCP wrapped an unexpected exception in ``exc``.
+
+    FastMCP raises a ToolError ``from`` the exception a tool raised; a tool's own ToolError
+    reaches the middleware as it was raised. So a crash is a ToolError raised by FastMCP's code
+    (not the tool's) from a non-FastMCP exception, bar the two deliberate upstream answers. Told
+    by where it was raised, not by its wording, so a rewording cannot leak exception text.
+    """
+    cause = exc.__cause__
+    if cause is None or isinstance(cause, FastMCPError | MCPError):
+        return False
+    return _raised_by_fastmcp(exc) and not str(exc).startswith(_UPSTREAM_ANSWERS)
+
+
+def _raised_by_fastmcp(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return isinstance(module, str) and module.startswith("fastmcp.")
