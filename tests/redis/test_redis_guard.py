@@ -6,10 +6,12 @@ from __future__ import annotations
 import anyio
 import anyio.to_thread
 import pytest
+import trio
 from prometheus_client import CollectorRegistry
 from redis_testserver import RedisServer
 
 from fusion_guard import (
+    ConfigurationError,
     DistributedConcurrencyGuard,
     Guard,
     InvalidSettings,
@@ -170,3 +172,17 @@ async def test_rate_limit_refusals_come_back_after_a_restart(
     info = parse_tool_error(refused.text)
     assert info is not None
     assert info.code == "RATE_LIMITED"
+
+
+@pytest.mark.parametrize("limits", [{"rate": 5, "max_active": None}, {"max_active": 2}])
+def test_under_trio_the_guard_says_redis_needs_asyncio(
+    redis_url: str, limits: dict[str, object]
+) -> None:
+    guard = Guard(backend="redis", redis_url=redis_url, registry=CollectorRegistry(), **limits)
+
+    async def main() -> None:
+        async with guard.admit("search"):
+            pytest.fail("admitted under trio")
+
+    with pytest.raises(ConfigurationError, match="needs asyncio"):
+        trio.run(main)
