@@ -4,17 +4,14 @@ Events (through ``fusion_guard._log``: structlog when configured, else the stdli
 ``fusion_guard``; never stdout), each with the fields ``tool``, ``reason``, ``active``, ``queued``,
 ``retry_after`` (``None`` where a figure does not apply or is unknown):
 
-====================  =========  ==========================================================
-event                 level      reason
-====================  =========  ==========================================================
-``call_shed``         WARNING    ``queue_full`` / ``queue_timeout``
-``call_rate_limited`` INFO       the limit's scope (``scope`` field too; a client key only
-                                 as ``key_hash``)
-``call_timeout``      WARNING    ``handler_timeout`` (plus ``duration``)
-``call_internal_error`` ERROR    ``handler_exception`` (plus ``duration``)
-``call_events_suppressed``       the level of the event it summarises; ``event``, ``reason``,
-                                 ``count`` (events not logged in the window), ``window_s``
-====================  =========  ==========================================================
+- ``call_shed`` (WARNING): reason ``queue_full`` / ``queue_timeout`` / ``backend_unavailable``.
+- ``call_rate_limited`` (INFO): reason and ``scope`` = the limit's scope; a client key only as
+  ``key_hash`` (salted).
+- ``call_timeout`` (WARNING): reason ``handler_timeout``, plus ``duration``.
+- ``call_internal_error`` (ERROR): reason ``handler_exception``, plus ``duration`` (the Guard
+  logs the exception itself, with its reference id).
+- ``call_events_suppressed`` (the level of the event it summarises): ``event``, ``reason``,
+  ``count`` (events of that window not logged one by one), ``window_s``.
 
 Sampling: per tool, event and reason, the first event of each ``interval`` is logged; the rest of
 that window is only counted, and one ``call_events_suppressed`` summary carries the count when the
