@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import os
 import secrets
 import time
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
+from ..admission._concurrency import _check_seconds
 from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
 if TYPE_CHECKING:
@@ -82,19 +82,6 @@ def check_failure_policy(value: object, parameter: str = "failure_policy") -> Fa
     if value == "closed":
         return "closed"
     raise ConfigurationError(f"{parameter}={value!r} is invalid: expected 'open' or 'closed'")
-
-
-def _check_timeout(timeout: object) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise ConfigurationError(
-            f"timeout={timeout!r} is invalid: expected a finite number of seconds > 0"
-        )
-    return float(timeout)
 
 
 def _check_prefix(prefix: object) -> str:
@@ -212,7 +199,7 @@ class RedisConnection:
     def __init__(
         self, target: str | Redis, *, timeout: float = DEFAULT_TIMEOUT, prefix: str = DEFAULT_PREFIX
     ) -> None:
-        self.timeout = _check_timeout(timeout)
+        self.timeout = _check_seconds("timeout", timeout)
         self.prefix = _check_prefix(prefix)
         self.key_prefix = "{" + self.prefix + "}:"
         if isinstance(target, str):
