@@ -30,6 +30,7 @@ __all__ = [
     "crash_response",
     "in_guarded_call",
     "missing_extra",
+    "raised_by",
     "validation_response",
 ]
 
@@ -54,6 +55,18 @@ def missing_extra(extra: str, package: str) -> str:
         f"fusion_guard.integrations.{extra} needs the {package!r} package, which is not installed:"
         f' pip install "fusion-guard[{extra}]"'
     )
+
+
+def raised_by(exc: BaseException, package: str) -> bool:
+    """Whether ``exc`` was raised by the code of ``package`` (``"mcp"``, ``"fastmcp"``), not by
+    a tool: the SDKs wrap failures in the same exception types tools raise on purpose."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return isinstance(module, str) and module.startswith(package + ".")
 
 
 def in_guarded_call() -> bool:

@@ -52,6 +52,7 @@ from ._common import (
     ClientKey,
     admit_call,
     crash_response,
+    raised_by,
     validation_response,
 )
 
@@ -120,7 +121,7 @@ class GuardMiddleware(Middleware):
         try:
             return await call_next(context)
         except ArgumentsError as exc:
-            if isinstance(exc.__cause__, ValidationError):
+            if isinstance(exc.__cause__, ValidationError) and raised_by(exc, "fastmcp"):
                 return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
             raise
         except ToolError as exc:
@@ -152,14 +153,4 @@ def _is_crash(exc: ToolError) -> bool:
     cause = exc.__cause__
     if cause is None or isinstance(cause, FastMCPError | MCPError):
         return False
-    return _raised_by_fastmcp(exc) and not str(exc).startswith(_UPSTREAM_ANSWERS)
-
-
-def _raised_by_fastmcp(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    module = tb.tb_frame.f_globals.get("__name__", "")
-    return isinstance(module, str) and module.startswith("fastmcp.")
+    return raised_by(exc, "fastmcp") and not str(exc).startswith(_UPSTREAM_ANSWERS)

@@ -45,6 +45,7 @@ from ._common import (
     crash_response,
     in_guarded_call,
     missing_extra,
+    raised_by,
     validation_response,
 )
 
@@ -222,7 +223,9 @@ class _Adapter:
 
         if isinstance(exc, self._sdk.UnexpectedToolError):
             return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
-        if isinstance(exc.__cause__, ValidationError):
+        if isinstance(exc.__cause__, ValidationError) and raised_by(exc, "mcp"):
+            # The SDK's own argument validation (a tool's ToolError from a ValidationError of
+            # its own making stays the tool's message).
             return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
         return None
 
