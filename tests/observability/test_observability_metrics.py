@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import prometheus_client
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from observability_support import samples, value
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
@@ -229,3 +233,66 @@ def test_the_concurrency_limit_follows_the_watched_guard() -> None:
     figures.max_active = 7  # the limit adapted
     found = samples(generate_latest(registry).decode())
     assert value(found, "fusion_guard_concurrency_limit", tool="adaptive") == 7
+
+
+CALLS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("ran"),
+            st.floats(0, 20),
+            st.sampled_from(sorted(OUTCOMES - {"shed", "rate_limited"})),
+            st.floats(0, 90),
+        ),
+        st.tuples(st.just("running"), st.floats(0, 20)),
+        st.tuples(st.just("cancelled_queued")),
+        st.tuples(
+            st.just("shed"), st.sampled_from(["queue_full", "queue_timeout"]), st.floats(0, 400)
+        ),
+        st.tuples(st.just("rate_limited"), st.floats(0, 400)),
+        st.tuples(st.just("backend_error"), st.booleans()),
+    ),
+    max_size=60,
+)
+
+
+def replay(bound: Any, calls: list[tuple[Any, ...]]) -> None:
+    """Report each call as the guard does: exactly one ending per call."""
+    for kind, *args in calls:
+        if kind == "ran":
+            bound.admitted(args[0])
+            bound.finished(args[1], args[2])
+        elif kind == "running":
+            bound.admitted(args[0])
+        elif kind == "cancelled_queued":
+            bound.finished("cancelled", None)
+        elif kind == "shed":
+            bound.shed(args[0], 1, 0, args[1])
+        elif kind == "rate_limited":
+            bound.rate_limited("tool", args[0])
+        else:
+            bound.backend_error("redis", args[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(CALLS)
+def test_the_lean_figures_equal_prometheus_clients_own_metrics(calls: list[Any]) -> None:
+    """The hand-rolled counters and buckets expose exactly what prometheus-client's Counter and
+    Histogram objects do for the same calls."""
+    exposed = []
+    for multiprocess in (False, True):
+        registry = CollectorRegistry()
+        replay(
+            PrometheusObserver(registry, multiprocess=multiprocess).for_tool("t", max_active=2),
+            calls,
+        )
+        found = samples(generate_latest(registry).decode())
+        # Only the event-driven figures compare: queue depth needs a watched guard, and
+        # prometheus-client adds _created samples of its own.
+        exposed.append(
+            {
+                key: round(number, 9)
+                for key, number in found.items()
+                if not key[0].endswith("_created") and key[0] != "fusion_guard_queue_depth"
+            }
+        )
+    assert exposed[0] == exposed[1]
