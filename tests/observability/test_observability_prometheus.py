@@ -178,6 +178,21 @@ async def test_every_dashboard_and_alert_query_returns_data_for_the_tool(
     result = await anyio.to_thread.run_sync(prometheus.query, sheds)
     assert {r: n for r, n in by(result, "reason").items() if n} == dict(clients.shed_reasons)
 
+    admitted = sum(n for o, n in seen.items() if o not in ("shed", "rate_limited"))
+    for histogram, expected in (
+        ("queue_wait_seconds", {"": admitted}),
+        ("call_duration_seconds", {"": admitted}),
+        (
+            "retry_after_seconds",
+            {"SERVER_BUSY": seen["shed"], "RATE_LIMITED": seen["rate_limited"]},
+        ),
+    ):
+        query = f'fusion_guard_{histogram}_count{{tool="{tool}"}}'
+        counts = {
+            s["metric"].get("code", ""): float(s["value"][1])
+            for s in await anyio.to_thread.run_sync(prometheus.query, query)
+        }
+        assert counts == expected, histogram
     for expr in dashboard_exprs():
         query = prepared(expr, tool)
         result = await anyio.to_thread.run_sync(prometheus.poll, query, finite)
