@@ -36,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from .._exceptions import ConfigurationError
 from ..wire._internal import as_response
 from ..wire._response import ToolResponse
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["install", "to_call_tool_result"]
 
 _GUARDED = "__fusion_guard__"
-"""Attribute marking a handler (or ``call_tool``) this module installed, against double wrapping."""
+"""Attribute marking the handler this module installed, against double wrapping."""
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -205,22 +207,18 @@ class _Adapter:
         tool_error = self._sdk.ToolError
 
         async def call_tool(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-            if not in_guarded_call():
-                return await original(name, arguments, context)
             try:
                 return await original(name, arguments, context)
             except tool_error as exc:
-                response = self._tool_error_response(exc, name)
+                response = self._tool_error_response(exc, name) if in_guarded_call() else None
                 if response is None:
-                    raise  # a deliberate ToolError: the SDK sends its message, as before
+                    raise  # a deliberate ToolError, or a direct call: the SDK's behaviour
                 return to_call_tool_result(response)
 
         server.call_tool = call_tool  # type: ignore[method-assign]
 
     def _tool_error_response(self, exc: Exception, tool: str) -> ToolResponse | None:
         """The envelope for an SDK-wrapped failure, or None for a deliberate ``ToolError``."""
-        from pydantic import ValidationError
-
         if isinstance(exc, self._sdk.UnexpectedToolError):
             return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
         if isinstance(exc.__cause__, ValidationError) and raised_by(exc, "mcp"):
