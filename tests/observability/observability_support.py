@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +24,24 @@ GRAFANA = REPO / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "fusion_guard.json"
 ALERTS = GRAFANA / "prometheus" / "fusion_guard_alerts.yml"
 ALERT_TESTS = GRAFANA / "prometheus" / "fusion_guard_alerts.test.yml"
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in panels() for t in p["targets"]]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    loaded = yaml.safe_load(ALERTS.read_text())
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
 
 
 def require_binary(name: str) -> str:

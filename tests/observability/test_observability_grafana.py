@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-from typing import Any
 
 import yaml  # type: ignore[import-untyped]
-from observability_support import ALERT_TESTS, ALERTS, DASHBOARD, GRAFANA, require_binary
+from observability_support import (
+    ALERT_TESTS,
+    ALERTS,
+    GRAFANA,
+    alert_rules,
+    dashboard,
+    dashboard_exprs,
+    panels,
+    require_binary,
+)
 
 from fusion_guard.observability._metrics import metric_names
 
 # A metric name in PromQL: fusion_guard_ followed by name characters (recording rules use ':').
 METRIC = re.compile(r"\bfusion_guard_[a-z_]+\b")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-
-
-def dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return loaded
-
-
-def panels() -> list[dict[str, Any]]:
-    return [p for p in dashboard()["panels"] if p["type"] != "row"]
-
-
-def dashboard_exprs() -> list[str]:
-    return [t["expr"] for p in panels() for t in p["targets"]]
-
-
-def alert_rules() -> list[dict[str, Any]]:
-    loaded = yaml.safe_load(ALERTS.read_text())
-    return [rule for group in loaded["groups"] for rule in group["rules"]]
 
 
 def known_series() -> set[str]:

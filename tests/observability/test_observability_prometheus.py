@@ -14,9 +14,8 @@ from typing import Any
 
 import anyio
 import pytest
-from observability_support import Prometheus
+from observability_support import Prometheus, alert_rules, dashboard_exprs
 from prometheus_client import CollectorRegistry
-from test_observability_grafana import alert_rules, dashboard_exprs
 
 from fusion_guard import BackendError, Guard, ToolResponse, parse_tool_error, tool_error
 from fusion_guard.backends._base import GcraRequest, GcraResult
