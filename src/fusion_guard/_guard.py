@@ -491,7 +491,9 @@ def _limit_name(limits: ToolLimits, burst: int) -> str:
         origin = f"{_NAME_UNSAFE.sub('_', source)[:80]}-{digest}"
     else:
         origin = "defaults"
-    return f"{origin}/{limits.rate_scope}/{limits.rate:g}/{limits.rate_per:g}/{burst}"
+    # repr is exact (1234567 and 1234568 stay apart); '+' in '1e+22' is not a name character.
+    figures = _NAME_UNSAFE.sub("_", f"{limits.rate!r}/{limits.rate_per!r}")
+    return f"{origin}/{limits.rate_scope}/{figures}/{burst}"
 
 
 def _check_tool(tool: object) -> str:
