@@ -4,7 +4,8 @@ The uncontended ``async with guard.slot()`` with metrics on must cost at most 3x
 ``asyncio.Semaphore`` acquire + release (benchmarks.md), measured side by side in one run, with
 the PrometheusObserver alone and with the default observers (metrics + sampled logs). The shed
 figure shows that reporting a refusal (metrics, and a log event sampled away under a storm)
-stays cheap next to the refusal itself.
+costs no more than the refusal itself (observability.md: logging never costs more than the
+shedding it reports).
 """
 
 from __future__ import annotations
@@ -128,5 +129,6 @@ def test_figure_metrics_add_little_to_the_slot(
 def test_figure_reporting_a_shed_vs_the_shed_itself(
     figures: Figures, benchmark: BenchmarkFixture, quiet_logs: None
 ) -> None:
+    # At most 2x: reporting a refusal (metrics and log) costs no more than the refusal itself.
     name = "shed, metrics + sampled logs vs shed unobserved"
-    figure(figures, benchmark, name, shed_op(default_observer()), shed_op(None), 1.5)
+    figure(figures, benchmark, name, shed_op(default_observer()), shed_op(None), 2)

@@ -174,7 +174,8 @@ class _ToolEvents:
             window.ends = now + self._interval
             return True
         window.count += 1
-        self._due = min(self._due, window.ends)
+        if window.ends < self._due:
+            self._due = window.ends
         return False
 
     def _summarise(self, event: str, reason: str, window: _Window) -> None:

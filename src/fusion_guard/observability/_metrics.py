@@ -180,10 +180,14 @@ class _LeanTool:
             wait.zeros += 1
 
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
-        calls, counts = self.calls, self.shed_counts
-        calls["shed"] += 1
-        counts[reason] = counts.get(reason, 0) + 1
-        self.retry_busy.observe(retry_after)
+        self.calls["shed"] += 1
+        try:
+            self.shed_counts[reason] += 1
+        except KeyError:  # a reason outside the contract: shown, never raised
+            self.shed_counts[reason] = 1
+        hist = self.retry_busy
+        hist.counts[bisect_left(hist.bounds, retry_after)] += 1
+        hist.total += retry_after
 
     def rate_limited(self, scope: str, retry_after: float) -> None:
         self.calls["rate_limited"] += 1
