@@ -17,6 +17,7 @@ light). Its exceptions, and timeouts, are translated here, at one boundary, to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,6 +26,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+import anyio
 
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
@@ -332,12 +335,23 @@ class FleetSemaphore:
         """One attempt (one round trip); raises BackendError when Redis fails."""
         self._counter += 1
         holder = f"{self._owner}:{self._counter}"
-        reply = await self._conn.run(self._scripts.lease_acquire, self._keys, [holder, *self._args])
+        args = [holder, *self._args]
+        try:
+            reply = await self._conn.run(self._scripts.lease_acquire, self._keys, args)
+        except asyncio.CancelledError:
+            await self._forget(holder)
+            raise
         if not reply[0]:
             return LeaseGrant(None, int(reply[1]), max(0, int(reply[2])) / 1000)
         self._held.add(holder)
         self._ensure_refresher()
         return LeaseGrant(holder, int(reply[1]), 0.0)
+
+    async def _forget(self, holder: str) -> None:
+        """Cancelled while the acquire was in flight: Redis may have granted it, so release it
+        (shielded, bounded by the timeout; if that fails too, the lease just expires)."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(BackendError):
+            await self._conn.run(self._scripts.lease_release, self._keys, [holder])
 
     async def release(self, holder: str) -> None:
         """Give a lease back; raises BackendError when Redis fails (the lease then expires)."""
