@@ -104,6 +104,7 @@ def test_children_are_bound_once_per_tool_not_per_call(
     observer = PrometheusObserver(CollectorRegistry(), multiprocess=multiprocess)
     bound = observer.for_tool("search", max_active=2)
     assert observer.for_tool("search", max_active=2) is bound
+    bound.backend_error("redis", True)  # a backend's children are bound on its first error
 
     def no_lookup(*args: object, **kwargs: object) -> None:
         raise AssertionError(".labels() called on the hot path")
@@ -113,6 +114,7 @@ def test_children_are_bound_once_per_tool_not_per_call(
     bound.shed("queue_full", 2, 8, 0.1)
     bound.rate_limited("tool", 0.5)
     bound.finished("ok", 0.001)
+    bound.backend_error("redis", True)
 
 
 def test_inflight_and_queue_depth_are_read_live_from_a_watched_guard() -> None:

@@ -380,7 +380,7 @@ class _ClientTool:
         self._duration = metrics.duration.labels(tool)
         self._busy = metrics.retry.labels(tool, "SERVER_BUSY")
         self._limited = metrics.retry.labels(tool, "RATE_LIMITED")
-        self._backend = metrics.backend
+        self._backend = metrics.backend_error
 
     def set_limit(self, max_active: int) -> None:
         self._limit.set(max_active)
@@ -424,7 +424,7 @@ class _ClientTool:
         self._sample_queue()
 
     def backend_error(self, backend: str, allowed: bool) -> None:
-        self._backend.labels(backend, "allowed" if allowed else "denied").inc()
+        self._backend(backend, allowed)
 
 
 class _ClientMetrics:
@@ -455,6 +455,7 @@ class _ClientMetrics:
         self.duration = histogram("call_duration_seconds", ["tool"], buckets.call_duration)
         self.retry = histogram("retry_after_seconds", ["tool", "code"], buckets.retry_after)
         self.backend = counter("backend_errors_total", ["backend", "decision"])
+        self.backend_children: dict[tuple[str, bool], Counter] = {}
         self.tools: dict[str, _ClientTool] = {}
 
     def tool(self, tool: str) -> _ClientTool:
@@ -462,6 +463,14 @@ class _ClientMetrics:
         if bound is None:
             bound = self.tools[tool] = _ClientTool(self, tool)
         return bound
+
+    def backend_error(self, backend: str, allowed: bool) -> None:
+        # Backends are few: each (backend, decision) child is bound once, on first use.
+        child = self.backend_children.get((backend, allowed))
+        if child is None:
+            decision = "allowed" if allowed else "denied"
+            child = self.backend_children[backend, allowed] = self.backend.labels(backend, decision)
+        child.inc()
 
 
 _Store = _LeanCollector | _ClientMetrics
