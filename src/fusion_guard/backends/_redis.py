@@ -41,7 +41,6 @@ __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_PREFIX",
     "DEFAULT_TIMEOUT",
-    "FAILURE_POLICIES",
     "FailurePolicy",
     "FleetSemaphore",
     "LeaseGrant",
@@ -55,7 +54,6 @@ FailurePolicy: TypeAlias = Literal["open", "closed"]
 """What a limit does when Redis fails: ``open`` admits the call (counted and logged),
 ``closed`` sheds it with SERVER_BUSY."""
 
-FAILURE_POLICIES: Final = ("open", "closed")
 DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_PREFIX: Final = "fusion_guard"
 DEFAULT_LEASE: Final = 10.0
@@ -264,14 +262,14 @@ class RedisConnection:
 
 
 class LeaseGrant:
-    """The reply to an acquire: a holder id when granted, else a hint of when to try again."""
+    """The reply to an acquire: the holder id when granted (None when the fleet is full), and
+    how many holders the fleet has."""
 
-    __slots__ = ("holder", "holders", "retry_in")
+    __slots__ = ("holder", "holders")
 
-    def __init__(self, holder: str | None, holders: int, retry_in: float) -> None:
+    def __init__(self, holder: str | None, holders: int) -> None:
         self.holder = holder
         self.holders = holders
-        self.retry_in = retry_in
 
 
 class _LeaseScripts:
@@ -342,10 +340,10 @@ class FleetSemaphore:
             await self._forget(holder)
             raise
         if not reply[0]:
-            return LeaseGrant(None, int(reply[1]), max(0, int(reply[2])) / 1000)
+            return LeaseGrant(None, int(reply[1]))
         self._held.add(holder)
         self._ensure_refresher()
-        return LeaseGrant(holder, int(reply[1]), 0.0)
+        return LeaseGrant(holder, int(reply[1]))
 
     async def _forget(self, holder: str) -> None:
         """Cancelled while the acquire was in flight: Redis may have granted it, so release it

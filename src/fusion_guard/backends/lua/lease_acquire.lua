@@ -7,7 +7,7 @@
 --
 -- Expired holders are purged first, so a crashed process's permits come back within the lease.
 -- Reply: {1, holders} when acquired (re-acquiring a held id only refreshes it), or
---        {0, holders, milliseconds until the earliest lease expires} when the fleet is full.
+--        {0, holders} when the fleet is full.
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -28,5 +28,4 @@ if held or holders < tonumber(ARGV[2]) then
     return {1, holders + 1}
 end
 
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, holders, tonumber(first[2]) - now}
+return {0, holders}
