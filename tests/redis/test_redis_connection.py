@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+import redis.asyncio
 import redis.exceptions
 import trio
 from redis_testserver import RedisServer
@@ -97,10 +98,15 @@ async def test_stopped_redis_is_a_backend_error_with_cause(
     await conn.aclose()
 
 
+@pytest.mark.parametrize("ready_made", [False, True], ids=["url-client", "ready-made-client"])
 async def test_a_hung_redis_never_hangs_the_caller(
-    redis_server: RedisServer, redis_url: str
+    redis_server: RedisServer, redis_url: str, ready_made: bool
 ) -> None:
-    conn = RedisConnection(redis_url, timeout=0.1)
+    # A client made from the URL is bounded by its socket timeouts (redis-py's TimeoutError);
+    # a ready-made one, here without any timeout of its own, by an asyncio.timeout.
+    target = redis.asyncio.Redis.from_url(redis_url) if ready_made else redis_url
+    timeout_error = TimeoutError if ready_made else redis.exceptions.TimeoutError
+    conn = RedisConnection(target, timeout=0.1)
     assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
     os.kill(redis_server.pid, signal.SIGSTOP)
     try:
@@ -108,8 +114,7 @@ async def test_a_hung_redis_never_hangs_the_caller(
         with pytest.raises(BackendError) as caught:
             await _gcra(conn, ("k", SECOND_US, 0))
         assert time.monotonic() - start < 0.5
-        # redis-py's own socket timeout (from the URL client's settings)
-        assert isinstance(caught.value.__cause__, redis.exceptions.TimeoutError)
+        assert isinstance(caught.value.__cause__, timeout_error)
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
     # Recovers by itself once Redis answers again.
@@ -147,23 +152,3 @@ def test_under_trio_the_error_says_asyncio_is_needed() -> None:
 
     with pytest.raises(ConfigurationError, match="needs asyncio"):
         trio.run(main)
-
-
-async def test_a_client_given_ready_made_is_bounded_by_the_timeout_too(
-    redis_server: RedisServer, redis_url: str
-) -> None:
-    import redis.asyncio
-
-    client = redis.asyncio.Redis.from_url(redis_url)  # no socket timeout of its own
-    conn = RedisConnection(client, timeout=0.1)
-    assert (await _gcra(conn, ("k", SECOND_US, 0)))[0] == 1
-    os.kill(redis_server.pid, signal.SIGSTOP)
-    try:
-        start = time.monotonic()
-        with pytest.raises(BackendError) as caught:
-            await _gcra(conn, ("k", SECOND_US, 0))
-        assert time.monotonic() - start < 0.5
-        assert isinstance(caught.value.__cause__, TimeoutError)
-    finally:
-        os.kill(redis_server.pid, signal.SIGCONT)
-    await conn.aclose()
