@@ -186,8 +186,19 @@ def test_nothing_reaches_stdout(
     assert len(records) > 10
 
 
+@pytest.fixture
+def structlog_configured() -> Iterator[None]:
+    """structlog configured for one test only: capture_logs leaves ``is_configured()`` true,
+    which would send every later test's events through structlog."""
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+    assert not structlog.is_configured()
+
+
 def test_events_go_through_structlog_when_the_application_configured_it(
-    clock: FakeClock,
+    clock: FakeClock, structlog_configured: None
 ) -> None:
     with capture_logs() as captured:
         assert structlog.is_configured()
