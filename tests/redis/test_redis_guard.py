@@ -130,7 +130,8 @@ async def test_redis_stopped_mid_load_then_started_again(
         assert "SERVER_BUSY" in codes["down"]
         assert codes["down"] <= {"ok", "SERVER_BUSY"}  # calls admitted before the stop finish
         busy = next(r for r in answers["down"] if r.is_error)
-        assert "backend_unavailable" in busy.text
+        assert '<detail key="reason">backend_unavailable</detail>' in busy.text
+        assert '<detail key="max_active">4</detail>' in busy.text  # the standard envelope
         assert _backend_errors(registry, "denied") > 0
         assert _backend_errors(registry, "allowed") == 0
     # Started again (empty: no keys, no scripts): no restart of this process needed. The first
@@ -186,3 +187,42 @@ def test_under_trio_the_guard_says_redis_needs_asyncio(
 
     with pytest.raises(ConfigurationError, match="needs asyncio"):
         trio.run(main)
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+async def test_a_rate_limited_tool_without_slots_under_each_policy(
+    redis_server: RedisServer, redis_url: str, policy: str
+) -> None:
+    registry = CollectorRegistry()
+    guard = Guard(
+        backend="redis",
+        redis_url=redis_url,
+        redis_failure_policy=policy,
+        redis_timeout=0.2,
+        rate=100,
+        max_active=None,
+        registry=registry,
+    )
+
+    async def handler() -> str:
+        return "ok"
+
+    assert not (await guard.call("search", handler)).is_error
+    await anyio.to_thread.run_sync(redis_server.stop)
+    try:
+        response = await guard.call("search", handler)
+    finally:
+        await anyio.to_thread.run_sync(redis_server.start)
+    if policy == "open":
+        assert not response.is_error
+        assert _backend_errors(registry, "allowed") == 1
+    else:
+        info = parse_tool_error(response.text)
+        assert info is not None
+        assert info.code == "SERVER_BUSY"
+        assert info.retry_after is not None
+        assert info.retry_after > 0
+        assert "backend_unavailable" in response.text
+        assert "max_active" not in response.text  # no slots: no capacity figures to give
+        assert _backend_errors(registry, "denied") == 1
+    assert not (await guard.call("search", handler)).is_error

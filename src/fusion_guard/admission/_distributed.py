@@ -71,8 +71,9 @@ _MAX_BACKOFF = 0.05
 
 
 class _BackendUnavailableTemplate(ServerBusyTemplate):
-    """SERVER_BUSY for a call a fail-closed limit could not decide: the standard layout (reason,
-    active, queued, retry_after), its own message and advice (rendered once per tool)."""
+    """SERVER_BUSY for a tool without slots whose fail-closed rate limit could not be decided:
+    the standard layout (reason, active, queued, retry_after) without capacity figures, its own
+    message and advice (rendered once per tool)."""
 
     __slots__ = ()
 
@@ -100,7 +101,8 @@ class BackendFailure:
     ``handle(exc, active, queued)`` reports it (``observer.backend_error("redis", allowed)`` and
     a sampled log line), then returns ``None`` under ``open`` (admit the call) or, under
     ``closed``, the :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``,
-    reported as a shed).
+    reported as a shed). The envelope is the standard SERVER_BUSY of the wire contract when the
+    tool has slots (``max_active``, ``max_queue``), else one without capacity figures.
     """
 
     __slots__ = ("_busy", "_log", "_observer", "policy")
@@ -112,9 +114,15 @@ class BackendFailure:
         *,
         observer: ToolObserver | None = None,
         log: Callable[[BackendError, bool], None] | None = None,
+        max_active: int | None = None,
+        max_queue: int = 0,
     ) -> None:
         self.policy = check_failure_policy(policy)
-        self._busy = _BackendUnavailableTemplate(tool)
+        self._busy = (
+            _BackendUnavailableTemplate(tool)
+            if max_active is None
+            else ServerBusyTemplate(tool, max_active, max_queue)
+        )
         self._observer = observer
         self._log = log
 
@@ -218,7 +226,12 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         self._conn = _connection(redis, timeout, prefix)
         self._semaphore = FleetSemaphore(self._conn, self.name, limit=max_active, lease=self.lease)
         self._failure = BackendFailure(
-            self.name, failure_policy, observer=self._observer, log=self._conn.failed
+            self.name,
+            failure_policy,
+            observer=self._observer,
+            log=self._conn.failed,
+            max_active=self.max_active,
+            max_queue=self.max_queue,
         )
 
     def slot(self, timeout: float | None = None) -> FleetSlot:
@@ -342,5 +355,8 @@ def rate_backend_failure(
     (``open`` when it has none) applied by :class:`BackendFailure`; None admits the call."""
     policy: FailurePolicy = getattr(backend, "failure_policy", "open")
     log = getattr(backend, "failed", None)
-    active, queued = (0, 0) if slots is None else (slots.active, slots.queued)
-    return BackendFailure(tool, policy, observer=observer, log=log).handle(exc, active, queued)
+    if slots is None:
+        return BackendFailure(tool, policy, observer=observer, log=log).handle(exc, 0, 0)
+    capacity = {"max_active": slots.max_active, "max_queue": slots.max_queue}
+    failure = BackendFailure(tool, policy, observer=observer, log=log, **capacity)
+    return failure.handle(exc, slots.active, slots.queued)
