@@ -154,6 +154,8 @@ class FleetSlot(Slot):
         self._holder: str | None = None
 
     async def __aenter__(self) -> FleetSlot:
+        # Slot.__aenter__ with one step more, the lease, between taking the local slot and
+        # counting the call admitted (a call refused a lease was never admitted).
         guard = self._fleet
         arrival = guard._clock()
         if guard._active < guard._max_active:  # a free local slot, taken without yielding
