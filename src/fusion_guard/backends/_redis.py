@@ -50,6 +50,9 @@ __all__ = [
     "require_asyncio",
 ]
 
+Arg: TypeAlias = bytes | str | int
+"""A script key or argument; bytes go out as they are (the hot path encodes once, ahead)."""
+
 FailurePolicy: TypeAlias = Literal["open", "closed"]
 """What a limit does when Redis fails: ``open`` admits the call (counted and logged),
 ``closed`` sheds it with SERVER_BUSY."""
@@ -59,7 +62,8 @@ DEFAULT_PREFIX: Final = "fusion_guard"
 DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
 _INDEX_BASE = 64  # gcra.lua's reply: retry_after * 64 + the refusing limit's index
-_DIGEST_CACHE = 4096  # keys whose digest is kept (the table is cleared when full)
+_CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
+_KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
 
@@ -133,7 +137,7 @@ class Script:
     def __init__(self, name: str) -> None:
         self.name = name
         self.text = _load_script(name)
-        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest().encode()
 
 
 def _redis_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
@@ -223,12 +227,13 @@ class RedisConnection:
         """The redis-py client (for PING in benchmarks, or closing)."""
         return self._client
 
-    async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+    async def run(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` (one round trip); any failure or timeout is a BackendError."""
         require_asyncio()
         try:
             if not self._outer_timeout:  # the hot path: one await, no extra coroutine
-                return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
+                count = _KEY_COUNTS[len(keys)]
+                return await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
             async with asyncio.timeout(self.timeout):
                 return await self._evalsha(script, keys, args)
         except self._no_script:  # a Redis restarted empty, or SCRIPT FLUSH: load it again
@@ -236,7 +241,7 @@ class RedisConnection:
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
-    async def run_loading(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+    async def run_loading(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """``run``, loading the script first (after NOSCRIPT)."""
         try:
             async with asyncio.timeout(self.timeout):
@@ -245,7 +250,7 @@ class RedisConnection:
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
-    async def _evalsha(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+    async def _evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         try:
             return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
         except self._no_script:
@@ -312,7 +317,7 @@ class FleetSemaphore:
         self.lease = lease
         lease_ms = max(1, round(lease * 1000))
         self._keys = [f"{conn.key_prefix}lease:{name}"]
-        self._args: list[str | int] = [limit, lease_ms]
+        self._args: list[Arg] = [limit, lease_ms]
         self._owner = _owner_id()
         self._counter = 0
         self._held: set[str] = set()
@@ -407,7 +412,7 @@ class RedisRateLimitBackend:
     digests (they may name users). Needs asyncio (redis-py's client is asyncio-only).
     """
 
-    __slots__ = ("_conn", "_digests", "_gcra", "_rate_prefix", "failure_policy")
+    __slots__ = ("_conn", "_digests", "_gcra", "_micros", "_rate_prefix", "failure_policy")
 
     def __init__(
         self,
@@ -425,7 +430,8 @@ class RedisRateLimitBackend:
         )
         self._rate_prefix = f"{self._conn.key_prefix}rate:"
         self._gcra = self._conn.scripts["gcra"]
-        self._digests: dict[str, str] = {}
+        self._digests: dict[str, bytes] = {}
+        self._micros: dict[float, bytes] = {}
 
     @property
     def connection(self) -> RedisConnection:
@@ -439,29 +445,37 @@ class RedisRateLimitBackend:
                 f"{len(requests)} limits in one decision: the Redis backend decides at most"
                 f" {_INDEX_BASE - 1} at once"
             )
-        keys: list[str] = []
-        args: list[str | int] = []
-        digests = self._digests
+        keys: list[Arg] = []
+        args: list[Arg] = []
+        digests, micros = self._digests, self._micros
         for key, emission_interval, tolerance in requests:
-            redis_key = digests.get(key)
-            if redis_key is None:
-                redis_key = self._digest(key)
-            keys.append(redis_key)
-            args.append(round(emission_interval * _US))
-            args.append(round(tolerance * _US))
+            keys.append(digests.get(key) or self._digest(key))
+            args.append(micros.get(emission_interval) or self._micro(emission_interval))
+            args.append(micros.get(tolerance) or self._micro(tolerance))
         reply = await self._conn.run(self._gcra, keys, args)
         if not reply:
             return ALLOWED
         wait_us, refused = divmod(int(reply), _INDEX_BASE)
         return GcraResult(False, wait_us / _US, refused - 1)
 
-    def _digest(self, key: str) -> str:
-        """The Redis key of a limiter key: a digest (keys may name users), cached (bounded)."""
+    # The per-call encodings are cached (bounded: a full table is cleared), so the hot path
+    # sends ready bytes: a decision should cost about what a PING costs.
+
+    def _digest(self, key: str) -> bytes:
+        """The Redis key of a limiter key: a digest (keys may name users)."""
         digests = self._digests
-        if len(digests) >= _DIGEST_CACHE:
+        if len(digests) >= _CACHE_SIZE:
             digests.clear()
-        redis_key = digests[key] = self._rate_prefix + key_digest(key)
+        redis_key = digests[key] = (self._rate_prefix + key_digest(key)).encode()
         return redis_key
+
+    def _micro(self, seconds: float) -> bytes:
+        """Seconds as the scripts' integer microseconds, encoded."""
+        micros = self._micros
+        if len(micros) >= _CACHE_SIZE:
+            micros.clear()
+        encoded = micros[seconds] = b"%d" % round(seconds * _US)
+        return encoded
 
     def failed(self, exc: BackendError, allowed: bool) -> None:
         """Log a failure the limiter handled by its policy (sampled under a storm)."""
