@@ -176,3 +176,17 @@ async def test_invalid_configuration_is_refused_clearly(
 async def test_invalid_slot_timeout_is_refused(seconds: object) -> None:
     with pytest.raises(ConfigurationError, match="timeout must be a positive number"):
         ConcurrencyGuard(1).slot(seconds)  # type: ignore[arg-type]
+
+
+def test_fast_server_busy_equals_the_normal_construction() -> None:
+    from fusion_guard.admission._concurrency import _server_busy
+    from fusion_guard.wire._shedding import ServerBusyTemplate
+
+    response = ServerBusyTemplate("t", 1, 0).render("queue_full", 1, 0, 0.5)
+    fast, normal = (
+        _server_busy(response, 0.5, "queue_full"),
+        ServerBusy(response, 0.5, "queue_full"),
+    )
+    assert type(fast) is type(normal)
+    assert (fast.args, str(fast)) == (normal.args, str(normal))
+    assert (fast.response, fast.retry_after, fast.reason) == (response, 0.5, "queue_full")

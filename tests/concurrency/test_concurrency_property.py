@@ -22,7 +22,7 @@ ARRIVE, FINISH, FAIL, CANCEL, TICK = "arrive", "finish", "fail", "cancel", "tick
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from([ARRIVE, ARRIVE, ARRIVE, FINISH, FINISH, FAIL, CANCEL, TICK]),
+        st.sampled_from([ARRIVE] * 4 + [FINISH] * 2 + [FAIL, CANCEL, TICK]),
         st.integers(0, 1000),  # which call (modulo the candidates)
         st.booleans(),  # for an arrival: does the handler have a short deadline?
     ),
@@ -47,6 +47,7 @@ class World:
     calls: list[Call] = field(default_factory=list)
     waiting: set[int] = field(default_factory=set)
     outcomes: dict[int, str] = field(default_factory=dict)
+    just_admitted: list[int] = field(default_factory=list)
 
     def settle_outcome(self, call: Call, outcome: str) -> None:
         assert call.index not in self.outcomes, "a call ended twice"
@@ -75,10 +76,15 @@ class World:
     def admitted(self, call: Call) -> None:
         call.entered = True
         self.waiting.discard(call.index)
-        if self.fifo:  # nobody who arrived earlier is still waiting: FIFO, no barging
-            assert all(other > call.index for other in self.waiting)
+        self.just_admitted.append(call.index)
 
     def check(self) -> None:
+        """After a step has settled. The order in which tasks handed a slot in the same step
+        *run* is the scheduler's (trio shuffles it), so FIFO is checked per step: whoever got a
+        slot arrived before everyone still waiting (no barging, no overtaking)."""
+        if self.fifo and self.just_admitted and self.waiting:
+            assert max(self.just_admitted) < min(self.waiting)
+        self.just_admitted.clear()
         guard = self.guard
         assert 0 <= guard.active <= guard.max_active
         assert 0 <= guard.queued <= guard.max_queue
@@ -111,14 +117,14 @@ async def drive(world: World, program: list[tuple[str, int, bool]]) -> None:
 
 
 @settings(
-    max_examples=25,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(
     program=steps,
-    max_active=st.integers(1, 4),
-    max_queue=st.integers(0, 6),
+    max_active=st.integers(1, 3),
+    max_queue=st.integers(0, 8),
     lifo=st.booleans(),
 )
 async def test_random_programs_keep_every_invariant(

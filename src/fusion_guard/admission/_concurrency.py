@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -41,6 +41,7 @@ import anyio.lowlevel
 
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
 from .._observer import ShedReason, ToolObserver
+from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._service_time import RetryPromises, ServiceTimeEstimator
 
@@ -337,15 +338,22 @@ class ConcurrencyGuard:
 
     # -- queue and hand-off ---------------------------------------------------------------------
 
-    async def _wait(self) -> float:
-        """Queue for a slot; return the time waited, or raise ServerBusy."""
-        waiters = self._waiters
-        queued = len(waiters)
+    def _wait(self) -> Coroutine[None, None, float]:
+        """``await guard._wait()``: queue for a slot and return the time waited.
+
+        Raises ServerBusy before any coroutine exists when the caller is shed at arrival (queue
+        full, or predicted to time out): the shed path stays short.
+        """
+        queued = len(self._waiters)
         if queued >= self._max_queue:
-            raise self._shed("queue_full", queued, predicted=False)
+            raise self._shed("queue_full", queued, False)
         now = self._clock()
         if self._would_time_out(queued + 1, now):
-            raise self._shed("queue_timeout", queued, predicted=True)
+            raise self._shed("queue_timeout", queued, True)
+        return self._queue(now)
+
+    async def _queue(self, now: float) -> float:
+        waiters = self._waiters
         waiter = _Waiter(now)
         waiters[waiter] = None
         try:
@@ -359,7 +367,7 @@ class ConcurrencyGuard:
             raise
         if not waiter.granted:  # the deadline passed first
             del waiters[waiter]
-            raise self._shed("queue_timeout", len(waiters), predicted=False)
+            raise self._shed("queue_timeout", len(waiters), False)
         return self._clock() - now
 
     def _would_time_out(self, position: int, now: float) -> bool:
@@ -404,7 +412,7 @@ class ConcurrencyGuard:
 
     # -- shedding -------------------------------------------------------------------------------
 
-    def _shed(self, reason: ShedReason, queued: int, *, predicted: bool) -> ServerBusy:
+    def _shed(self, reason: ShedReason, queued: int, predicted: bool) -> ServerBusy:
         active = self._active
         step = self._service.mean / self._max_active
         retry_after = self._promises.promise(self._clock(), queued, step)
@@ -416,7 +424,7 @@ class ConcurrencyGuard:
         if self._observer is not None:
             self._observer.shed(reason, active, queued, retry_after)
         response = self._busy[predicted].render(reason, active, queued, retry_after)
-        return ServerBusy(response, retry_after, reason)
+        return _server_busy(response, retry_after, reason)
 
     def _handler_timeout(self, timeout: float) -> HandlerTimeout:
         self._handler_timeouts += 1
@@ -424,6 +432,20 @@ class ConcurrencyGuard:
         if template is None:
             template = self._timeout_templates[timeout] = TimeoutTemplate(self._name, timeout)
         return HandlerTimeout(template.render())
+
+
+_new_exception = Exception.__new__
+
+
+def _server_busy(response: ToolResponse, retry_after: float, reason: str) -> ServerBusy:
+    """``ServerBusy(response, retry_after, reason)``, the same object (``args`` is the envelope
+    text) built without the two-level ``__init__`` chain, which costs a sixth of the shed path.
+    Under overload this runs for most calls."""
+    busy: ServerBusy = _new_exception(ServerBusy, response.text)
+    busy.response = response
+    busy.retry_after = retry_after
+    busy.reason = reason
+    return busy
 
 
 # -- configuration checks ---------------------------------------------------------------------

@@ -1,0 +1,148 @@
+"""ConcurrencyGuard figures against a bare ``asyncio.Semaphore``, side by side in one run.
+
+- uncontended: ``async with guard.slot()`` vs ``async with semaphore`` (acquire + release), with
+  metrics off (no observer) and on (the Prometheus observer);
+- shed path: a full guard refusing a call, the SERVER_BUSY envelope built and the exception caught;
+- a standing queue: one acquire + release (a queued caller handed the slot, which re-queues) with
+  10,000 callers queued vs with 10 queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bench_support import Figures, async_batch, time_batches
+from fusion_guard import ConcurrencyGuard, PrometheusObserver, ServerBusy
+
+OPS = 20_000
+ROUNDS = 15
+
+
+def _semaphore_section() -> Callable[[], Awaitable[object]]:
+    semaphore = asyncio.Semaphore(1)
+
+    async def section() -> None:
+        async with semaphore:
+            pass
+
+    return section
+
+
+def _guard_section(guard: ConcurrencyGuard) -> Callable[[], Awaitable[object]]:
+    async def section() -> None:
+        async with guard.slot():
+            pass
+
+    return section
+
+
+def _shed_section() -> Callable[[], Awaitable[object]]:
+    guard = ConcurrencyGuard(1, max_queue=0, name="billing.process_invoice")
+    guard.acquire_nowait()  # held for good: every call is refused
+
+    async def section() -> object:
+        try:
+            async with guard.slot():
+                pass
+        except ServerBusy as busy:
+            return busy.response
+        return None
+
+    return section
+
+
+def _record(benchmark: pytest.FixtureRequest, op: Callable[[], Awaitable[object]]) -> None:
+    # pytest-benchmark's own record (what `make bench` lists): 1,000 operations per round.
+    benchmark(async_batch(op), 1_000)
+
+
+@pytest.mark.parametrize(("metrics", "limit"), [(False, 1.5), (True, 3.0)], ids=["off", "on"])
+def test_uncontended_slot_vs_semaphore(
+    benchmark: pytest.FixtureRequest, figures: Figures, metrics: bool, limit: float
+) -> None:
+    observer = None
+    if metrics:
+        prometheus = PrometheusObserver(CollectorRegistry())
+        observer = prometheus.for_tool("billing.process_invoice", max_active=1)
+    guard = ConcurrencyGuard(1, name="billing.process_invoice", observer=observer)
+    candidate, baseline = time_batches(
+        async_batch(_guard_section(guard)),
+        async_batch(_semaphore_section()),
+        ops=OPS,
+        rounds=ROUNDS,
+    )
+    name = f"async with guard.slot() (metrics {'on' if metrics else 'off'}) vs Semaphore"
+    figures.at_most(name, candidate, baseline, limit)
+    _record(benchmark, _guard_section(guard))
+
+
+def test_shed_path_vs_semaphore(benchmark: pytest.FixtureRequest, figures: Figures) -> None:
+    candidate, baseline = time_batches(
+        async_batch(_shed_section()), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
+    )
+    figures.at_most("shed (SERVER_BUSY built, caught) vs Semaphore", candidate, baseline, 3.0)
+    _record(benchmark, _shed_section())
+
+
+class _StandingQueue:
+    """``queued`` callers circulating through one slot in their own event loop.
+
+    Each caller loops ``async with guard.slot(): pass``: handed the slot, it releases it (handing
+    it to the head of the queue) and queues again at the tail, so the queue stays ``queued`` long.
+    One ``step()`` (a yield of the driving task) lets exactly one such acquire + release happen.
+    """
+
+    def __init__(self, queued: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        # a realistic finite queue_timeout: every waiter arms a timer, as in production
+        self.guard = ConcurrencyGuard(1, max_queue=queued, queue_timeout=600.0, predictive=False)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.loop.run_until_complete(self._start(queued))
+
+    async def _caller(self) -> None:
+        while True:
+            async with self.guard.slot():
+                pass
+
+    async def _start(self, queued: int) -> None:
+        held = self.guard.acquire_nowait()
+        self.tasks = [asyncio.create_task(self._caller()) for _ in range(queued)]
+        await asyncio.sleep(0)  # every new task runs once: each finds the slot held and queues
+        assert self.guard.queued == queued
+        held.release()  # the circulation starts: the head is handed the slot
+
+    async def step(self) -> None:
+        await asyncio.sleep(0)
+
+    def batch(self) -> Callable[[int], float]:
+        return async_batch(self.step, event_loop=self.loop)
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*self.tasks, return_exceptions=True))
+        self.loop.close()
+
+
+@pytest.fixture
+def queues() -> Iterator[tuple[_StandingQueue, _StandingQueue]]:
+    long, short = _StandingQueue(10_000), _StandingQueue(10)
+    yield long, short
+    long.close()
+    short.close()
+
+
+def test_acquire_release_with_10000_queued(
+    benchmark: pytest.FixtureRequest,
+    figures: Figures,
+    queues: tuple[_StandingQueue, _StandingQueue],
+) -> None:
+    long, short = queues
+    candidate, baseline = time_batches(long.batch(), short.batch(), ops=OPS, rounds=ROUNDS)
+    assert long.guard.queued == 10_000 - 1  # one caller holds (or is being handed) the slot
+    figures.at_most("acquire+release, 10,000 queued vs 10 queued", candidate, baseline, 1.2)
+    benchmark(short.batch(), 1_000)
