@@ -131,6 +131,31 @@ async def test_local_queue_full_is_server_busy(redis_url: str) -> None:
     assert caught.value.reason == "queue_full"
 
 
+async def test_fleet_full_and_local_queue_full_is_server_busy_at_once(redis_url: str) -> None:
+    holder = DistributedConcurrencyGuard(1, redis=redis_url, name="t", timeout=1.0)
+    replica = DistributedConcurrencyGuard(
+        1, max_queue=1, queue_timeout=5.0, redis=redis_url, name="t", timeout=1.0
+    )
+
+    async def wait_for_slot() -> None:
+        async with replica.slot():
+            pass
+
+    async with holder.slot(), anyio.create_task_group() as tg:
+        tg.start_soon(wait_for_slot)  # takes the local slot, then polls the full fleet
+        tg.start_soon(wait_for_slot)  # queues locally behind it
+        await anyio.wait_all_tasks_blocked()
+        assert (replica.active, replica.queued) == (1, 1)
+        start = anyio.current_time()
+        with pytest.raises(ServerBusy) as caught:
+            async with replica.slot():
+                pytest.fail("admitted beyond the fleet limit")
+        assert caught.value.reason == "queue_full"
+        assert anyio.current_time() - start < 0.1  # shed at once, not after queue_timeout
+        tg.cancel_scope.cancel()
+    assert (replica.active, replica.queued, replica.held_leases) == (0, 0, 0)
+
+
 async def test_handler_timeout_gives_the_lease_back(
     redis_url: str, redis_server: RedisServer
 ) -> None:
