@@ -1,20 +1,169 @@
-"""``fusion-guard demo``: for now, print a SERVER_BUSY envelope (the overload demo replaces it)."""
+"""``fusion-guard demo``: the overload scenario of benchmarks.md, in about a minute.
+
+The same scarce tool (2 hidden workers, log-normal 20 ms service) under no guard, a plain
+unbounded ``asyncio.Semaphore``, and fusion_guard (FIFO and LIFO-under-overload), across offered
+loads from 0.5x to 10x capacity. Progress goes to stderr; tables and targets to stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..wire._shedding import ServerBusyTemplate
+from ..demo._policies import POLICY_NAMES, GuardFactory
+from ..demo._scenario import DEFAULT_LOADS, Scenario
+
+_DEFAULT_CHART = Path("demo-output/overload.png")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
+    return value
+
+
+def _loads(text: str) -> tuple[float, ...]:
+    try:
+        loads = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated multiples of capacity, e.g. 0.5,1,4,10"
+        ) from None
+    if not loads or any(not math.isfinite(x) or not 0 < x <= 50 for x in loads):
+        raise argparse.ArgumentTypeError(f"{text!r}: each load must be > 0 and <= 50")
+    return loads
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a comma-separated subset of {','.join(POLICY_NAMES)}"
+        )
+    return names
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port from 1 to 65535")
+    return int(text)
 
 
 def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser("demo", help="run the overload demo")
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "demo",
+        help="run the overload demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=Scenario.duration_s,
+        metavar="SECONDS",
+        help="length of the overload window at each load (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--loads",
+        type=_loads,
+        default=DEFAULT_LOADS,
+        metavar="X,Y,...",
+        help="offered loads as multiples of capacity (default: 0.5,0.8,1,1.5,2,4,10)",
+    )
+    parser.add_argument(
+        "--policies",
+        type=_policies,
+        default=POLICY_NAMES,
+        metavar="A,B,...",
+        help=f"policies to compare (default: {','.join(POLICY_NAMES)})",
+    )
+    parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        default=_DEFAULT_CHART,
+        metavar="PATH",
+        help="PNG chart of goodput and p99 against load (default: %(default)s)",
+    )
+    parser.add_argument("--no-chart", action="store_true", help="do not write the chart")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write all figures as JSON")
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus /metrics on 127.0.0.1:PORT while the demo runs",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when fusion_guard misses a target of benchmarks.md",
+    )
     parser.set_defaults(handler=run)
 
 
+def _progress(load: float, index: int, count: int, elapsed: float, remaining: float) -> None:
+    sys.stderr.write(
+        f"[{index + 1}/{count}] load {load:g}x capacity: {elapsed:4.0f} s elapsed,"
+        f" about {remaining:3.0f} s left\n"
+    )
+    sys.stderr.flush()
+
+
+def _guard_factory(metrics_port: int | None) -> GuardFactory:
+    from prometheus_client import CollectorRegistry
+
+    from .._guard import Guard
+
+    registry = CollectorRegistry()
+    if metrics_port is not None:
+        from ..observability import serve_metrics
+
+        serve_metrics(metrics_port, registry=registry)
+
+    def make(workers: int, lifo: bool) -> Guard:
+        return Guard(max_active=workers, lifo=lifo, registry=registry)
+
+    return make
+
+
 def run(args: argparse.Namespace) -> int:
-    busy = ServerBusyTemplate("billing.process_invoice", max_active=5, max_queue=20)
-    sys.stdout.write(busy.render("queue_full", 5, 20, 1.5).text + "\n")
-    return 0
+    from ..demo._report import check_targets, format_tables, format_targets, write_chart, write_json
+    from ..demo._run import run_demo_blocking
+
+    # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
+    # terminal unless the user configured logging.
+    if not logging.getLogger().handlers:
+        logging.getLogger("fusion_guard").setLevel(logging.ERROR)
+    scenario = Scenario(duration_s=args.duration, seed=args.seed)
+    sys.stderr.write(
+        f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
+        f"{', '.join(f'{x:g}x' for x in args.loads)}\n"
+    )
+    demo = run_demo_blocking(
+        scenario,
+        _guard_factory(args.metrics_port),
+        loads=args.loads,
+        policies=args.policies,
+        progress=_progress,
+    )
+    out = [format_tables(demo)]
+    targets = check_targets(demo) if "fusion_guard" in args.policies else []
+    if targets:
+        out += ["", format_targets(targets)]
+    if args.json is not None:
+        write_json(demo, args.json)
+        out.append(f"\nfigures written to {args.json}")
+    if not args.no_chart:
+        write_chart(demo, args.chart)
+        out.append(f"chart written to {args.chart}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 1 if args.check and not all(t.met for t in targets) else 0

@@ -23,6 +23,8 @@ Outcome = Literal["ok", "shed", "rate_limited", "timeout", "error"]
 class CallRecord:
     intended: float
     """When the call was meant to be sent (event-loop clock)."""
+    sent: float
+    """When the call was actually sent: later than ``intended`` when the event loop lags."""
     latency: float
     """From the intended send time to the answer (or to the client giving up)."""
     outcome: Outcome
@@ -49,11 +51,12 @@ async def run_open_loop(
     """Start ``call`` at each arrival time and append one record per call to ``records``."""
 
     async def one(intended: float) -> None:
+        sent = anyio.current_time()
         with anyio.CancelScope(deadline=intended + client_timeout) as scope:
             outcome = await call()
         latency = anyio.current_time() - intended
         records.append(
-            CallRecord(intended, latency, "timeout" if scope.cancelled_caught else outcome)
+            CallRecord(intended, sent, latency, "timeout" if scope.cancelled_caught else outcome)
         )
 
     async with anyio.create_task_group() as tg:

@@ -48,6 +48,7 @@ class LevelResult:
     timeout_rate: float
     shed_p99_ms: float | None
     recovery_s: float | None
+    send_lag_p99_ms: float | None
     calls: int
     ok: int
     shed: int
@@ -114,7 +115,11 @@ def summarise(
     for r in inside:
         counts[r.outcome] += 1
     served = [r.latency for r in inside if r.outcome in ("ok", "timeout", "error")]
-    sheds = [r.latency for r in inside if r.outcome in ("shed", "rate_limited")]
+    # A shed's answer time runs from the moment the call was sent: the load generator's own lag
+    # (reported apart as send_lag_p99_ms) is not time the guard kept the caller waiting.
+    sheds = [
+        r.intended + r.latency - r.sent for r in inside if r.outcome in ("shed", "rate_limited")
+    ]
     capacity_calls = scenario.model.capacity_rps * (end - start)
     # Goodput counts OK answers delivered during the window, whenever the call arrived.
     ok_latencies = [
@@ -133,6 +138,7 @@ def summarise(
         timeout_rate=round(counts["timeout"] / total, 4),
         shed_p99_ms=_ms(_percentile(sheds, 0.99)),
         recovery_s=None if recovery is None else recovery_time(records, *recovery, p99_limit),
+        send_lag_p99_ms=_ms(_percentile([r.sent - r.intended for r in inside], 0.99)),
         calls=len(inside),
         ok=counts["ok"],
         shed=counts["shed"],
