@@ -66,14 +66,14 @@ class LeaseMachine(RuleBasedStateMachine):
 
     @rule(replica=st.integers(0, REPLICAS - 1))
     def refresh(self, replica: int) -> None:
-        self.run(self.replicas[replica]._refresh_once())
+        self.run(self.replicas[replica].refresh())
 
     @rule()
     def redis_loses_everything(self) -> None:
         # As after a restart: every lease is gone until the replicas refresh them.
         self.admin.delete(self.replicas[0].key)
         for replica in self.replicas:
-            self.run(replica._refresh_once())
+            self.run(replica.refresh())
 
     @invariant()
     def redis_holds_exactly_the_model(self) -> None:
@@ -82,12 +82,7 @@ class LeaseMachine(RuleBasedStateMachine):
         assert len(members) <= LIMIT
 
     def teardown(self) -> None:
-        for replica in self.replicas:
-            task = replica._refresher
-            if task is not None:
-                task.cancel()
-                self.loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        self.run(self.conn.aclose())
+        self.run(self.conn.aclose())  # also stops the lease refresher
         self.loop.close()
         self.admin.close()
 

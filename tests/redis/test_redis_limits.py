@@ -6,8 +6,11 @@ refresher, exactly as separate processes would).
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 from redis_testserver import RedisServer
 
@@ -168,13 +171,30 @@ async def test_handler_timeout_gives_the_lease_back(
     assert guard.active == 0
 
 
-async def test_leases_are_refreshed_while_a_call_runs(
+def _refreshers() -> int:
+    return sum(
+        1
+        for task in asyncio.all_tasks()
+        if task.get_name() == "fusion_guard lease refresher" and not task.done()
+    )
+
+
+async def test_one_refresher_keeps_every_tool_s_leases_while_calls_run(
     redis_url: str, redis_server: RedisServer
 ) -> None:
-    guard = DistributedConcurrencyGuard(1, redis=redis_url, name="t", lease=0.3, timeout=1.0)
-    async with guard.slot():
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)  # one connection for both tools
+    guards = [
+        DistributedConcurrencyGuard(1, redis=backend, name=name, lease=0.3)
+        for name in ("search", "billing.charge")
+    ]
+    assert _refreshers() == 0  # an idle process runs no task
+    async with guards[0].slot(), guards[1].slot():
+        assert _refreshers() == 1
         await anyio.sleep(0.7)  # more than two leases
         with redis_server.client() as client:
-            assert client.zcard(guard.key) == 1
+            assert [client.zcard(guard.key) for guard in guards] == [1, 1]
+    await anyio.lowlevel.checkpoint()  # the cancelled refresher finishes
+    assert _refreshers() == 0
     with redis_server.client() as client:
-        assert client.zcard(guard.key) == 0
+        assert [client.zcard(guard.key) for guard in guards] == [0, 0]
+    await backend.aclose()

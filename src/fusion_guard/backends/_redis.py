@@ -44,6 +44,7 @@ __all__ = [
     "FailurePolicy",
     "FleetSemaphore",
     "LeaseGrant",
+    "LeaseRefresher",
     "RedisConnection",
     "RedisRateLimitBackend",
     "check_failure_policy",
@@ -197,6 +198,7 @@ class RedisConnection:
         "_outer_timeout",
         "key_prefix",
         "prefix",
+        "refresher",
         "scripts",
         "timeout",
     )
@@ -220,6 +222,7 @@ class RedisConnection:
         self._execute: Callable[..., Awaitable[Any]] = self._client.execute_command
         self._errors, self._no_script = _redis_errors()
         self.scripts = {name: Script(name) for name in _SCRIPTS}
+        self.refresher = LeaseRefresher()
         self._log = _ErrorLog()
 
     @property
@@ -262,7 +265,8 @@ class RedisConnection:
         self._log.record(exc, allowed)
 
     async def aclose(self) -> None:
-        """Close the client's connections."""
+        """Stop refreshing leases and close the client's connections."""
+        self.refresher.stop()
         await self._client.aclose()
 
 
@@ -290,8 +294,8 @@ class FleetSemaphore:
     """A semaphore shared by a fleet: at most ``limit`` leases in one Redis sorted set.
 
     Each lease lasts ``lease`` seconds unless refreshed; this process's running leases are
-    refreshed by one background task per semaphore (not one per call), so a crashed process's
-    permits come back within ``lease`` seconds.
+    refreshed by the connection's one background task (see :class:`LeaseRefresher`), so a
+    crashed process's permits come back within ``lease`` seconds.
     """
 
     __slots__ = (
@@ -301,9 +305,7 @@ class FleetSemaphore:
         "_held",
         "_keys",
         "_owner",
-        "_refresher",
         "_scripts",
-        "_sleeping",
         "lease",
         "limit",
         "name",
@@ -321,8 +323,6 @@ class FleetSemaphore:
         self._owner = _owner_id()
         self._counter = 0
         self._held: set[str] = set()
-        self._refresher: asyncio.Task[None] | None = None
-        self._sleeping = False
 
     @property
     def key(self) -> str:
@@ -347,7 +347,7 @@ class FleetSemaphore:
         if not reply[0]:
             return LeaseGrant(None, int(reply[1]))
         self._held.add(holder)
-        self._ensure_refresher()
+        self._conn.refresher.holding(self)
         return LeaseGrant(holder, int(reply[1]))
 
     async def _forget(self, holder: str) -> None:
@@ -359,30 +359,14 @@ class FleetSemaphore:
     async def release(self, holder: str) -> None:
         """Give a lease back; raises BackendError when Redis fails (the lease then expires)."""
         self._held.discard(holder)
-        if not self._held and self._refresher is not None and self._sleeping:
-            self._refresher.cancel()
-            self._refresher = None
+        if not self._held:
+            self._conn.refresher.idle(self)
         await self._conn.run(self._scripts.lease_release, self._keys, [holder])
 
-    def _ensure_refresher(self) -> None:
-        if self._refresher is None or self._refresher.done():
-            self._refresher = asyncio.get_running_loop().create_task(
-                self._refresh_loop(), name=f"fusion_guard lease refresher {self.name}"
-            )
-
-    async def _refresh_loop(self) -> None:
-        # A third of the lease: two refreshes may fail before a running call loses its lease.
-        period = self.lease / 3
-        while self._held:
-            self._sleeping = True
-            try:
-                await asyncio.sleep(period)
-            finally:
-                self._sleeping = False
-            if self._held:
-                await self._refresh_once()
-
-    async def _refresh_once(self) -> None:
+    async def refresh(self) -> None:
+        """Extend this process's leases (one round trip); failures are logged, not raised."""
+        if not self._held:
+            return
         try:
             args = [*self._args, *self._held]
             reply = await self._conn.run(self._scripts.lease_refresh, self._keys, args)
@@ -391,6 +375,51 @@ class FleetSemaphore:
             return
         if reply[1]:
             log_event(logging.WARNING, "lease_lost", semaphore=self.name, lost=int(reply[1]))
+
+
+class LeaseRefresher:
+    """One background task per connection, so per process, that refreshes the leases of every
+    fleet semaphore holding some, every third of the shortest lease (two refreshes may fail
+    before a running call loses its lease). It starts with the first lease and ends when no
+    semaphore holds any, so an idle process runs no task."""
+
+    __slots__ = ("_holding", "_sleeping", "_task")
+
+    def __init__(self) -> None:
+        self._holding: set[FleetSemaphore] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+
+    def holding(self, semaphore: FleetSemaphore) -> None:
+        """``semaphore`` holds leases: refresh them until it does not."""
+        self._holding.add(semaphore)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="fusion_guard lease refresher"
+            )
+
+    def idle(self, semaphore: FleetSemaphore) -> None:
+        """``semaphore`` holds no lease any more."""
+        self._holding.discard(semaphore)
+        if not self._holding and self._sleeping:
+            self.stop()
+
+    def stop(self) -> None:
+        """Cancel the task (it is started again by the next lease)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while self._holding:
+            period = min(semaphore.lease for semaphore in self._holding) / 3
+            self._sleeping = True
+            try:
+                await asyncio.sleep(period)
+            finally:
+                self._sleeping = False
+            for semaphore in tuple(self._holding):
+                await semaphore.refresh()
 
 
 def _owner_id() -> str:
