@@ -23,6 +23,18 @@ from fusion_guard import (
 pytestmark = pytest.mark.anyio
 
 
+def _redis_guard(url: str, policy: str, registry: CollectorRegistry, **limits: object) -> Guard:
+    """A guard on Redis with a short timeout (the outage tests stop the server)."""
+    return Guard(
+        backend="redis",
+        redis_url=url,
+        redis_failure_policy=policy,
+        redis_timeout=0.3,
+        registry=registry,
+        **limits,
+    )
+
+
 def _backend_errors(registry: CollectorRegistry, decision: str) -> float:
     labels = {"backend": "redis", "decision": decision}
     return registry.get_sample_value("fusion_guard_backend_errors_total", labels) or 0.0
@@ -77,16 +89,8 @@ async def test_redis_stopped_mid_load_then_started_again(
     redis_server: RedisServer, redis_url: str, policy: str
 ) -> None:
     registry = CollectorRegistry()
-    guard = Guard(
-        backend="redis",
-        redis_url=redis_url,
-        redis_failure_policy=policy,
-        redis_timeout=0.3,
-        max_active=4,
-        max_queue=16,
-        queue_timeout=1.0,
-        rate=10_000,
-        registry=registry,
+    guard = _redis_guard(
+        redis_url, policy, registry, max_active=4, max_queue=16, queue_timeout=1.0, rate=10_000
     )
     phase = "before"
     answers: dict[str, list[ToolResponse]] = {"before": [], "down": [], "after": []}
@@ -194,15 +198,7 @@ async def test_a_rate_limited_tool_without_slots_under_each_policy(
     redis_server: RedisServer, redis_url: str, policy: str
 ) -> None:
     registry = CollectorRegistry()
-    guard = Guard(
-        backend="redis",
-        redis_url=redis_url,
-        redis_failure_policy=policy,
-        redis_timeout=0.2,
-        rate=100,
-        max_active=None,
-        registry=registry,
-    )
+    guard = _redis_guard(redis_url, policy, registry, rate=100, max_active=None)
 
     async def handler() -> str:
         return "ok"
