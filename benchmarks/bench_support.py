@@ -110,5 +110,3 @@ class Figures:
         speedup = 1.0 / figure.ratio
         assert speedup >= needed, f"{name}: {speedup:.2f}x faster, target {figure.target}"
         return figure
-
-
