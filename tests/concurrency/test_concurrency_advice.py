@@ -162,8 +162,8 @@ async def test_lifo_guard_stays_fifo_while_the_queue_is_fresh(clock: FakeClock) 
     assert await serve_order(guard, clock, age=0.01) == [0, 1, 2, 3]
 
 
-async def test_lifo_after_sets_when_a_queue_counts_as_standing(clock: FakeClock) -> None:
-    guard = ConcurrencyGuard(1, queue_timeout=30, lifo=True, lifo_after=1.0, clock=clock)
+async def test_standing_after_sets_when_a_queue_counts_as_standing(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, queue_timeout=30, lifo=True, standing_after=1.0, clock=clock)
     assert await serve_order(guard, clock, age=0.5) == [0, 1, 2, 3]
     assert await serve_order(guard, clock, age=1.5) == [3, 2, 1, 0]
 
@@ -260,3 +260,47 @@ async def test_statistics_and_repr_show_the_figures() -> None:
     assert guard.statistics().service_samples == 1
     with pytest.raises(AttributeError):
         stats.active = 5  # type: ignore[misc]
+
+
+# -- the standing-queue limit (CoDel) --------------------------------------------------------------
+
+
+async def test_standing_queue_is_held_to_the_standing_limit(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(
+        1, max_queue=10, queue_timeout=30, standing_limit=2, standing_after=0.1, clock=clock
+    )
+    assert guard.standing_limit == 2
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):  # a burst: the queue may grow past the standing limit
+            tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 3
+        clock.advance(0.2)  # not empty for longer than standing_after: the queue is standing
+        with pytest.raises(ServerBusy) as info:
+            await guard.acquire()
+        tg.cancel_scope.cancel()
+    assert info.value.reason == "queue_full"
+    details = envelope_details(info.value.response.text)
+    assert (details["queued"], details["max_queue"], details["standing"]) == ("3", "10", "true")
+    stats = guard.statistics()
+    assert (stats.shed_queue_full, stats.shed_standing) == (1, 1)
+
+
+async def test_queue_that_emptied_is_not_standing(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(
+        1, max_queue=10, queue_timeout=30, standing_limit=1, standing_after=0.1, clock=clock
+    )
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        holder.release()  # hands the slot on: the queue is empty again
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(0.5)
+        tg.start_soon(guard.acquire)  # finds the queue empty: it is fresh again
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(guard.acquire)  # a burst above the standing limit is still welcome
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 2
+        tg.cancel_scope.cancel()

@@ -131,7 +131,7 @@ async def test_random_programs_keep_every_invariant(
     program: list[tuple[str, int, bool]], max_active: int, max_queue: int, lifo: bool
 ) -> None:
     guard = ConcurrencyGuard(
-        max_active, max_queue=max_queue, queue_timeout=0.02, lifo=lifo, lifo_after=0.004
+        max_active, max_queue=max_queue, queue_timeout=0.02, lifo=lifo, standing_after=0.004
     )
     world = World(guard, fifo=not lifo)
     await drive(world, program)

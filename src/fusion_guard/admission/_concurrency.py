@@ -8,14 +8,17 @@ How a call is admitted (``async with guard.slot():``):
    wait, ``position * mean_hold / max_active``, already exceeds ``queue_timeout`` (shed
    ``queue_timeout`` at once, detail ``predicted``: waiting would be for nothing). Prediction
    starts once a hold time has been observed.
+   While the queue is *standing* (it has not been empty for ``standing_after`` seconds, CoDel's
+   test) it is held to ``standing_limit`` waiters (shed ``queue_full``, detail ``standing``): a
+   queue that absorbs a burst is useful, a queue that never drains only adds latency to every
+   call, so under sustained overload admitted calls wait a few service times, not ``max_queue``.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
    can barge in); a waiter cancelled at the moment it is handed the slot passes it on.
 4. A waiter not served within ``queue_timeout`` is shed with reason ``queue_timeout``.
 
 Queue order: FIFO. With ``lifo=True`` the guard serves the *newest* waiter first while the queue
-is standing, i.e. while its oldest waiter has waited longer than ``lifo_after`` (adaptive LIFO, as
-in CoDel-style queue management): under sustained overload the calls admitted are the fresh ones,
-whose clients are still waiting, and the stale ones age out. When the queue drains, FIFO resumes.
+is standing (adaptive LIFO): under sustained overload the calls admitted are the fresh ones, whose
+clients are still waiting, and the stale ones age out. Once the queue drains, FIFO resumes.
 
 The queue is an ``OrderedDict`` of waiter tokens: arrival, hand-off (from either end) and
 cancellation (delete by key) are all O(1), however many wait.
@@ -60,6 +63,8 @@ class ConcurrencyStatistics:
     admitted: int
     """Calls that got a slot (at once or after queueing)."""
     shed_queue_full: int
+    shed_standing: int
+    """Of ``shed_queue_full``, those refused by the standing-queue limit."""
     shed_queue_timeout: int
     """Calls shed for time, after waiting or predicted at arrival (``shed_predicted`` of them)."""
     shed_predicted: int
@@ -82,15 +87,16 @@ class _Waiter:
         self.since = since
 
 
-class _PredictedBusyTemplate(ServerBusyTemplate):
-    """SERVER_BUSY for a call shed at arrival on its predicted wait: the standard envelope with
-    one more detail, ``predicted`` = ``true``, after the standard ones (rendered once)."""
+class _FlaggedBusyTemplate(ServerBusyTemplate):
+    """SERVER_BUSY with one more detail, ``FLAG`` = ``true``, after the standard ones (rendered
+    once): ``predicted`` for a call shed at arrival on its predicted wait, ``standing`` for one
+    refused by the standing-queue limit."""
 
     __slots__ = ()
 
-    def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
+    def __init__(self, tool: str, max_active: int, max_queue: int, flag: str) -> None:
         super().__init__(tool, max_active, max_queue)
-        extra = '    <detail key="predicted">true</detail>\n  </details>\n'
+        extra = f'    <detail key="{flag}">true</detail>\n  </details>\n'
         self._tail = self._tail.replace("  </details>\n", extra, 1)
 
 
@@ -174,12 +180,13 @@ class ConcurrencyGuard:
     """At most ``max_active`` calls at once, up to ``max_queue`` more waiting at most
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
 
-    ``name`` is the tool name shown in envelopes. ``lifo`` enables LIFO-under-overload (see the
-    module documentation), with the queue counted as standing once its oldest waiter is older than
-    ``lifo_after`` seconds (default ``min(0.1, queue_timeout / 4)``). ``max_queue`` defaults to
-    ``4 * max_active``. ``expected_service_time`` is the prior for the mean slot hold time until
-    one is observed; ``max_retry_after`` caps the advice. ``predictive`` enables early shedding.
-    ``clock`` is a monotonic clock in seconds (injectable for tests).
+    ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``.
+    The queue counts as standing once it has not been empty for ``standing_after`` seconds
+    (default ``min(0.1, queue_timeout / 4)``); a standing queue is held to ``standing_limit``
+    waiters (default ``min(max_queue, 4 * max_active)``) and, with ``lifo``, serves the newest
+    first (see the module documentation). ``expected_service_time`` is the prior for the mean
+    slot hold time until one is observed; ``max_retry_after`` caps the advice. ``predictive``
+    enables early shedding. ``clock`` is a monotonic clock in seconds (injectable for tests).
     """
 
     __slots__ = (
@@ -190,19 +197,24 @@ class ConcurrencyGuard:
         "_cancelled_queued",
         "_clock",
         "_handler_timeouts",
+        "_last_empty",
         "_lifo",
-        "_lifo_after",
         "_max_active",
         "_max_queue",
         "_name",
         "_observer",
         "_predicted",
+        "_predicted_busy",
         "_predictive",
         "_promises",
         "_queue_timeout",
         "_service",
         "_shed_full",
+        "_shed_standing",
         "_shed_timeout",
+        "_standing_after",
+        "_standing_busy",
+        "_standing_limit",
         "_timeout_templates",
         "_waiters",
     )
@@ -215,7 +227,8 @@ class ConcurrencyGuard:
         *,
         name: str = "tool",
         lifo: bool = False,
-        lifo_after: float | None = None,
+        standing_after: float | None = None,
+        standing_limit: int | None = None,
         observer: ToolObserver | None = None,
         expected_service_time: float = 0.1,
         max_retry_after: float = 60.0,
@@ -224,15 +237,24 @@ class ConcurrencyGuard:
     ) -> None:
         self._max_active = _check_int("max_active", max_active, 1)
         self._max_queue = (
-            4 * self._max_active if max_queue is None else _check_int("max_queue", max_queue, 0)
+            10 * self._max_active if max_queue is None else _check_int("max_queue", max_queue, 0)
         )
         self._queue_timeout = _check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = _check_name(name)
         self._lifo = _check_bool("lifo", lifo)
         default_after = min(0.1, self._queue_timeout / 4)
-        self._lifo_after = (
-            default_after if lifo_after is None else _check_seconds("lifo_after", lifo_after)
+        self._standing_after = (
+            default_after
+            if standing_after is None
+            else _check_seconds("standing_after", standing_after)
         )
+        self._standing_limit = min(
+            self._max_queue,
+            4 * self._max_active
+            if standing_limit is None
+            else _check_int("standing_limit", standing_limit, 1),
+        )
+        self._last_empty = -math.inf
         self._predictive = _check_bool("predictive", predictive)
         prior = _check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
@@ -243,12 +265,16 @@ class ConcurrencyGuard:
         self._observer = observer
         self._active = 0
         self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
-        self._busy = (
-            ServerBusyTemplate(self._name, self._max_active, self._max_queue),
-            _PredictedBusyTemplate(self._name, self._max_active, self._max_queue),
+        self._busy = ServerBusyTemplate(self._name, self._max_active, self._max_queue)
+        self._predicted_busy = _FlaggedBusyTemplate(
+            self._name, self._max_active, self._max_queue, "predicted"
+        )
+        self._standing_busy = _FlaggedBusyTemplate(
+            self._name, self._max_active, self._max_queue, "standing"
         )
         self._timeout_templates: dict[float, TimeoutTemplate] = {}
         self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
+        self._shed_standing = 0
         self._cancelled_queued = self._handler_timeouts = 0
 
     # -- public surface -------------------------------------------------------------------------
@@ -312,6 +338,10 @@ class ConcurrencyGuard:
     def lifo(self) -> bool:
         return self._lifo
 
+    @property
+    def standing_limit(self) -> int:
+        return self._standing_limit
+
     def statistics(self) -> ConcurrencyStatistics:
         return ConcurrencyStatistics(
             name=self._name,
@@ -321,6 +351,7 @@ class ConcurrencyGuard:
             queued=len(self._waiters),
             admitted=self._admitted,
             shed_queue_full=self._shed_full,
+            shed_standing=self._shed_standing,
             shed_queue_timeout=self._shed_timeout,
             shed_predicted=self._predicted,
             cancelled_queued=self._cancelled_queued,
@@ -346,10 +377,14 @@ class ConcurrencyGuard:
         """
         queued = len(self._waiters)
         if queued >= self._max_queue:
-            raise self._shed("queue_full", queued, False)
+            raise self._refuse("queue_full", queued, self._busy)
         now = self._clock()
+        if not queued:
+            self._last_empty = now
+        elif queued >= self._standing_limit and self._standing(now):
+            raise self._refuse("queue_full", queued, self._standing_busy)
         if self._would_time_out(queued + 1, now):
-            raise self._shed("queue_timeout", queued, True)
+            raise self._refuse("queue_timeout", queued, self._predicted_busy)
         return self._queue(now)
 
     async def _queue(self, now: float) -> float:
@@ -367,7 +402,7 @@ class ConcurrencyGuard:
             raise
         if not waiter.granted:  # the deadline passed first
             del waiters[waiter]
-            raise self._shed("queue_timeout", len(waiters), False)
+            raise self._refuse("queue_timeout", len(waiters), self._busy)
         return self._clock() - now
 
     def _would_time_out(self, position: int, now: float) -> bool:
@@ -406,24 +441,29 @@ class ConcurrencyGuard:
         waiter.event.set()
 
     def _standing(self, now: float) -> bool:
-        """The queue is standing when its oldest waiter has waited longer than ``lifo_after``."""
-        waiters = self._waiters
-        return bool(waiters) and now - next(iter(waiters)).since > self._lifo_after
+        """CoDel's test: the queue is standing when it has not been empty for ``standing_after``
+        seconds (``_last_empty`` is stamped by arrivals that find it empty)."""
+        return bool(self._waiters) and now - self._last_empty > self._standing_after
 
     # -- shedding -------------------------------------------------------------------------------
 
-    def _shed(self, reason: ShedReason, queued: int, predicted: bool) -> ServerBusy:
+    def _shed(self, reason: ShedReason, queued: int, predicted: bool = False) -> ServerBusy:
+        """ServerBusy for ``reason`` (used by subclasses, e.g. the distributed guard)."""
+        return self._refuse(reason, queued, self._predicted_busy if predicted else self._busy)
+
+    def _refuse(self, reason: ShedReason, queued: int, template: ServerBusyTemplate) -> ServerBusy:
         active = self._active
         step = self._service.mean / self._max_active
         retry_after = self._promises.promise(self._clock(), queued, step)
         if reason == "queue_full":
             self._shed_full += 1
+            self._shed_standing += template is self._standing_busy
         else:
             self._shed_timeout += 1
-            self._predicted += predicted
+            self._predicted += template is self._predicted_busy
         if self._observer is not None:
             self._observer.shed(reason, active, queued, retry_after)
-        response = self._busy[predicted].render(reason, active, queued, retry_after)
+        response = template.render(reason, active, queued, retry_after)
         return _server_busy(response, retry_after, reason)
 
     def _handler_timeout(self, timeout: float) -> HandlerTimeout:
