@@ -98,8 +98,11 @@ class _StandingQueue:
 
     def __init__(self, queued: int) -> None:
         self.loop = asyncio.new_event_loop()
-        # a realistic finite queue_timeout: every waiter arms a timer, as in production
-        self.guard = ConcurrencyGuard(1, max_queue=queued, queue_timeout=600.0, predictive=False)
+        # A realistic finite queue_timeout (every waiter arms a timer, as in production); no
+        # early shedding and no standing-queue limit: this figure is about the queue itself.
+        self.guard = ConcurrencyGuard(
+            1, max_queue=queued, queue_timeout=600.0, standing_limit=queued, predictive=False
+        )
         self.tasks: list[asyncio.Task[None]] = []
         self.loop.run_until_complete(self._start(queued))
 
