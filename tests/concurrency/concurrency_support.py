@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+import anyio
+
+from fusion_guard import ConcurrencyGuard
 from fusion_guard._observer import Outcome, ShedReason
 
 
@@ -46,3 +49,23 @@ class RecordingObserver:
 
     def backend_error(self, backend: str, allowed: bool) -> None:
         self.events.append(("backend_error", backend, allowed))
+
+
+async def serve_order(
+    guard: ConcurrencyGuard, clock: FakeClock, age: float, callers: int = 4
+) -> list[int]:
+    """Queue callers 0, 1, ... behind a held slot, let them age, release; the order served."""
+    order: list[int] = []
+    holder = guard.acquire_nowait()
+
+    async def caller(i: int) -> None:
+        async with guard.slot():
+            order.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(callers):
+            tg.start_soon(caller, i)
+            await anyio.wait_all_tasks_blocked()
+        clock.advance(age)
+        holder.release()
+    return order

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from concurrency_support import FakeClock, RecordingObserver, envelope_details
+from concurrency_support import FakeClock, RecordingObserver, envelope_details, serve_order
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
 
@@ -132,24 +132,6 @@ async def test_prediction_can_be_switched_off(clock: FakeClock) -> None:
 
 
 # -- queue order -----------------------------------------------------------------------------------
-
-
-async def serve_order(guard: ConcurrencyGuard, clock: FakeClock, age: float) -> list[int]:
-    """Queue callers 0, 1, 2, 3 behind a held slot, let them age, release; the order served."""
-    order: list[int] = []
-    holder = guard.acquire_nowait()
-
-    async def caller(i: int) -> None:
-        async with guard.slot():
-            order.append(i)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(4):
-            tg.start_soon(caller, i)
-            await anyio.wait_all_tasks_blocked()
-        clock.advance(age)
-        holder.release()
-    return order
 
 
 async def test_lifo_serves_newest_first_while_the_queue_is_standing(clock: FakeClock) -> None:

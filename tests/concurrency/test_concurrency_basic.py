@@ -7,6 +7,7 @@ import math
 import anyio
 import anyio.lowlevel
 import pytest
+from concurrency_support import FakeClock, serve_order
 from concurrency_support import envelope_details as details
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, HandlerTimeout, ServerBusy
@@ -42,24 +43,22 @@ async def test_slot_is_freed_when_the_body_is_cancelled() -> None:
     assert guard.active == 0
 
 
-async def test_release_hands_the_slot_to_the_first_waiter_fifo() -> None:
-    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30)
-    order: list[int] = []
-    holder = guard.acquire_nowait()
-
-    async def caller(i: int) -> None:
-        async with guard.slot():
-            order.append(i)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(5):
-            tg.start_soon(caller, i)
-            await anyio.wait_all_tasks_blocked()
-        assert (guard.active, guard.queued) == (1, 5)
-        holder.release()
-        holder.release()  # idempotent: a second release never frees a second slot
-    assert order == [0, 1, 2, 3, 4]
+async def test_release_hands_the_slot_to_the_first_waiter_fifo(clock: FakeClock) -> None:
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=30, clock=clock)
+    assert await serve_order(guard, clock, age=0.0, callers=5) == [0, 1, 2, 3, 4]
     assert (guard.active, guard.queued) == (0, 0)
+
+
+async def test_release_is_idempotent() -> None:
+    guard = ConcurrencyGuard(2)
+    first = guard.acquire_nowait()
+    first.release()
+    first.release()
+    assert guard.active == 0
+    second = guard.acquire_nowait()
+    first.release()  # a stale release never frees someone else's slot
+    assert guard.active == 1
+    second.release()
 
 
 async def test_handed_slot_is_not_taken_by_a_newcomer() -> None:
