@@ -23,11 +23,12 @@ clients are still waiting, and the stale ones age out. Once the queue drains, FI
 The queue is an ``OrderedDict`` of waiter tokens: arrival, hand-off (from either end) and
 cancellation (delete by key) are all O(1), however many wait.
 
-Seam for a distributed permit (for example a Redis lease): the local queue and hand-off logic
-(``_wait``, ``_release``, ``_hand_off``) never looks at *how* a slot is known to be free; that
-decision is the ``_active < _max_active`` test in ``Slot.__aenter__`` plus ``_release``'s
-decrement. A distributed guard would take its lease after that local test and give it back in
-``_release``, leaving the queue untouched.
+Seam for a distributed permit (``DistributedConcurrencyGuard`` holds Redis leases this way): the
+queue and hand-off logic (``_wait``, ``_release``, ``_hand_off``) never looks at *how* a slot is
+known to be free; that decision is the ``_active < _max_active`` test in ``Slot.__aenter__`` and
+the decrement on release (inlined in ``Slot.release`` to keep the hot path short). A subclass
+takes its permit after the local admission and gives it back before the local release (its own
+``Slot`` subclass), leaving the queue untouched; ``_shed`` builds a ServerBusy for it.
 """
 
 from __future__ import annotations
