@@ -248,8 +248,15 @@ async def test_statistics_and_repr_show_the_figures() -> None:
 
 
 async def test_standing_queue_is_held_to_the_standing_limit(clock: FakeClock) -> None:
+    # Calls arrive faster than the one slot serves them (1 s each): sustained overload.
     guard = ConcurrencyGuard(
-        1, max_queue=10, queue_timeout=30, standing_limit=2, standing_after=0.1, clock=clock
+        1,
+        max_queue=10,
+        queue_timeout=30,
+        standing_limit=2,
+        standing_after=0.1,
+        expected_service_time=1.0,
+        clock=clock,
     )
     assert guard.standing_limit == 2
     guard.acquire_nowait()
@@ -267,6 +274,31 @@ async def test_standing_queue_is_held_to_the_standing_limit(clock: FakeClock) ->
     assert (details["queued"], details["max_queue"], details["standing"]) == ("3", "10", "true")
     stats = guard.statistics()
     assert (stats.shed_queue_full, stats.shed_standing) == (1, 1)
+
+
+async def test_standing_queue_under_capacity_is_not_limited(clock: FakeClock) -> None:
+    # The same burst on a fast tool (10 ms a call): arrivals stay well under what the slot
+    # serves, so the queue is a burst being absorbed, not overload, and max_queue applies.
+    guard = ConcurrencyGuard(
+        1,
+        max_queue=10,
+        queue_timeout=30,
+        standing_limit=2,
+        standing_after=0.1,
+        expected_service_time=0.01,
+        clock=clock,
+    )
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(0.2)
+        tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.queued == 4
+        tg.cancel_scope.cancel()
+    assert guard.statistics().shed_standing == 0
 
 
 async def test_queue_that_emptied_is_not_standing(clock: FakeClock) -> None:

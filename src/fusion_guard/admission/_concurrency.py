@@ -8,10 +8,14 @@ How a call is admitted (``async with guard.slot():``):
    wait, ``position * mean_hold / max_active``, already exceeds ``queue_timeout`` (shed
    ``queue_timeout`` at once, detail ``predicted``: waiting would be for nothing). Prediction
    starts once a hold time has been observed.
-   While the queue is *standing* (it has not been empty for ``standing_after`` seconds, CoDel's
-   test) it is held to ``standing_limit`` waiters (shed ``queue_full``, detail ``standing``): a
-   queue that absorbs a burst is useful, a queue that never drains only adds latency to every
-   call, so under sustained overload admitted calls wait a few service times, not ``max_queue``.
+   Under *sustained overload* the queue is held to ``standing_limit`` waiters (shed
+   ``queue_full``, detail ``standing``): a queue that absorbs a burst is useful, a queue that
+   never drains only adds latency to every call, so admitted calls then wait a few service times,
+   not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
+   (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
+   arriving faster than the slots serve them (arrival rate averaged over ``OVERLOAD_HORIZON``
+   seconds, above ``max_active / mean hold``, the hold time averaged over about 100 calls).
+   Either sign alone also appears in a burst at moderate load, which max_queue is there to absorb.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
    can barge in); a waiter cancelled at the moment it is handed the slot passes it on.
 4. A waiter not served within ``queue_timeout`` is shed with reason ``queue_timeout``.
@@ -50,6 +54,15 @@ from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._service_time import RetryPromises, ServiceTimeEstimator
 
 __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
+
+#: A queue not empty for this long (seconds) is standing, unless queue_timeout / 4 is shorter.
+STANDING_AFTER = 0.1
+#: A standing queue is held to this many waiters per slot (unless standing_limit is given).
+STANDING_SLOTS_FACTOR = 4
+#: Seconds over which the arrival rate is averaged for the overload test.
+OVERLOAD_HORIZON = 1.0
+#: Arrivals above this multiple of the slots' service rate count as overload.
+OVERLOAD_FACTOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +207,7 @@ class ConcurrencyGuard:
         "__weakref__",
         "_active",
         "_admitted",
+        "_arrival_rate",
         "_busy",
         "_cancelled_queued",
         "_clock",
@@ -209,6 +223,8 @@ class ConcurrencyGuard:
         "_predictive",
         "_promises",
         "_queue_timeout",
+        "_rate_count",
+        "_rate_time",
         "_service",
         "_shed_full",
         "_shed_standing",
@@ -243,7 +259,7 @@ class ConcurrencyGuard:
         self._queue_timeout = _check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = _check_name(name)
         self._lifo = _check_bool("lifo", lifo)
-        default_after = min(0.1, self._queue_timeout / 4)
+        default_after = min(STANDING_AFTER, self._queue_timeout / 4)
         self._standing_after = (
             default_after
             if standing_after is None
@@ -251,11 +267,14 @@ class ConcurrencyGuard:
         )
         self._standing_limit = min(
             self._max_queue,
-            4 * self._max_active
+            STANDING_SLOTS_FACTOR * self._max_active
             if standing_limit is None
             else _check_int("standing_limit", standing_limit, 1),
         )
         self._last_empty = -math.inf
+        self._arrival_rate = 0.0
+        self._rate_count = 0
+        self._rate_time = clock() if callable(clock) else 0.0
         self._predictive = _check_bool("predictive", predictive)
         prior = _check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
@@ -380,9 +399,10 @@ class ConcurrencyGuard:
         if queued >= self._max_queue:
             raise self._refuse("queue_full", queued, self._busy)
         now = self._clock()
+        overloaded = self._overloaded(now)
         if not queued:
             self._last_empty = now
-        elif queued >= self._standing_limit and self._standing(now):
+        elif overloaded and queued >= self._standing_limit and self._standing(now):
             raise self._refuse("queue_full", queued, self._standing_busy)
         if self._would_time_out(queued + 1, now):
             raise self._refuse("queue_timeout", queued, self._predicted_busy)
@@ -440,6 +460,32 @@ class ConcurrencyGuard:
         waiter, _ = waiters.popitem(last=newest)
         waiter.granted = True
         waiter.event.set()
+
+    def _overloaded(self, now: float) -> bool:
+        """Are calls arriving faster than the slots serve them, over the last
+        ``OVERLOAD_HORIZON`` seconds? A burst at moderate load also builds a queue that does not
+        empty for a while; only sustained overload should meet the standing-queue limit.
+
+        Arrivals are read off counters kept anyway (nothing is added to the fast path); the rate
+        is an exponentially weighted average in time, capacity is ``max_active / mean hold``.
+        """
+        arrivals = (
+            self._admitted
+            + self._shed_full
+            + self._shed_timeout
+            + self._cancelled_queued
+            + len(self._waiters)
+        )
+        elapsed = now - self._rate_time
+        if elapsed > 0.0:
+            # Arrivals since the last look, spread over the time since: a time-weighted average
+            # whatever the spacing of the looks (only queued arrivals look; the fast path never).
+            decay = math.exp(-elapsed / OVERLOAD_HORIZON)
+            rate = (arrivals - self._rate_count) / elapsed
+            self._arrival_rate = self._arrival_rate * decay + rate * (1.0 - decay)
+            self._rate_time = now
+            self._rate_count = arrivals
+        return self._arrival_rate * self._service.slow_mean > self._max_active * OVERLOAD_FACTOR
 
     def _standing(self, now: float) -> bool:
         """CoDel's test: the queue is standing when it has not been empty for ``standing_after``

@@ -79,15 +79,15 @@ def format_retry_after(seconds: float) -> str | None:
         return None
     if seconds % 1 == 0:  # whole seconds; every float >= 2**52 is one, and * 1000 could overflow
         return str(int(seconds))
-    whole, frac = divmod(_ceil_millis(seconds), 1000)
-    return f"{whole}.{_MILLIS[frac]}" if frac else str(whole)
+    whole, frac = divmod(ceil_millis(seconds), 1000)
+    return f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
 
 
 # Prepared once: the decimals of every millisecond count, trailing zeros dropped ("25" for 250).
-_MILLIS = [f"{frac:03d}".rstrip("0") for frac in range(1000)]
+MILLIS_TEXT = [f"{frac:03d}".rstrip("0") for frac in range(1000)]
 
 
-def _ceil_millis(seconds: float) -> int:
+def ceil_millis(seconds: float) -> int:
     """The smallest whole number of milliseconds not below ``seconds`` as written (its repr).
 
     1.1 is stored as 1.1000000000000000888: it still means 1100 ms, because 1100 / 1000 gives back

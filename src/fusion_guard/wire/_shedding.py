@@ -7,7 +7,7 @@ a refusal formats only the live figures.
 
 from __future__ import annotations
 
-from ._render import escape_content, format_detail_value, format_retry_after
+from ._render import MILLIS_TEXT, ceil_millis, escape_content, format_detail_value
 from ._response import ToolResponse, make_response
 
 __all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
@@ -18,8 +18,15 @@ _MAX_RETRY_AFTER = 86400.0
 
 def _retry_after_text(seconds: float) -> str:
     """A shed envelope always promises a positive, finite retry time: the estimate is clamped
-    to [1 ms, 1 day] (NaN counts as 1 ms: ``max`` keeps its first argument when unordered)."""
-    return format_retry_after(min(_MAX_RETRY_AFTER, max(_MIN_RETRY_AFTER, seconds))) or "0.001"
+    to [1 ms, 1 day] (NaN counts as 1 ms). Inside those bounds ``format_retry_after``'s checks
+    for infinities and huge whole numbers cannot apply, so this is its short path: it runs for
+    most calls when the server is busiest."""
+    if not seconds >= _MIN_RETRY_AFTER:  # also NaN
+        return "0.001"
+    if seconds > _MAX_RETRY_AFTER:
+        seconds = _MAX_RETRY_AFTER
+    whole, frac = divmod(ceil_millis(seconds), 1000)
+    return f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
 
 
 class ServerBusyTemplate:
