@@ -1,10 +1,12 @@
 # Every target does its own set-up: a fresh clone needs only `make demo` or `make test`.
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench overload clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +34,10 @@ unit: $(STAMP)
 ## Benchmarks with figures (ratios measured side by side in one run).
 bench: $(STAMP)
 	$(BIN)/pytest benchmarks -q --benchmark-only --benchmark-columns=min,median,mean,ops --benchmark-sort=name
+
+## The full-length overload scenario (20 s windows); writes benchmarks/results/.
+overload: $(STAMP)
+	$(BIN)/python benchmarks/overload_full.py | tee benchmarks/results/overload.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -13,8 +13,8 @@ How a call is admitted (``async with guard.slot():``):
    never drains only adds latency to every call, so admitted calls then wait a few service times,
    not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
    (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
-   arriving faster than the slots serve them (arrival rate averaged over ``OVERLOAD_HORIZON``
-   seconds, above ``max_active / mean hold``, the hold time averaged over about 100 calls).
+   arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
+   against ``max_active / mean hold``, the hold time averaged over about 100 calls).
    Either sign alone also appears in a burst at moderate load, which max_queue is there to absorb.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
    can barge in); a waiter cancelled at the moment it is handed the slot passes it on.
@@ -43,6 +43,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Self
 
 import anyio
 import anyio.lowlevel
@@ -51,6 +52,7 @@ from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
 from .._observer import ShedReason, ToolObserver
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
+from ._overload import OverloadDetector
 from ._service_time import RetryPromises, ServiceTimeEstimator
 
 __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
@@ -59,10 +61,6 @@ __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
 STANDING_AFTER = 0.1
 #: A standing queue is held to this many waiters per slot (unless standing_limit is given).
 STANDING_SLOTS_FACTOR = 4
-#: Seconds over which the arrival rate is averaged for the overload test.
-OVERLOAD_HORIZON = 1.0
-#: Arrivals above this multiple of the slots' service rate count as overload.
-OVERLOAD_FACTOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +133,17 @@ class Slot:
         guard = self._guard
         if guard._active < guard._max_active:  # free slot: take it without yielding
             guard._active += 1
-        else:
-            self.queue_wait = await guard._wait()
+            return self._hold(0.0)
+        return self._hold(await guard._wait())
+
+    def _hold(self, queue_wait: float) -> Self:
+        """The slot is ours after ``queue_wait`` seconds: count it, report it, start the clock
+        (and the deadline). Subclasses that take more than a local slot end their entry here."""
+        guard = self._guard
+        self.queue_wait = queue_wait
         guard._admitted += 1
         if guard._observer is not None:
-            guard._observer.admitted(self.queue_wait)
+            guard._observer.admitted(queue_wait)
         self._held = True
         self._start = guard._clock()
         if self._timeout is not None:
@@ -207,7 +211,6 @@ class ConcurrencyGuard:
         "__weakref__",
         "_active",
         "_admitted",
-        "_arrival_rate",
         "_busy",
         "_cancelled_queued",
         "_clock",
@@ -218,13 +221,12 @@ class ConcurrencyGuard:
         "_max_queue",
         "_name",
         "_observer",
+        "_overload",
         "_predicted",
         "_predicted_busy",
         "_predictive",
         "_promises",
         "_queue_timeout",
-        "_rate_count",
-        "_rate_time",
         "_service",
         "_shed_full",
         "_shed_standing",
@@ -272,9 +274,6 @@ class ConcurrencyGuard:
             else _check_int("standing_limit", standing_limit, 1),
         )
         self._last_empty = -math.inf
-        self._arrival_rate = 0.0
-        self._rate_count = 0
-        self._rate_time = clock() if callable(clock) else 0.0
         self._predictive = _check_bool("predictive", predictive)
         prior = _check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
@@ -282,6 +281,7 @@ class ConcurrencyGuard:
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
         self._clock = clock
+        self._overload = OverloadDetector(clock())
         self._observer = observer
         self._active = 0
         self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
@@ -462,13 +462,7 @@ class ConcurrencyGuard:
         waiter.event.set()
 
     def _overloaded(self, now: float) -> bool:
-        """Are calls arriving faster than the slots serve them, over the last
-        ``OVERLOAD_HORIZON`` seconds? A burst at moderate load also builds a queue that does not
-        empty for a while; only sustained overload should meet the standing-queue limit.
-
-        Arrivals are read off counters kept anyway (nothing is added to the fast path); the rate
-        is an exponentially weighted average in time, capacity is ``max_active / mean hold``.
-        """
+        """Sustained overload (see ``_overload.py``), from the counters kept anyway."""
         arrivals = (
             self._admitted
             + self._shed_full
@@ -476,16 +470,10 @@ class ConcurrencyGuard:
             + self._cancelled_queued
             + len(self._waiters)
         )
-        elapsed = now - self._rate_time
-        if elapsed > 0.0:
-            # Arrivals since the last look, spread over the time since: a time-weighted average
-            # whatever the spacing of the looks (only queued arrivals look; the fast path never).
-            decay = math.exp(-elapsed / OVERLOAD_HORIZON)
-            rate = (arrivals - self._rate_count) / elapsed
-            self._arrival_rate = self._arrival_rate * decay + rate * (1.0 - decay)
-            self._rate_time = now
-            self._rate_count = arrivals
-        return self._arrival_rate * self._service.slow_mean > self._max_active * OVERLOAD_FACTOR
+        self._overload.observe(now, arrivals)
+        hold = self._service.slow_mean
+        # Calls that hold a slot for no measurable time never overload it.
+        return hold > 0.0 and self._overload.overloaded(self._max_active / hold)
 
     def _standing(self, now: float) -> bool:
         """CoDel's test: the queue is standing when it has not been empty for ``standing_after``

@@ -168,15 +168,7 @@ class FleetSlot(Slot):
         except BaseException:
             guard._release()
             raise
-        self.queue_wait = guard._clock() - arrival
-        guard._admitted += 1
-        if guard._observer is not None:
-            guard._observer.admitted(self.queue_wait)
-        self._held = True
-        self._start = guard._clock()
-        if self._timeout is not None:
-            self._enter_deadline(self._timeout)
-        return self
+        return self._hold(guard._clock() - arrival)
 
     async def __aexit__(
         self,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..demo._policies import POLICY_NAMES, GuardFactory
+from ..demo._policies import POLICY_NAMES, GuardFactory, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
 
 _DEFAULT_CHART = Path("demo-output/overload.png")
@@ -121,18 +121,12 @@ def _progress(load: float, index: int, count: int, elapsed: float, remaining: fl
 def _guard_factory(metrics_port: int | None) -> GuardFactory:
     from prometheus_client import CollectorRegistry
 
-    from .._guard import Guard
-
     registry = CollectorRegistry()
     if metrics_port is not None:
         from ..observability import serve_metrics
 
         serve_metrics(metrics_port, registry=registry)
-
-    def make(workers: int, lifo: bool) -> Guard:
-        return Guard(max_active=workers, lifo=lifo, registry=registry)
-
-    return make
+    return default_guard_factory(registry)
 
 
 def run(args: argparse.Namespace) -> int:

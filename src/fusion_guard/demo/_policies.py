@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ._loadgen import Outcome
 from ._tool import SimulatedTool
 
-__all__ = ["POLICY_NAMES", "Policy", "make_policy"]
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["POLICY_NAMES", "GuardFactory", "Policy", "default_guard_factory", "make_policy"]
 
 POLICY_NAMES = ("none", "semaphore", "fusion_guard", "fusion_guard_lifo")
 TOOL_NAME = "demo.scarce_tool"
@@ -65,6 +68,18 @@ class _ResponseLike(Protocol):
 
 
 GuardFactory = Callable[[int, bool], _GuardLike]
+
+
+def default_guard_factory(registry: CollectorRegistry | None = None) -> GuardFactory:
+    """fusion_guard as the demo runs it: the Guard's defaults, with ``max_active`` set to the
+    tool's worker count (the one thing an operator knows about the pool behind a tool), metrics
+    in ``registry``."""
+    from .._guard import Guard
+
+    def make(workers: int, lifo: bool) -> Guard:
+        return Guard(max_active=workers, lifo=lifo, registry=registry)
+
+    return make
 
 
 def make_policy(name: str, tool: SimulatedTool, guard_factory: GuardFactory) -> Policy:

@@ -25,7 +25,7 @@ _RECOVERY_STEP_S = 0.1
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
     model: ToolModel = field(default_factory=ToolModel)
-    duration_s: float = 6.0
+    duration_s: float = 7.0
     """Length of the overload window at each load level."""
     warmup_s: float = 0.5
     recovery_s: float = 2.5
@@ -160,6 +160,8 @@ async def run_load(
     scenario: Scenario,
     guard_factory: GuardFactory,
     policies: Sequence[str],
+    *,
+    records_out: dict[str, list[CallRecord]] | None = None,
 ) -> list[LevelResult]:
     """Run every policy at one load level, side by side in one event loop: each policy has its
     own tool, and all of them receive the very same arrivals and service-time draws, so the
@@ -180,6 +182,8 @@ async def run_load(
         for name in policies
     }
     records: dict[str, list[CallRecord]] = {name: [] for name in policies}
+    if records_out is not None:
+        records_out.update(records)
 
     async def drive(name: str) -> None:
         policy = make_policy(name, tools[name], guard_factory)

@@ -1,0 +1,65 @@
+"""Is a tool in sustained overload, or only absorbing a burst?
+
+A burst at moderate load and the onset of real overload look alike for a while: both build a
+queue that does not empty. What tells them apart is the arrival rate against the rate the slots
+serve: under overload calls keep coming faster than they can be served. Two time-weighted
+averages of the arrival rate watch it:
+
+- a slow one (``SLOW_HORIZON``): steady overload, with a margin (``SLOW_FACTOR``) so that a
+  streak of slow calls at 0.8x capacity does not read as overload;
+- a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
+  with a higher bar (``FAST_FACTOR``) since a short average is noisy.
+
+Either one above its bar means overload. The figures come from a measured trade-off on the
+overload scenario of benchmarks.md (2 slots, log-normal service): at 0.8x capacity the guard
+must shed almost nothing, at 1.5x and above admitted calls must stay within a few service times.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["OverloadDetector"]
+
+SLOW_HORIZON = 1.0
+SLOW_FACTOR = 1.15
+FAST_HORIZON = 0.25
+FAST_FACTOR = 1.3
+
+
+class OverloadDetector:
+    """Time-weighted arrival rates, fed with the running count of arrivals.
+
+    ``observe`` may be called at any spacing (the guard calls it only for calls that find every
+    slot taken): arrivals since the last call are spread over the time since, so the averages are
+    right whatever the spacing, and the fast path of the guard pays nothing.
+    """
+
+    __slots__ = ("_count", "_fast", "_slow", "_time")
+
+    def __init__(self, now: float) -> None:
+        self._time = now
+        self._count = 0
+        self._slow = 0.0
+        self._fast = 0.0
+
+    def observe(self, now: float, arrivals: int) -> None:
+        elapsed = now - self._time
+        if elapsed <= 0.0:
+            return
+        rate = (arrivals - self._count) / elapsed
+        slow = math.exp(-elapsed / SLOW_HORIZON)
+        fast = math.exp(-elapsed / FAST_HORIZON)
+        self._slow = self._slow * slow + rate * (1.0 - slow)
+        self._fast = self._fast * fast + rate * (1.0 - fast)
+        self._time = now
+        self._count = arrivals
+
+    def overloaded(self, capacity: float) -> bool:
+        """Calls have been arriving faster than ``capacity`` calls per second (with margins)."""
+        return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
+
+    @property
+    def arrival_rate(self) -> float:
+        """The slow average, calls per second."""
+        return self._slow

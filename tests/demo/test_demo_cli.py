@@ -1,0 +1,67 @@
+"""``fusion-guard demo``: help, option errors, and the chart and JSON it writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fusion_guard.cli import main
+
+
+def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--duration", "--loads", "--seed", "--chart", "--json", "--metrics-port"):
+        assert option in out
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--duration", "0"], "expected a finite number > 0"),
+        (["--duration", "soon"], "is not a number of seconds"),
+        (["--loads", "1,x"], "comma-separated multiples of capacity"),
+        (["--loads", "-1"], "each load must be > 0"),
+        (["--policies", "fifo"], "subset of none,semaphore,fusion_guard,fusion_guard_lifo"),
+        (["--metrics-port", "70000"], "expected a TCP port"),
+        (["--seed", "x"], "invalid int value"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_problem(
+    args: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", *args])
+    assert exit_info.value.code == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_short_run_writes_json_and_chart(tmp_path: Path) -> None:
+    figures, chart = tmp_path / "figures.json", tmp_path / "chart.png"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "fusion_guard", "demo",
+            "--duration", "0.6", "--loads", "0.5,2", "--policies", "semaphore,fusion_guard",
+            "--json", str(figures), "--chart", str(chart),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "== fusion_guard" in done.stdout
+    assert "targets for fusion_guard" in done.stdout
+    assert "[2/2] load 2x capacity" in done.stderr  # progress goes to stderr
+    data = json.loads(figures.read_text())
+    assert data["capacity_rps"] == pytest.approx(100.0)
+    assert data["uncontended_p99_ms"] == pytest.approx(124.0, abs=1.0)
+    rows = {(r["policy"], r["load"]) for r in data["results"]}
+    assert rows == {(p, x) for p in ("semaphore", "fusion_guard") for x in (0.5, 2.0)}
+    keys = {"goodput", "goodput_slo", "p50_ms", "p99_ms", "shed_rate", "timeout_rate"}
+    assert keys | {"shed_p99_ms", "recovery_s"} <= set(data["results"][0])
+    assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert chart.stat().st_size > 10_000
