@@ -42,6 +42,7 @@ from ..backends._redis import (
     DEFAULT_TIMEOUT,
     FailurePolicy,
     FleetSemaphore,
+    Outage,
     RedisConnection,
     RedisRateLimitBackend,
     check_failure_policy,
@@ -66,7 +67,7 @@ __all__ = [
 ]
 
 BACKEND_RETRY_AFTER = 1.0
-"""retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
+"""The least retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
 _FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.05
 
@@ -106,7 +107,7 @@ class BackendFailure:
     tool has slots (``max_active``, ``max_queue``), else one without capacity figures.
     """
 
-    __slots__ = ("_busy", "_log", "_observer", "policy")
+    __slots__ = ("_busy", "_log", "_observer", "_outage", "policy")
 
     def __init__(
         self,
@@ -117,8 +118,10 @@ class BackendFailure:
         log: Callable[[BackendError, bool], None] | None = None,
         max_active: int | None = None,
         max_queue: int = 0,
+        outage: Outage | None = None,
     ) -> None:
         self.policy = check_failure_policy(policy)
+        self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
         self._busy = (
             _BackendUnavailableTemplate(tool)
             if max_active is None
@@ -136,10 +139,11 @@ class BackendFailure:
             observer.backend_error("redis", allowed)
         if allowed:
             return None
+        retry_after = self._outage.retry_after()
         if observer is not None:
-            observer.shed("backend_unavailable", active, queued, BACKEND_RETRY_AFTER)
-        response = self._busy.render("backend_unavailable", active, queued, BACKEND_RETRY_AFTER)
-        busy = ServerBusy(response, BACKEND_RETRY_AFTER, "backend_unavailable")
+            observer.shed("backend_unavailable", active, queued, retry_after)
+        response = self._busy.render("backend_unavailable", active, queued, retry_after)
+        busy = ServerBusy(response, retry_after, "backend_unavailable")
         busy.__cause__ = exc
         return busy
 
@@ -227,6 +231,7 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             log=self._conn.failed,
             max_active=self.max_active,
             max_queue=self.max_queue,
+            outage=self._conn.outage,
         )
 
     def slot(self, timeout: float | None = None) -> FleetSlot:
@@ -350,8 +355,18 @@ def rate_backend_failure(
     (``open`` when it has none) applied by :class:`BackendFailure`; None admits the call."""
     policy: FailurePolicy = getattr(backend, "failure_policy", "open")
     log = getattr(backend, "failed", None)
+    connection = getattr(backend, "connection", None)
+    outage = getattr(connection, "outage", None)
     if slots is None:
-        return BackendFailure(tool, policy, observer=observer, log=log).handle(exc, 0, 0)
-    capacity = {"max_active": slots.max_active, "max_queue": slots.max_queue}
-    failure = BackendFailure(tool, policy, observer=observer, log=log, **capacity)
+        failure = BackendFailure(tool, policy, observer=observer, log=log, outage=outage)
+        return failure.handle(exc, 0, 0)
+    failure = BackendFailure(
+        tool,
+        policy,
+        observer=observer,
+        log=log,
+        max_active=slots.max_active,
+        max_queue=slots.max_queue,
+        outage=outage,
+    )
     return failure.handle(exc, slots.active, slots.queued)

@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -180,6 +182,41 @@ def _backend_error(script: Script, exc: BaseException) -> BackendError:
     return BackendError(f"redis {script.name} failed: {type(exc).__name__}: {exc or 'timed out'}")
 
 
+class Outage:
+    """How long Redis has been failing, for the retry_after of fail-closed refusals.
+
+    An outage is expected to last about as long again as it has lasted so far (at least
+    ``min_retry_after``, at most ``max_retry_after``), with +-20 % jitter so that refused callers
+    do not all come back in the same instant; failures more than ``gap`` seconds apart belong to
+    separate outages. Shared by everything on one connection.
+    """
+
+    __slots__ = ("_clock", "_last", "_start", "gap", "max_retry_after", "min_retry_after")
+
+    def __init__(
+        self,
+        *,
+        min_retry_after: float = 1.0,
+        max_retry_after: float = 30.0,
+        gap: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.min_retry_after = min_retry_after
+        self.max_retry_after = max_retry_after
+        self.gap = gap
+        self._clock = clock
+        self._start = self._last = -math.inf
+
+    def retry_after(self) -> float:
+        """Record one more failure now and advise when to come back (seconds)."""
+        now = self._clock()
+        if now - self._last > self.gap:
+            self._start = now
+        self._last = now
+        lasted = min(self.max_retry_after, max(self.min_retry_after, now - self._start))
+        return lasted * random.uniform(0.8, 1.2)
+
+
 class RedisConnection:
     """One redis-py asyncio client, the scripts, and the one error boundary.
 
@@ -197,6 +234,7 @@ class RedisConnection:
         "_no_script",
         "_outer_timeout",
         "key_prefix",
+        "outage",
         "prefix",
         "refresher",
         "scripts",
@@ -223,6 +261,7 @@ class RedisConnection:
         self._errors, self._no_script = _redis_errors()
         self.scripts = {name: Script(name) for name in _SCRIPTS}
         self.refresher = LeaseRefresher()
+        self.outage = Outage()
         self._log = _ErrorLog()
 
     @property
