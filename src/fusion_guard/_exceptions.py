@@ -10,6 +10,7 @@
      ├── BackendError             a shared backend (Redis) failed; translated at one boundary
      ├── FusionClientError        client side: a tool result carried an error envelope
      └── ConfigurationError       a programming or configuration mistake (also a ValueError)
+          └── InvalidSettings     FUSION_GUARD_* / GuardSettings problems, ``.errors`` lists all
 
 Operational outcomes and programming mistakes are separate families, so a broad ``except
 Rejected`` never swallows a configuration error and vice versa. ``ToolResponse`` (an envelope a
