@@ -195,8 +195,10 @@ class Ticket:
         try:
             refusal = rates.check(context) if rates.is_sync else await rates.acheck(context)
         except BackendError as exc:
-            # The backend's failure policy: admit (None) or shed with SERVER_BUSY.
-            busy = rate_backend_failure(gate.tool, rates.backend, exc, gate.observer, gate.slots)
+            # The tool's failure policy: admit (None) or shed with SERVER_BUSY.
+            busy = rate_backend_failure(
+                gate.tool, gate.limits.failure_policy, rates.backend, exc, gate.observer, gate.slots
+            )
             if busy is not None:
                 raise busy from exc
             return
@@ -251,7 +253,9 @@ class Guard:
     ``Guard.from_env(**overrides)`` (``FUSION_GUARD_*`` variables, the overrides on top).
     ``registry``: the Prometheus registry for the default metrics; ``observer``: a
     ``GuardObserver`` that receives every decision, besides the default observers.
-    ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``).
+    ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``); when it
+    fails, each tool applies its own ``failure_policy`` (``REDIS_FAILURE_POLICY``, or a per-tool
+    override), not the backend's.
 
     Per-tool state is made on a tool's first call and kept; past ``MAX_TOOLS`` distinct names
     (a client inventing tool names), further names share one gate, ``"(other tools)"``.
@@ -407,6 +411,7 @@ class Guard:
                 limits.max_active,
                 limits.max_queue,
                 math.inf if limits.queue_timeout is None else limits.queue_timeout,
+                failure_policy=limits.failure_policy,
                 name=tool,
                 lifo=limits.lifo,
                 observer=None if observer is _NULL_OBSERVER else observer,

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .config._fields import LIMIT_FIELDS
+from .config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
 from .config._settings import GuardSettings
 
 __all__ = ["PolicyTable", "ToolLimits", "specificity"]
@@ -37,6 +37,7 @@ class ToolLimits:
     ``patterns``: the per-tool patterns that matched, least specific first. ``rate_source``:
     the pattern that set ``rate`` (``""`` for the global default); the rate budget is named after
     it, so a ``global`` or ``client`` budget is shared by the tools that got it from one place.
+    ``failure_policy``: what this tool's rate limit and fleet slots do when Redis fails.
     """
 
     tool: str
@@ -49,6 +50,7 @@ class ToolLimits:
     burst: int | None
     rate_scope: str
     lifo: bool
+    failure_policy: FailurePolicy
     patterns: tuple[str, ...] = ()
     rate_source: str = ""
 
@@ -96,7 +98,9 @@ class PolicyTable:
     __slots__ = ("_defaults", "_patterns")
 
     def __init__(self, settings: GuardSettings) -> None:
-        self._defaults = {name: getattr(settings, name) for name in LIMIT_FIELDS}
+        self._defaults = {
+            name: getattr(settings, GLOBAL_FIELDS.get(name, name)) for name in LIMIT_FIELDS
+        }
         ordered = sorted(settings.tools, key=specificity)
         self._patterns = tuple(
             _Pattern(text, _matcher(text), settings.tools[text].overrides()) for text in ordered

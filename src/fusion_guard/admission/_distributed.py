@@ -322,10 +322,13 @@ def concurrency_guard(
     max_active: int,
     max_queue: int | None,
     queue_timeout: float,
+    *,
+    failure_policy: FailurePolicy,
     **local: Any,
 ) -> ConcurrencyGuard:
     """A tool's slots for the Guard: fleet-wide with ``BACKEND=redis`` (sharing the rate
-    backend's connection when that is the Redis one), else this process's own."""
+    backend's connection when that is the Redis one), else this process's own.
+    ``failure_policy``: the tool's own (a per-tool override, else ``REDIS_FAILURE_POLICY``)."""
     if settings.backend != "redis" or settings.redis_url is None:
         return ConcurrencyGuard(max_active, max_queue, queue_timeout, **local)
     redis: str | RedisRateLimitBackend = (
@@ -337,7 +340,7 @@ def concurrency_guard(
         queue_timeout,
         redis=redis,
         lease=settings.redis_lease,
-        failure_policy=settings.redis_failure_policy,
+        failure_policy=failure_policy,
         timeout=settings.redis_timeout,
         prefix=settings.redis_prefix,
         **local,
@@ -346,14 +349,15 @@ def concurrency_guard(
 
 def rate_backend_failure(
     tool: str,
+    policy: FailurePolicy,
     backend: RateBackend,
     exc: BackendError,
     observer: ToolObserver,
     slots: ConcurrencyGuard | None,
 ) -> ServerBusy | None:
-    """The Guard's answer when a rate limit's backend failed: the backend's failure policy
-    (``open`` when it has none) applied by :class:`BackendFailure`; None admits the call."""
-    policy: FailurePolicy = getattr(backend, "failure_policy", "open")
+    """The Guard's answer when a rate limit's backend failed: the tool's failure policy applied
+    by :class:`BackendFailure`; None admits the call. The policy is the tool's, not the
+    backend's: one backend serves every tool of a Guard, and each tool may have its own."""
     log = getattr(backend, "failed", None)
     connection = getattr(backend, "connection", None)
     outage = getattr(connection, "outage", None)

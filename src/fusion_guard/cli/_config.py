@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .._policy import PolicyTable, specificity
 from ..config._errors import InvalidSettings
-from ..config._fields import LIMIT_FIELDS
+from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS
 from ..config._settings import GuardSettings
 
 _INVALID = 2
@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
 def describe(settings: GuardSettings, tools: Iterable[str] = ()) -> dict[str, dict[str, list[Row]]]:
     """The report: ``global``, ``patterns`` and ``tools`` sections of (setting, value, source)."""
     table = PolicyTable(settings)
-    global_rows = [_row(settings, name, None) for name in (*LIMIT_FIELDS, *_GLOBAL_ONLY)]
+    # A per-tool key with a global name of its own (failure_policy) shows there, by the others.
+    per_tool = (name for name in LIMIT_FIELDS if name not in GLOBAL_FIELDS)
+    global_rows = [_row(settings, name, None) for name in (*per_tool, *_GLOBAL_ONLY)]
     return {
         "global": {"": global_rows},
         "patterns": {
@@ -87,7 +89,9 @@ def _resolved(settings: GuardSettings, table: PolicyTable, name: str) -> list[Ro
     for key in LIMIT_FIELDS:
         setter = next((p for p in reversed(limits.patterns) if _sets(settings, p, key)), None)
         value = getattr(limits, key)
-        rows.append((key, _shown(key, value), _source(settings, key, setter)))
+        # Set by no pattern: the source is the global setting's (REDIS_FAILURE_POLICY, say).
+        field = key if setter is not None else GLOBAL_FIELDS.get(key, key)
+        rows.append((key, _shown(key, value), _source(settings, field, setter)))
     rows.append(
         ("patterns", ", ".join(limits.patterns) or "(none)", "matched, least specific first")
     )

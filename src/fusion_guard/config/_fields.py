@@ -14,6 +14,7 @@ from pydantic import AllowInfNan, BeforeValidator, StringConstraints
 
 __all__ = [
     "ACCEPTED",
+    "GLOBAL_FIELDS",
     "LIMIT_FIELDS",
     "Backend",
     "Burst",
@@ -69,10 +70,19 @@ LIMIT_FIELDS = (
     "burst",
     "rate_scope",
     "lifo",
+    "failure_policy",
 )
 """The fields a per-tool override may set, in the order they are printed."""
 
+GLOBAL_FIELDS: dict[str, str] = {"failure_policy": "redis_failure_policy"}
+"""The global setting a per-tool key defaults to, where their names differ (the global one is
+``REDIS_``-prefixed, as the other Redis settings are)."""
+
 _OFF = "or 'off'"
+_FAILURE_POLICY = (
+    "one of 'open' (when Redis fails, admit the call; counted and logged) or 'closed' (shed it"
+    " with SERVER_BUSY)"
+)
 ACCEPTED: dict[str, str] = {
     "max_active": f"a whole number >= 1 (calls running at once per tool), {_OFF} for no limit",
     "max_queue": "a whole number >= 0 (calls waiting for a slot; 0 sheds at once when all"
@@ -86,12 +96,12 @@ ACCEPTED: dict[str, str] = {
     "rate_scope": "one of 'global' (one budget shared by all tools), 'tool' (one budget per"
     " tool), 'client' (one budget per tool and client)",
     "lifo": "a boolean: true/false, 1/0, yes/no, on/off",
+    "failure_policy": _FAILURE_POLICY,
     "metrics": "a boolean: true/false, 1/0, yes/no, on/off",
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
     "backend": "one of 'memory' (state in this process) or 'redis' (state shared through Redis)",
     "redis_url": "a redis://, rediss:// or unix:// URL (required when BACKEND is 'redis')",
-    "redis_failure_policy": "one of 'open' (when Redis fails, admit the call; counted and"
-    " logged) or 'closed' (shed it with SERVER_BUSY)",
+    "redis_failure_policy": _FAILURE_POLICY,
     "redis_timeout": "a number of seconds > 0 (the longest any Redis call may take)",
     "redis_lease": "a number of seconds > 0 (a fleet slot's lease: a crashed replica's slots"
     " come back within it)",

@@ -62,6 +62,7 @@ class ToolPolicy(BaseModel):
 
     ``ToolPolicy(max_active=2, rate=5)``; in ``FUSION_GUARD_TOOLS`` the same is
     ``{"max_active": 2, "rate": 5}``. ``"off"`` (or null) switches a limit off for these tools.
+    ``failure_policy`` (``"open"`` or ``"closed"``) overrides ``REDIS_FAILURE_POLICY``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -75,6 +76,9 @@ class ToolPolicy(BaseModel):
     burst: Burst = None
     rate_scope: RateScope | None = None
     lifo: bool | None = None
+    # Defaults to the global REDIS_FAILURE_POLICY; what this tool's rate limit and fleet slots
+    # do when their shared state (Redis) cannot be reached.
+    failure_policy: FailurePolicy | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -84,7 +88,7 @@ class ToolPolicy(BaseModel):
             return {key.lower() if isinstance(key, str) else key: v for key, v in data.items()}
         return data
 
-    @field_validator("rate_per", "rate_scope", "lifo", mode="after")
+    @field_validator("rate_per", "rate_scope", "lifo", "failure_policy", mode="after")
     @classmethod
     def _not_off(cls, value: object) -> object:
         if value is None:
