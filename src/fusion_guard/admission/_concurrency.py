@@ -14,7 +14,7 @@ How a call is admitted (``async with guard.slot():``):
    not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
    (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
    arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
-   against ``max_active / mean hold``, the hold time averaged over about 100 calls).
+   against ``max_active / mean hold``).
    Either sign alone also appears in a burst at moderate load, which max_queue is there to absorb.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
    can barge in); a waiter cancelled at the moment it is handed the slot passes it on.
@@ -307,6 +307,12 @@ class ConcurrencyGuard:
         """
         if timeout is not None:
             timeout = _check_seconds("timeout", timeout, allow_inf=True)
+        if self._active >= self._max_active:
+            queued = len(self._waiters)
+            if queued >= self._max_queue:
+                # A full guard refuses at the call, before a slot object or a coroutine exists:
+                # under overload most calls take this path, so it costs little beyond the envelope.
+                raise self._refuse("queue_full", queued, self._busy)
         return Slot(self, timeout)
 
     async def acquire(self) -> Slot:
@@ -470,10 +476,8 @@ class ConcurrencyGuard:
             + self._cancelled_queued
             + len(self._waiters)
         )
-        self._overload.observe(now, arrivals)
-        hold = self._service.slow_mean
-        # Calls that hold a slot for no measurable time never overload it.
-        return hold > 0.0 and self._overload.overloaded(self._max_active / hold)
+        self._overload.observe(now, arrivals, self._service.mean)
+        return self._overload.overloaded(self._max_active)
 
     def _standing(self, now: float) -> bool:
         """CoDel's test: the queue is standing when it has not been empty for ``standing_after``

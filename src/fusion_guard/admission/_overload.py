@@ -10,7 +10,10 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
-Either one above its bar means overload. The figures come from a measured trade-off on the
+Either one above its bar means overload. Capacity is ``slots / mean hold``; the guard's mean hold
+(about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
+that a streak of slow calls at moderate load does not read as overload and the guard's release
+path pays nothing for it. The figures come from a measured trade-off on the
 overload scenario of benchmarks.md (2 slots, log-normal service): at 0.8x capacity the guard
 must shed almost nothing, at 1.5x and above admitted calls must stay within a few service times.
 """
@@ -35,15 +38,19 @@ class OverloadDetector:
     right whatever the spacing, and the fast path of the guard pays nothing.
     """
 
-    __slots__ = ("_count", "_fast", "_slow", "_time")
+    __slots__ = ("_count", "_fast", "_hold", "_slow", "_time")
 
     def __init__(self, now: float) -> None:
         self._time = now
         self._count = 0
         self._slow = 0.0
         self._fast = 0.0
+        self._hold = math.nan
 
-    def observe(self, now: float, arrivals: int) -> None:
+    def observe(self, now: float, arrivals: int, mean_hold: float) -> None:
+        """``arrivals`` so far (a running count) and the guard's current mean hold time."""
+        if self._hold != self._hold:  # NaN: the first look
+            self._hold = mean_hold
         elapsed = now - self._time
         if elapsed <= 0.0:
             return
@@ -52,11 +59,16 @@ class OverloadDetector:
         fast = math.exp(-elapsed / FAST_HORIZON)
         self._slow = self._slow * slow + rate * (1.0 - slow)
         self._fast = self._fast * fast + rate * (1.0 - fast)
+        self._hold = self._hold * slow + mean_hold * (1.0 - slow)
         self._time = now
         self._count = arrivals
 
-    def overloaded(self, capacity: float) -> bool:
-        """Calls have been arriving faster than ``capacity`` calls per second (with margins)."""
+    def overloaded(self, slots: int) -> bool:
+        """Calls have been arriving faster than ``slots`` serve them (with margins). Calls that
+        hold a slot for no measurable time never overload it."""
+        if not self._hold > 0.0:
+            return False
+        capacity = slots / self._hold
         return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
 
     @property

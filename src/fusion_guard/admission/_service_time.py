@@ -23,10 +23,6 @@ __all__ = ["ServiceTimeEstimator", "RetryPromises"]
 #: (log-normal), so a long memory (about 20 samples) keeps one slow call from swinging the mean.
 EWMA_ALPHA = 0.05
 
-#: Weight of the newest sample in the slow average behind the capacity estimate (about 100
-#: samples): a streak of slow calls at moderate load must not read as sustained overload.
-SLOW_EWMA_ALPHA = 0.01
-
 #: retry_after is never below one millisecond (the wire contract needs it > 0).
 MIN_RETRY_AFTER = 0.001
 
@@ -39,19 +35,17 @@ class ServiceTimeEstimator:
     release path through :meth:`observe`.
     """
 
-    __slots__ = ("mean", "samples", "slow_mean")
+    __slots__ = ("mean", "samples")
 
     def __init__(self, prior: float) -> None:
         self.mean = prior
-        self.slow_mean = prior
         self.samples = 0
 
     def observe(self, duration: float) -> None:
         if self.samples:
             self.mean += EWMA_ALPHA * (duration - self.mean)
-            self.slow_mean += SLOW_EWMA_ALPHA * (duration - self.slow_mean)
         else:
-            self.mean = self.slow_mean = duration
+            self.mean = duration
         self.samples += 1
 
 

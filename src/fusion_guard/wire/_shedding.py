@@ -7,7 +7,9 @@ a refusal formats only the live figures.
 
 from __future__ import annotations
 
-from ._render import MILLIS_TEXT, ceil_millis, escape_content, format_detail_value
+import math
+
+from ._render import MILLIS_TEXT, escape_content, format_detail_value
 from ._response import ToolResponse, make_response
 
 __all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
@@ -18,15 +20,20 @@ _MAX_RETRY_AFTER = 86400.0
 
 def _retry_after_text(seconds: float) -> str:
     """A shed envelope always promises a positive, finite retry time: the estimate is clamped
-    to [1 ms, 1 day] (NaN counts as 1 ms). Inside those bounds ``format_retry_after``'s checks
-    for infinities and huge whole numbers cannot apply, so this is its short path: it runs for
-    most calls when the server is busiest."""
+    to [1 ms, 1 day] (NaN counts as 1 ms) and rounded up to the millisecond of its float value.
+    This runs for most calls when the server is busiest, so sub-second texts come from a table."""
     if not seconds >= _MIN_RETRY_AFTER:  # also NaN
         return "0.001"
     if seconds > _MAX_RETRY_AFTER:
         seconds = _MAX_RETRY_AFTER
-    whole, frac = divmod(ceil_millis(seconds), 1000)
+    millis = math.ceil(seconds * 1000.0)
+    if millis < 1000:
+        return _SUBSECOND_TEXT[millis]
+    whole, frac = divmod(millis, 1000)
     return f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
+
+
+_SUBSECOND_TEXT = ["0." + frac if frac else "0" for frac in MILLIS_TEXT]
 
 
 class ServerBusyTemplate:
@@ -56,12 +63,16 @@ class ServerBusyTemplate:
 
     def render(self, reason: str, active: int, queued: int, retry_after: float) -> ToolResponse:
         """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
+        # The common sub-second advice is looked up inline: this runs for most calls under load.
+        if 0.001 <= retry_after < 0.999:
+            retry = _SUBSECOND_TEXT[math.ceil(retry_after * 1000.0)]
+        else:
+            retry = _retry_after_text(retry_after)
         text = (
             f"{self._head}{active} active, {queued}{self._mid}{reason}</detail>\n"
             f'    <detail key="active">{active}</detail>\n'
             f'    <detail key="queued">{queued}</detail>\n'
-            f"{self._tail}{_retry_after_text(retry_after)}"
-            " seconds</retry_after>\n</tool_error>"
+            f"{self._tail}{retry} seconds</retry_after>\n</tool_error>"
         )
         return make_response(text, True, "SERVER_BUSY")
 
