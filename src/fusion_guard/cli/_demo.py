@@ -8,11 +8,14 @@ loads from 0.5x to 10x capacity. Progress goes to stderr; tables and targets to 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import sys
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from ..demo._policies import POLICY_NAMES, GuardFactory, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
@@ -131,7 +134,7 @@ def _guard_factory(metrics_port: int | None) -> GuardFactory:
 
 def run(args: argparse.Namespace) -> int:
     from ..demo._report import check_targets, format_tables, format_targets, write_chart, write_json
-    from ..demo._run import run_demo_blocking
+    from ..demo._run import run_demo
 
     # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
     # terminal unless the user configured logging.
@@ -142,12 +145,17 @@ def run(args: argparse.Namespace) -> int:
         f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
         f"{', '.join(f'{x:g}x' for x in args.loads)}\n"
     )
-    demo = run_demo_blocking(
-        scenario,
-        _guard_factory(args.metrics_port),
-        loads=args.loads,
-        policies=args.policies,
-        progress=_progress,
+    # asyncio, not trio: the semaphore baseline is an asyncio.Semaphore.
+    demo = anyio.run(
+        functools.partial(
+            run_demo,
+            scenario,
+            _guard_factory(args.metrics_port),
+            loads=args.loads,
+            policies=args.policies,
+            progress=_progress,
+        ),
+        backend="asyncio",
     )
     out = [format_tables(demo)]
     targets = check_targets(demo) if "fusion_guard" in args.policies else []

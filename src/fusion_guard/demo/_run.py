@@ -6,8 +6,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import anyio
-
 from ._policies import POLICY_NAMES, GuardFactory
 from ._scenario import DEFAULT_LOADS, LevelResult, Scenario, run_load
 
@@ -63,21 +61,3 @@ async def run_demo(
         remaining -= _run_seconds(scenario, load)
     ordered = sorted(results, key=lambda r: (list(policies).index(r.policy), r.load))
     return DemoResult(scenario, tuple(ordered))
-
-
-def run_demo_blocking(
-    scenario: Scenario,
-    guard_factory: GuardFactory,
-    *,
-    loads: Sequence[float] = DEFAULT_LOADS,
-    policies: Sequence[str] = POLICY_NAMES,
-    progress: Progress | None = None,
-) -> DemoResult:
-    """Run on asyncio (the semaphore baseline is an ``asyncio.Semaphore``)."""
-
-    async def main() -> DemoResult:
-        return await run_demo(
-            scenario, guard_factory, loads=loads, policies=policies, progress=progress
-        )
-
-    return anyio.run(main, backend="asyncio")
