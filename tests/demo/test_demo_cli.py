@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,48 @@ def test_short_run_writes_json_and_chart(tmp_path: Path) -> None:
     assert keys | {"shed_p99_ms", "recovery_s"} <= set(data["results"][0])
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert chart.stat().st_size > 10_000
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_metrics_port_serves_the_guards_metrics_while_it_runs() -> None:
+    port = _free_port()
+    demo = subprocess.Popen(
+        [
+            sys.executable, "-m", "fusion_guard", "demo", "--no-chart",
+            "--duration", "3", "--loads", "4", "--policies", "fusion_guard",
+            "--metrics-port", str(port),
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    scraped = ""
+    try:
+        deadline = time.monotonic() + 20
+        while "fusion_guard_shed_total{" not in scraped and time.monotonic() < deadline:
+            if demo.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as page:
+                    scraped = page.read().decode()
+            except OSError:
+                time.sleep(0.1)  # the server is not up yet: poll, bounded by the deadline
+                continue
+            time.sleep(0.2)
+    finally:
+        _, err = demo.communicate(timeout=60)
+    assert demo.returncode == 0, err
+    assert 'fusion_guard_shed_total{reason="queue_full",tool="demo.scarce_tool"}' in scraped
+    assert "serving Prometheus metrics on" in err
+
+
+def test_metrics_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--metrics-port", str(port), "--loads", "1"]) == 2
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from ..demo._policies import POLICY_NAMES, GuardFactory, default_guard_factory
+from ..demo._policies import POLICY_NAMES, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
 
 _DEFAULT_CHART = Path("demo-output/overload.png")
@@ -121,20 +121,12 @@ def _progress(load: float, index: int, count: int, elapsed: float, remaining: fl
     sys.stderr.flush()
 
 
-def _guard_factory(metrics_port: int | None) -> GuardFactory:
+def run(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
-    registry = CollectorRegistry()
-    if metrics_port is not None:
-        from ..observability import serve_metrics
-
-        serve_metrics(metrics_port, registry=registry)
-    return default_guard_factory(registry)
-
-
-def run(args: argparse.Namespace) -> int:
     from ..demo._report import check_targets, format_tables, format_targets, write_chart, write_json
     from ..demo._run import run_demo
+    from ..observability import serve_metrics
 
     # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
     # terminal unless the user configured logging.
@@ -145,18 +137,34 @@ def run(args: argparse.Namespace) -> int:
         f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
         f"{', '.join(f'{x:g}x' for x in args.loads)}\n"
     )
-    # asyncio, not trio: the semaphore baseline is an asyncio.Semaphore.
-    demo = anyio.run(
-        functools.partial(
-            run_demo,
-            scenario,
-            _guard_factory(args.metrics_port),
-            loads=args.loads,
-            policies=args.policies,
-            progress=_progress,
-        ),
-        backend="asyncio",
-    )
+    registry = CollectorRegistry()
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server = serve_metrics(args.metrics_port, registry=registry)
+        except OSError as exc:
+            sys.stderr.write(
+                f"fusion-guard demo: cannot serve /metrics on 127.0.0.1:{args.metrics_port}: "
+                f"{exc.strerror or exc}; choose another --metrics-port\n"
+            )
+            return 2
+        sys.stderr.write(f"serving Prometheus metrics on {server.url}\n")
+    try:
+        # asyncio, not trio: the semaphore baseline is an asyncio.Semaphore.
+        demo = anyio.run(
+            functools.partial(
+                run_demo,
+                scenario,
+                default_guard_factory(registry),
+                loads=args.loads,
+                policies=args.policies,
+                progress=_progress,
+            ),
+            backend="asyncio",
+        )
+    finally:
+        if server is not None:
+            server.close()
     out = [format_tables(demo)]
     targets = check_targets(demo) if "fusion_guard" in args.policies else []
     if targets:
