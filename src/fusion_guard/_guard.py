@@ -68,7 +68,7 @@ class _NullObserver:
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         pass
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         pass
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
@@ -203,7 +203,7 @@ class Ticket:
                 raise busy from exc
             return
         if refusal is not None:
-            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0)
+            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, context.client)
             raise refusal
 
     def _enter_deadline(self, timeout: float) -> None:

@@ -33,8 +33,9 @@ class ToolObserver(Protocol):
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         """SERVER_BUSY was answered."""
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
-        """RATE_LIMITED was answered by the limit of ``scope``."""
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
+        """RATE_LIMITED was answered by the limit of ``scope``. ``key`` is the caller's identity
+        (the client key) when known: private, so an observer may log only a digest of it."""
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         """A call ended; ``duration`` is the handler time, None when it never ran."""
@@ -66,9 +67,9 @@ class ToolObservers:
         for observer in self._observers:
             observer.shed(reason, active, queued, retry_after)
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         for observer in self._observers:
-            observer.rate_limited(scope, retry_after)
+            observer.rate_limited(scope, retry_after, key)
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         for observer in self._observers:

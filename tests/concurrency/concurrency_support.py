@@ -41,7 +41,7 @@ class RecordingObserver:
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         self.events.append(("shed", reason, active, queued, retry_after))
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self.events.append(("rate_limited", scope, retry_after))
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:

@@ -19,7 +19,7 @@ class RecordingToolObserver:
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         self.events.append(("shed", reason))
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self.events.append(("rate_limited", scope))
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:

@@ -34,7 +34,7 @@ class Recorder:
             def shed(self, reason: str, active: int, queued: int, retry_after: float) -> None:
                 recorder.events.append((tool, "shed", reason))
 
-            def rate_limited(self, scope: str, retry_after: float) -> None:
+            def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
                 recorder.events.append((tool, "rate_limited", scope))
 
             def finished(self, outcome: str, duration: float | None) -> None:

@@ -74,9 +74,9 @@ class _ToolMetricsAndEvents:
         self._metrics.shed(reason, active, queued, retry_after)
         self._events.shed(reason, active, queued, retry_after)
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
-        self._metrics.rate_limited(scope, retry_after)
-        self._events.rate_limited(scope, retry_after)
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
+        self._metrics.rate_limited(scope, retry_after, key)
+        self._events.rate_limited(scope, retry_after, key)
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         self._metrics.finished(outcome, duration)

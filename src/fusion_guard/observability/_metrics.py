@@ -189,7 +189,7 @@ class _LeanTool:
         hist.counts[bisect_left(hist.bounds, retry_after)] += 1
         hist.total += retry_after
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self.calls["rate_limited"] += 1
         self.retry_limited.observe(retry_after)
 
@@ -410,7 +410,7 @@ class _ClientTool:
         self._busy.observe(retry_after)
         self._sample_queue(queued)
 
-    def rate_limited(self, scope: str, retry_after: float) -> None:
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self._calls["rate_limited"].inc()
         self._limited.observe(retry_after)
 
