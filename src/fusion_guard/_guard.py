@@ -84,7 +84,7 @@ _NULL_OBSERVER = _NullObserver()
 class _Gate:
     """One tool's state, made on its first call: limits, observer, slots, rate limits."""
 
-    __slots__ = ("deadline", "limits", "observer", "rates", "slots", "tool")
+    __slots__ = ("context", "deadline", "limits", "observer", "rates", "slots", "tool")
 
     def __init__(
         self,
@@ -94,6 +94,8 @@ class _Gate:
         rates: RateLimits | None,
     ) -> None:
         self.tool = limits.tool
+        # The context of every call that names no client and no request, made once.
+        self.context = CallContext(limits.tool)
         self.limits = limits
         self.observer = observer
         self.slots = slots
@@ -191,7 +193,10 @@ class Ticket:
             self._gate.observer.finished(end, time.perf_counter() - self._start)  # type: ignore[arg-type]
 
     async def _check_rates(self, gate: _Gate, rates: RateLimits) -> None:
-        context = CallContext(gate.tool, self._client, self._request)
+        if self._client is None and self._request is None:
+            context = gate.context
+        else:
+            context = CallContext(gate.tool, self._client, self._request)
         try:
             refusal = rates.check(context) if rates.is_sync else await rates.acheck(context)
         except BackendError as exc:

@@ -238,9 +238,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         """``async with guard.slot():`` runs the body holding a fleet slot; raises
         :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds) the body is
         cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised."""
-        if timeout is not None:
-            timeout = _check_seconds("timeout", timeout, allow_inf=True)
-        return FleetSlot(self, timeout)
+        # The base class checks the timeout and refuses at once when the local queue is full;
+        # its plain Slot is discarded (the Redis round trip dwarfs that allocation).
+        return FleetSlot(self, super().slot(timeout)._timeout)
 
     async def acquire(self) -> FleetSlot:
         """A held fleet slot; give it back with ``await slot.arelease()``."""
