@@ -12,6 +12,7 @@ the normalisation of what the handler returned or raised into a ``ToolResponse``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -50,9 +51,12 @@ __all__ = ["Guard", "Ticket"]
 
 P = ParamSpec("P")
 
-MAX_TOOLS = 4096
-"""Distinct tool names a guard keeps state for; calls to further names share one gate."""
+MAX_TOOLS = 1024
+"""Distinct tool names a guard keeps a gate (and metric series) of its own for. Past it, a new
+name shares the gate of the names that match the same configured patterns, so its limits still
+apply; a name configured exactly always gets its own gate."""
 OVERFLOW_TOOL = "(other tools)"
+"""The shared gate of names past ``MAX_TOOLS`` that match no configured pattern."""
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -147,18 +151,19 @@ class Ticket:
 
     async def __aenter__(self) -> Ticket:
         gate = self._gate
-        if gate.rates is not None:
-            await self._check_rates(gate, gate.rates)
-        if gate.slots is not None:
-            slot = gate.slots.slot(gate.limits.timeout)
-            try:
+        try:
+            if gate.rates is not None:  # a shared backend's decision may be cancelled too
+                await self._check_rates(gate, gate.rates)
+            if gate.slots is not None:
+                slot = gate.slots.slot(gate.limits.timeout)
                 await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
-            except anyio.get_cancelled_exc_class():
-                self._done = True
-                gate.observer.finished("cancelled", None)
-                raise
-            self._slot = slot
-            self.queue_wait = slot.queue_wait
+                self._slot = slot
+        except anyio.get_cancelled_exc_class():
+            self._done = True
+            gate.observer.finished("cancelled", None)
+            raise
+        if self._slot is not None:
+            self.queue_wait = self._slot.queue_wait
         else:
             gate.observer.admitted(0.0)
             if gate.deadline is not None:
@@ -262,11 +267,22 @@ class Guard:
     fails, each tool applies its own ``failure_policy`` (``REDIS_FAILURE_POLICY``, or a per-tool
     override), not the backend's.
 
-    Per-tool state is made on a tool's first call and kept; past ``MAX_TOOLS`` distinct names
-    (a client inventing tool names), further names share one gate, ``"(other tools)"``.
+    Per-tool state is made on a tool's first call and kept. The SDK adapters admit only the
+    server's real tools; past ``MAX_TOOLS`` distinct names in direct use, a further name shares
+    one gate with the names that match the same configured patterns (so those patterns' limits
+    still apply; ``"(other tools)"`` when it matches none), and an exactly configured name always
+    gets its own.
     """
 
-    __slots__ = ("_backend", "_expose", "_gates", "_observers", "_policies", "_settings")
+    __slots__ = (
+        "_backend",
+        "_expose",
+        "_gates",
+        "_observers",
+        "_overflow",
+        "_policies",
+        "_settings",
+    )
 
     def __init__(
         self,
@@ -283,6 +299,7 @@ class Guard:
         self._policies = PolicyTable(self._settings)
         self._expose = self._settings.expose_exceptions
         self._gates: dict[str, _Gate] = {}
+        self._overflow: dict[tuple[str, ...], _Gate] = {}
 
     @classmethod
     def from_env(
@@ -390,22 +407,27 @@ class Guard:
     def _gate(self, tool: str) -> _Gate:
         gate = self._gates.get(tool)
         if gate is None:
-            if len(self._gates) >= MAX_TOOLS:
-                return self._overflow_gate(_check_tool(tool))
-            gate = self._gates[tool] = self._make_gate(_check_tool(tool))
+            limits = self._policies.resolve(_check_tool(tool))
+            if len(self._gates) >= MAX_TOOLS and tool not in limits.patterns:
+                return self._overflow_gate(limits)
+            gate = self._gates[tool] = self._make_gate(limits)
         return gate
 
-    def _overflow_gate(self, tool: str) -> _Gate:
-        # Adapters admit whatever name a client sends, before the SDK refuses unknown tools: a
-        # client inventing names must not grow this table (or the metrics' label sets) forever.
-        gate = self._gates.get(OVERFLOW_TOOL)
+    def _overflow_gate(self, limits: ToolLimits) -> _Gate:
+        # Names invented faster than tools are written must not grow this table (or the metrics'
+        # label sets) forever, nor lose their configured limits: names matching the same patterns
+        # have the same limits, so they share one gate per set of patterns (bounded by the
+        # configuration, not by what callers send).
+        gate = self._overflow.get(limits.patterns)
         if gate is None:
-            log_event(logging.WARNING, "tool_table_full", tool=tool, max_tools=MAX_TOOLS)
-            gate = self._gates[OVERFLOW_TOOL] = self._make_gate(OVERFLOW_TOOL)
+            name = _overflow_name(limits.patterns)
+            log_event(logging.WARNING, "tool_table_full", gate=name, max_tools=MAX_TOOLS)
+            gate = self._make_gate(dataclasses.replace(limits, tool=name))
+            self._overflow[limits.patterns] = gate
         return gate
 
-    def _make_gate(self, tool: str) -> _Gate:
-        limits = self._policies.resolve(tool)
+    def _make_gate(self, limits: ToolLimits) -> _Gate:
+        tool = limits.tool
         observer = self._observer_for(tool, limits.max_active)
         slots = None
         if limits.max_active is not None:
@@ -491,6 +513,11 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
             prefix=settings.redis_prefix,
         )
     return MemoryBackend()
+
+
+def _overflow_name(patterns: tuple[str, ...]) -> str:
+    # Each set of patterns has its own gate, so its name lists them all (most specific first).
+    return f"(other tools matching {', '.join(reversed(patterns))})" if patterns else OVERFLOW_TOOL
 
 
 def _limit_name(limits: ToolLimits, burst: int) -> str:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..contract._awareness import ContractAwareness
 
 __all__ = [
+    "UNKNOWN_TOOLS",
     "ClientKey",
     "admit_call",
     "crash_response",
@@ -43,6 +44,11 @@ connections every request is its own connection with a fresh id, so per-client l
 would never trigger. The key is private: it never appears in an envelope."""
 
 ResultT = TypeVar("ResultT")
+
+UNKNOWN_TOOLS = "(unknown tools)"
+"""The one gate shared by calls naming a tool the server does not list, where the SDK cannot tell
+an unknown tool before running the handler (the low-level ``Server``): invented names then cost
+one bounded gate and one set of metric series, never one each."""
 
 _current_ticket: ContextVar[Ticket | None] = ContextVar("fusion_guard_ticket", default=None)
 """The admitted call's ticket, for code the SDK runs inside the call (MCPServer's ``call_tool``,
@@ -83,6 +89,7 @@ async def admit_call(
     client_key: ClientKey | None,
     failed: Callable[[ResultT], bool],
     passthrough: tuple[type[BaseException], ...] = (),
+    gate: str | None = None,
 ) -> ResultT | ToolResponse:
     """Run ``call`` as one admitted tool call; every refusal and failure becomes an envelope.
 
@@ -93,11 +100,12 @@ async def admit_call(
     no result, and leaving ``admit`` frees the slot. ``request`` is the SDK's request context:
     ``client_key`` reads the caller's identity from it, and custom rate-limit key functions
     receive it. A failing ``client_key`` is a server bug like any other: INTERNAL_ERROR.
+    ``gate``: the name whose limits apply, when it is not ``tool`` (``UNKNOWN_TOOLS``).
     """
     deferred: BaseException | None = None
     try:
         client = None if client_key is None else client_key(request)
-        async with guard.admit(tool, client=client, request=request) as ticket:
+        async with guard.admit(gate or tool, client=client, request=request) as ticket:
             token = _current_ticket.set(ticket)
             try:
                 result = await call()

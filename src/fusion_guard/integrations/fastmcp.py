@@ -10,7 +10,9 @@
     app.add_middleware(GuardMiddleware(Guard.from_env()))
 
 Only ``on_call_tool`` is overridden, so only tool calls count against limits: ``tools/list``,
-resources, prompts and every other request pass untouched. Refusals and failures come back as a
+resources, prompts and every other request pass untouched. A call naming a tool the server does
+not have is passed on for FastMCP to answer, without the guard: invented names get no limits and
+no metric series of their own. Refusals and failures come back as a
 ``ToolResult`` with ``is_error=True`` and the envelope as text; MCP protocol errors and
 cancellation propagate unchanged. Add the middleware before others that should see the
 envelope (FastMCP runs middleware outermost-first, in the order added).
@@ -67,6 +69,10 @@ _UPSTREAM_ANSWERS = ("Rate limited by upstream API", "Upstream request timed out
 429 or timeout); every other ToolError it wraps around an exception is a crash."""
 
 
+_MAX_KNOWN_TOOLS = 4096
+"""Tool names remembered as the server's own, so FastMCP is asked about a name once (only names
+it confirmed are kept; past this many, it is asked every time)."""
+
 _SDK_ANSWERS = (MCPError, FastMCPError, NotFoundError)
 """What FastMCP answers itself (protocol errors, deliberate tool errors, unknown tools): passed
 through, reported as errors."""
@@ -90,6 +96,7 @@ class GuardMiddleware(Middleware):
         self._guard = guard
         self._client_key = client_key
         self._awareness = awareness
+        self._tools: set[str] = set()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(guard={self._guard!r})"
@@ -100,6 +107,8 @@ class GuardMiddleware(Middleware):
         call_next: CallNext[mcp_types.CallToolRequestParams, ToolResult],
     ) -> ToolResult:
         tool = context.message.name
+        if not await self._is_tool(tool, context):  # FastMCP answers it, the guard never sees it
+            return await call_next(context)
         result = await admit_call(
             self._guard,
             tool,
@@ -110,6 +119,20 @@ class GuardMiddleware(Middleware):
             passthrough=_SDK_ANSWERS,
         )
         return to_tool_result(result) if isinstance(result, ToolResponse) else result
+
+    async def _is_tool(
+        self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
+    ) -> bool:
+        if tool in self._tools:
+            return True
+        server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+        if server is None:  # no server to ask: the guard bounds the gates it keeps
+            return True
+        if await server.get_tool(tool) is None:
+            return False
+        if len(self._tools) < _MAX_KNOWN_TOOLS:
+            self._tools.add(tool)
+        return True
 
     async def _run(
         self,

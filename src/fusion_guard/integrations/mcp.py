@@ -13,7 +13,11 @@
 
 ``install`` wraps the registered ``tools/call`` request handler, the SDK's stable hook (its
 middleware list is marked provisional), so only tool calls count against limits: ``tools/list``,
-resources, prompts and pings never do. Refusals and failures come back as ``CallToolResult``
+resources, prompts and pings never do. Only the server's real tools get limits and metric series
+of their own: an ``MCPServer`` answers a call to a tool it does not have itself, without the
+guard; a low-level ``Server`` runs such a call under one shared gate, ``"(unknown tools)"``
+(its tools are the names its ``tools/list`` handler gives, read again at most once a second
+when a call names another). Refusals and failures come back as ``CallToolResult``
 with ``is_error`` set and the envelope as text; MCP protocol errors (``MCPError``) and
 cancellation propagate unchanged.
 
@@ -33,15 +37,20 @@ This module imports the SDK only when ``install`` runs; without it, ``install`` 
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from .._exceptions import ConfigurationError
+from .._log import log_event
 from ..wire._internal import as_response
 from ..wire._response import ToolResponse
 from ._common import (
+    UNKNOWN_TOOLS,
     ClientKey,
     admit_call,
     crash_response,
@@ -65,6 +74,11 @@ _GUARDED = "__fusion_guard__"
 """Attribute marking the handler this module installed, against double wrapping."""
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
+
+LIST_REFRESH_SECONDS = 1.0
+"""How often, at most, a low-level server's ``tools/list`` handler is read again because a call
+named a tool it did not list (a client inventing names cannot make it run more often)."""
+_MAX_LIST_PAGES = 100
 
 
 def install(
@@ -93,7 +107,7 @@ def install(
         )
     if getattr(entry.handler, _GUARDED, False):
         raise ConfigurationError("install(server, guard): this server is guarded already")
-    adapter = _Adapter(guard, client_key, awareness, sdk)
+    adapter = _Adapter(guard, client_key, awareness, sdk, _tool_names(server, lowlevel, sdk))
     if isinstance(server, sdk.MCPServer):
         adapter.translate_call_tool(server)
     lowlevel.add_request_handler(
@@ -159,10 +173,87 @@ def _lowlevel_server(server: object, sdk: _SDK) -> Server[Any]:
     )
 
 
+class _ToolNames(Protocol):
+    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+        """The gate a call of ``tool`` goes through, or None when the SDK answers it itself
+        (no such tool) without the guard."""
+
+
+class _RegisteredTools:
+    """An ``MCPServer``'s tools: its registry tells at once whether a name is one of them."""
+
+    __slots__ = ("_schema_of",)
+
+    def __init__(self, schema_of: Callable[[str], object]) -> None:
+        self._schema_of = schema_of
+
+    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+        return tool if self._schema_of(tool) is not None else None
+
+
+class _ListedTools:
+    """A low-level ``Server``'s tools: the names its ``tools/list`` handler gives.
+
+    Read on the first call, then again (at most once per ``LIST_REFRESH_SECONDS``) when a call
+    names a tool not listed, so a tool added at run time gets its own gate. Its handler decides
+    what an unknown name does, so such a call still runs, under the shared ``UNKNOWN_TOOLS`` gate.
+    """
+
+    __slots__ = ("_list", "_names", "_next_read")
+
+    def __init__(self, list_handler: Handler) -> None:
+        self._list = list_handler
+        self._names: frozenset[str] = frozenset()
+        self._next_read = -math.inf
+
+    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+        if tool in self._names:
+            return tool
+        now = time.monotonic()
+        if now >= self._next_read:
+            self._next_read = now + LIST_REFRESH_SECONDS
+            self._names = await self._read(ctx)
+        return tool if tool in self._names else UNKNOWN_TOOLS
+
+    async def _read(self, ctx: Any) -> frozenset[str]:
+        from mcp_types import PaginatedRequestParams
+
+        names: set[str] = set()
+        params = None
+        try:
+            for _ in range(_MAX_LIST_PAGES):
+                listed = await self._list(ctx, params)
+                names.update(tool.name for tool in listed.tools)
+                if not listed.next_cursor:
+                    break
+                params = PaginatedRequestParams(cursor=listed.next_cursor)
+        except Exception as exc:  # the server's own bug: keep the names known so far
+            log_event(logging.WARNING, "tool_list_failed", error=type(exc).__name__)
+            return self._names
+        return frozenset(names)
+
+
+class _EveryName:
+    """A server with no ``tools/list`` handler: nothing tells its tools, every name is one (the
+    guard itself bounds the gates it keeps)."""
+
+    __slots__ = ()
+
+    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+        return tool
+
+
+def _tool_names(server: object, lowlevel: Server[Any], sdk: _SDK) -> _ToolNames:
+    if isinstance(server, sdk.MCPServer) and lowlevel.get_tool_input_schema is not None:
+        return _RegisteredTools(lowlevel.get_tool_input_schema)
+    listing = lowlevel.get_request_handler("tools/list")
+    return _EveryName() if listing is None else _ListedTools(listing.handler)
+
+
 class _Adapter:
     """What ``install`` puts around one server's ``tools/call``."""
 
-    __slots__ = ("_awareness", "_client_key", "_guard", "_sdk")
+    __slots__ = ("_awareness", "_client_key", "_guard", "_sdk", "_tools")
 
     def __init__(
         self,
@@ -170,17 +261,22 @@ class _Adapter:
         client_key: ClientKey | None,
         awareness: ContractAwareness | None,
         sdk: _SDK,
+        tools: _ToolNames,
     ) -> None:
         self._guard = guard
         self._client_key = client_key
         self._awareness = awareness
         self._sdk = sdk
+        self._tools = tools
 
     def guard_handler(self, handler: Handler) -> Handler:
         """The registered ``tools/call`` handler, admitted by the guard."""
 
         async def guarded(ctx: Any, params: Any) -> Any:
             tool: str = params.name
+            gate = await self._tools.gate_for(tool, ctx)
+            if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
+                return await handler(ctx, params)
             result = await admit_call(
                 self._guard,
                 tool,
@@ -189,6 +285,7 @@ class _Adapter:
                 client_key=self._client_key,
                 failed=_is_error,
                 passthrough=(self._sdk.MCPError,),
+                gate=gate,
             )
             return to_call_tool_result(result) if isinstance(result, ToolResponse) else result
 
