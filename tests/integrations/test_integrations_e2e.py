@@ -122,14 +122,20 @@ async def test_tools_list_does_not_consume_limits(harness: Harness) -> None:
     assert envelope(limited).code == "RATE_LIMITED"
 
 
-async def test_per_client_limits_use_the_client_key(harness: Harness) -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_per_client_limits_use_the_client_key(harness: Harness, kind: str) -> None:
     seen: list[object] = []
     caller = ["alice"]
 
-    def client_key(context: object) -> str:
+    def sync_key(context: object) -> str:
         seen.append(context)
         return caller[0]
 
+    async def async_key(context: object) -> str:  # a key looked up in a store, say
+        await anyio.lowlevel.checkpoint()
+        return sync_key(context)
+
+    client_key = sync_key if kind == "sync" else async_key
     guard = Guard(rate=1, rate_per=60, burst=1, rate_scope="client")
     async with harness.connect(Gate(), guard, client_key=client_key) as client:
         alice_first = await client.call("fast")
@@ -143,6 +149,13 @@ async def test_per_client_limits_use_the_client_key(harness: Harness) -> None:
     assert texts(bob_first) == "fast done"
     assert listed
     assert len(seen) == 3
+
+
+async def test_a_client_key_of_the_wrong_type_gives_internal_error(harness: Harness) -> None:
+    guard = Guard(rate=5, rate_scope="client")
+    async with harness.connect(Gate(), guard, client_key=lambda context: 42) as client:
+        result = await client.call("fast")
+    assert envelope(result).code == "INTERNAL_ERROR"
 
 
 async def test_a_failing_client_key_gives_internal_error(harness: Harness) -> None:

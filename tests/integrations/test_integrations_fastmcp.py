@@ -63,3 +63,46 @@ async def test_fastmcps_upstream_timeout_answer_passes_through() -> None:
     result = await call(app_with_failures(mask_error_details=False), "upstream_timeout")
     assert result.is_error
     assert texts(result) == "Upstream request timed out, please retry"
+
+
+def _limited_app(middleware: GuardMiddleware) -> FastMCP:
+    app = FastMCP("limited")
+
+    @app.tool
+    async def lookup() -> str:
+        return "found"
+
+    app.add_middleware(middleware)
+    return app
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: GuardMiddleware(rate=1, rate_per=60, burst=1), id="keywords"),
+        pytest.param(lambda: GuardMiddleware.from_env(rate_per=60, burst=1), id="from_env"),
+        pytest.param(lambda: GuardMiddleware(Guard(rate=1, rate_per=60, burst=1)), id="guard"),
+    ],
+)
+async def test_the_middleware_takes_a_guard_keyword_limits_or_the_environment(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FUSION_GUARD_RATE", "1")
+    middleware = make()
+    async with Client(_limited_app(middleware)._mcp_server) as client:
+        first = await client.call_tool("lookup", {})
+        second = await client.call_tool("lookup", {})
+    assert texts(first) == "found"
+    assert envelope(second).code == "RATE_LIMITED"
+    assert middleware.guard.limits("lookup").rate == 1.0
+
+
+def test_keyword_limits_are_read_as_the_guard_reads_them() -> None:
+    from fusion_guard import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="max_active"):
+        GuardMiddleware(max_active=-1)
+    with pytest.raises(ConfigurationError, match="either a Guard or keyword limits"):
+        GuardMiddleware(Guard(), max_active=3)
+    with pytest.raises(ConfigurationError, match="expected a fusion_guard Guard"):
+        GuardMiddleware("not a guard")  # type: ignore[arg-type]

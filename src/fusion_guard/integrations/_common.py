@@ -8,6 +8,7 @@ MCP SDK and FastMCP adapters behave identically.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,8 +36,9 @@ __all__ = [
     "validation_response",
 ]
 
-ClientKey = Callable[[Any], "str | None"]
-"""A user function of the SDK's request context returning the caller's identity (or None).
+ClientKey = Callable[[Any], "str | Awaitable[str | None] | None"]
+"""A user function of the SDK's request context returning the caller's identity (or None); a
+plain or an ``async`` function (an async one is awaited, for a key looked up in a store).
 
 It must return something stable for one caller across requests: an authenticated subject or
 OAuth client id, an API-key id, a tenant. A transport session id is not: on 2026-07-28 MCP
@@ -104,7 +106,7 @@ async def admit_call(
     """
     deferred: BaseException | None = None
     try:
-        client = None if client_key is None else client_key(request)
+        client = None if client_key is None else await _client_of(client_key, request)
         async with guard.admit(gate or tool, client=client, request=request) as ticket:
             token = _current_ticket.set(ticket)
             try:
@@ -123,6 +125,15 @@ async def admit_call(
     if deferred is not None:
         raise deferred
     return result
+
+
+async def _client_of(client_key: ClientKey, request: object) -> str | None:
+    key = client_key(request)
+    if inspect.isawaitable(key):
+        key = await key
+    if key is None or isinstance(key, str):
+        return key
+    raise TypeError(f"client_key returned a {type(key).__name__}; expected a str or None")
 
 
 def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:

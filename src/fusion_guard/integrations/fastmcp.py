@@ -7,7 +7,10 @@
     from fusion_guard.integrations.fastmcp import GuardMiddleware
 
     app = FastMCP("billing")
-    app.add_middleware(GuardMiddleware(Guard.from_env()))
+    app.add_middleware(GuardMiddleware.from_env())      # FUSION_GUARD_* variables
+    # or with keyword limits, as FastMCP's own middlewares take options:
+    #     GuardMiddleware(max_active=5, rate=10)
+    # or around a Guard built earlier:  GuardMiddleware(Guard.from_env())
 
 Only ``on_call_tool`` is overridden, so only tool calls count against limits: ``tools/list``,
 resources, prompts and every other request pass untouched. A call naming a tool the server does
@@ -49,6 +52,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
     raise ImportError(missing_extra("fastmcp", "fastmcp")) from exc
 
+from .._exceptions import ConfigurationError
+from .._guard import Guard
 from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
@@ -59,7 +64,6 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from .._guard import Guard
     from ..contract._awareness import ContractAwareness
 
 __all__ = ["GuardMiddleware", "to_tool_result"]
@@ -79,24 +83,46 @@ through, reported as errors."""
 
 
 class GuardMiddleware(Middleware):
-    """Admits every tool call through ``guard``; refusals become ``is_error`` results.
+    """Admits every tool call through a ``Guard``; refusals become ``is_error`` results.
 
-    ``client_key`` is a function of the ``MiddlewareContext`` returning the caller's identity
-    for per-client limits (see the module docstring), or None. ``awareness`` (built from a
-    contract lockfile) adds each tool's contract changes to its validation errors.
+    ``GuardMiddleware(guard)`` uses a guard built earlier; ``GuardMiddleware(max_active=5,
+    rate=10, ...)`` builds one from keyword limits (as ``Guard(...)`` takes them: the
+    environment is not read; ``registry`` and ``observer`` go to the guard too);
+    ``GuardMiddleware.from_env(...)`` builds one from the ``FUSION_GUARD_*`` variables.
+    ``client_key`` is a plain or async function of the ``MiddlewareContext`` returning the
+    caller's identity for per-client limits (see the module docstring), or None. ``awareness``
+    (built from a contract lockfile) adds each tool's contract changes to its validation errors.
     """
 
     def __init__(
         self,
-        guard: Guard,
+        guard: Guard | None = None,
         *,
         client_key: ClientKey | None = None,
         awareness: ContractAwareness | None = None,
+        **limits: Any,
     ) -> None:
-        self._guard = guard
+        self._guard = _guard_of(guard, limits)
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        client_key: ClientKey | None = None,
+        awareness: ContractAwareness | None = None,
+        **overrides: Any,
+    ) -> GuardMiddleware:
+        """A middleware around ``Guard.from_env(**overrides)`` (``registry``, ``observer`` and
+        ``rate_backend`` are passed to the guard; other overrides win over the variables)."""
+        return cls(Guard.from_env(**overrides), client_key=client_key, awareness=awareness)
+
+    @property
+    def guard(self) -> Guard:
+        """The guard this middleware admits calls through (``guard.concurrency(tool)``...)."""
+        return self._guard
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(guard={self._guard!r})"
@@ -151,6 +177,22 @@ class GuardMiddleware(Middleware):
             if _is_crash(exc):
                 return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
             raise  # a deliberate ToolError: FastMCP sends its message, as before
+
+
+def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:
+    if guard is None:
+        return Guard(**limits)
+    if not isinstance(guard, Guard):
+        raise ConfigurationError(
+            f"GuardMiddleware(guard={guard!r}) is invalid: expected a fusion_guard Guard, or no"
+            " guard and the limits as keyword arguments (GuardMiddleware(max_active=5))"
+        )
+    if limits:
+        raise ConfigurationError(
+            f"GuardMiddleware(guard, {', '.join(sorted(limits))}=...): give either a Guard or"
+            " keyword limits, not both (the guard's own settings apply)"
+        )
+    return guard
 
 
 def to_tool_result(response: ToolResponse) -> ToolResult:
