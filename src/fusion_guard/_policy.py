@@ -110,6 +110,10 @@ class PolicyTable:
         """The patterns that match ``tool``, least specific first."""
         return tuple(pattern.text for pattern in self._patterns if pattern.matches(tool))
 
+    def defaults(self) -> ToolLimits:
+        """The limits of a tool no pattern matches (named ``""``)."""
+        return ToolLimits(tool="", **self._defaults)
+
     def resolve(self, tool: str) -> ToolLimits:
         values = dict(self._defaults)
         matched = []

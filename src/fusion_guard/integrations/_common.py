@@ -9,11 +9,13 @@ MCP SDK and FastMCP adapters behave identically.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import Rejected
+from .._log import is_enabled, log_event
 from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
 from ..wire._response import ToolResponse
@@ -55,6 +57,41 @@ one bounded gate and one set of metric series, never one each."""
 _current_ticket: ContextVar[Ticket | None] = ContextVar("fusion_guard_ticket", default=None)
 """The admitted call's ticket, for code the SDK runs inside the call (MCPServer's ``call_tool``,
 which must answer with a result instead of raising, so it reports the outcome here)."""
+
+
+_SHOWN_LIMITS = (
+    "max_active",
+    "max_queue",
+    "queue_timeout",
+    "timeout",
+    "rate",
+    "rate_per",
+    "burst",
+    "rate_scope",
+    "lifo",
+    "failure_policy",
+)
+
+
+def log_limits(guard: Guard, adapter: str) -> None:
+    """Say once, at start-up, which limits are in force: one ``guard_limits`` event for the
+    defaults (``pattern=""``) and one per configured pattern, on the library's logger (never
+    stdout).
+
+    A stdio server is started by its client with a cleaned environment, so ``FUSION_GUARD_*``
+    variables exported in the client's shell never reach it; this line shows what did.
+    """
+    if not is_enabled(logging.INFO):
+        return
+    for pattern, limits in guard.configured_limits().items():
+        shown = {name: _shown(name, getattr(limits, name)) for name in _SHOWN_LIMITS}
+        log_event(logging.INFO, "guard_limits", None, adapter=adapter, pattern=pattern, **shown)
+
+
+def _shown(name: str, value: object) -> object:
+    if value is None:  # what None means differs: sized from max_active / rate, or no limit
+        return "auto" if name in ("max_queue", "burst") else "off"
+    return value
 
 
 def missing_extra(extra: str, package: str) -> str:

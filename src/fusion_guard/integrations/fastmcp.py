@@ -59,6 +59,7 @@ from ._common import (
     ClientKey,
     admit_call,
     crash_response,
+    log_limits,
     raised_by,
     validation_response,
 )
@@ -106,6 +107,7 @@ class GuardMiddleware(Middleware):
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+        log_limits(self._guard, "fastmcp")
 
     @classmethod
     def from_env(

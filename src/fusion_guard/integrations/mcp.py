@@ -55,6 +55,7 @@ from ._common import (
     admit_call,
     crash_response,
     in_guarded_call,
+    log_limits,
     missing_extra,
     raised_by,
     validation_response,
@@ -113,6 +114,7 @@ def install(
     lowlevel.add_request_handler(
         "tools/call", entry.params_type, adapter.guard_handler(entry.handler)
     )
+    log_limits(guard, "mcp")
 
 
 def to_call_tool_result(response: ToolResponse) -> CallToolResult:
