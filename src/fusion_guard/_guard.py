@@ -30,7 +30,7 @@ import anyio
 from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObservers
-from ._policy import PolicyTable, ToolLimits
+from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
 from .admission._distributed import concurrency_guard, rate_backend_failure
@@ -330,6 +330,15 @@ class Guard:
     def limits(self, tool: str) -> ToolLimits:
         """The limits in force for ``tool`` (resolved once, on first use)."""
         return self._gate(tool).limits
+
+    def configured_limits(self) -> dict[str, ToolLimits]:
+        """What the configuration gives: ``""`` maps to the limits of a tool no per-tool pattern
+        matches, then each pattern, least specific first, to the limits of a tool it matches
+        (its own keys over those of less specific patterns it falls under, over the defaults).
+        Makes no gate."""
+        patterns = sorted(self._settings.tools, key=specificity)
+        resolved = {pattern: self._policies.resolve(pattern) for pattern in patterns}
+        return {"": self._policies.defaults(), **resolved}
 
     def concurrency(self, tool: str) -> ConcurrencyGuard | None:
         """The tool's concurrency guard (``active``, ``queued``, ``statistics()``), if limited."""
