@@ -20,6 +20,7 @@ from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
 from ..wire._response import ToolResponse
 from ..wire._validation import format_validation_error
+from ._otel import mark_span
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -156,11 +157,16 @@ async def admit_call(
             if deferred is None:
                 _record(ticket, result, failed)
     except Rejected as exc:
+        mark_span(exc.response, exc.retry_after)
         return exc.response
     except Exception as exc:
-        return response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+        response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+        mark_span(response)
+        return response
     if deferred is not None:
         raise deferred
+    if isinstance(result, ToolResponse):
+        mark_span(result)
     return result
 
 
@@ -197,6 +203,7 @@ def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolRespon
     ticket = _current_ticket.get()
     if ticket is not None and response.is_error:
         ticket.outcome = _outcome_of(response)
+    mark_span(response)
     return response
 
 
@@ -208,4 +215,6 @@ def validation_response(
 
     Both adapters route every SDK argument-validation failure here and nowhere else.
     """
-    return format_validation_error(exc, action=tool, awareness=awareness)
+    response = format_validation_error(exc, action=tool, awareness=awareness)
+    mark_span(response)
+    return response
