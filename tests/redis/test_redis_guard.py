@@ -19,6 +19,7 @@ from fusion_guard import (
     ToolResponse,
     parse_tool_error,
 )
+from fusion_guard.backends._redis import RECOVERY_GRACE
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +118,8 @@ async def test_redis_stopped_mid_load_then_started_again(
         await anyio.to_thread.run_sync(redis_server.start)
         await anyio.sleep(0.05)
         phase = "after"
-        await anyio.sleep(0.3)
+        # New leases wait RECOVERY_GRACE after a restart (running calls register theirs first).
+        await anyio.sleep(0.3 + RECOVERY_GRACE)
         done.set()
 
     codes = {

@@ -20,7 +20,11 @@ the seam its module describes) that also holds a Redis lease while a call runs:
 When Redis fails (down, or slower than ``timeout``), :class:`BackendFailure` applies
 ``failure_policy``: ``open`` runs the call on its local slot alone (counted, logged), ``closed``
 sheds it with SERVER_BUSY ``backend_unavailable``. The next call tries Redis again, so recovery
-needs no restart. Needs asyncio (redis-py's client is asyncio-only).
+needs no restart, and no lease outlives its call: an acquire given up on (timed out, failed,
+cancelled) and a release that failed are released in the background once Redis answers, and
+running calls whose leases Redis lost register them again, counted (see
+:class:`~fusion_guard.backends._redis.FleetSemaphore`). Needs asyncio (redis-py's client is
+asyncio-only).
 """
 
 from __future__ import annotations
@@ -299,7 +303,7 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     async def _release_lease(self, holder: str) -> None:
         try:
             await self._semaphore.release(holder)
-        except BackendError as exc:  # the lease expires by itself within `lease` seconds
+        except BackendError as exc:  # retried in the background (FleetSemaphore.release)
             log_event(logging.WARNING, "lease_release_failed", tool=self.name, error=str(exc))
 
 
@@ -332,7 +336,9 @@ def concurrency_guard(
     if settings.backend != "redis" or settings.redis_url is None:
         return ConcurrencyGuard(max_active, max_queue, queue_timeout, **local)
     redis: str | RedisRateLimitBackend = (
-        rate_backend if isinstance(rate_backend, RedisRateLimitBackend) else settings.redis_url
+        rate_backend
+        if isinstance(rate_backend, RedisRateLimitBackend)
+        else settings.redis_url.get_secret_value()
     )
     return DistributedConcurrencyGuard(
         max_active,

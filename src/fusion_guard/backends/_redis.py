@@ -2,8 +2,14 @@
 
 Every decision is one Lua script, so one round trip, atomic, on the server's clock (``TIME``):
 the clocks of the replicas never matter. The scripts are package data (``backends/lua/*.lua``),
-registered once per client (``EVALSHA``, falling back to ``SCRIPT LOAD`` after ``NOSCRIPT``: a
-Redis restarted empty gets them back on the next call).
+loaded with every new connection of a client made from a URL (so a Redis restarted empty gets them
+back as its clients reconnect) and run by SHA1 (``EVALSHA``, falling back to ``SCRIPT LOAD`` after
+``NOSCRIPT``, as after a ``SCRIPT FLUSH``).
+
+Two budgets: ``timeout`` bounds each decision (one round trip), ``connect_timeout`` bounds
+setting up a connection (TCP connect, handshake and loading the scripts) until the first one is
+up, so a cold start under load is not taken for an outage; later connections (after a restart,
+say) set up under ``timeout``, so a stalled Redis costs a call no more than that.
 
 All keys share one hash tag, ``{<prefix>}``, so every decision's keys live in one Redis Cluster
 slot (a decision may combine a server-wide limit with a per-client one, so no narrower tag would
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -29,10 +36,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
-import anyio
-
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
+from .._secrets import redact_url
 from ..admission._concurrency import _check_seconds
 from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_LEASE",
     "DEFAULT_PREFIX",
     "DEFAULT_TIMEOUT",
@@ -47,6 +54,7 @@ __all__ = [
     "FleetSemaphore",
     "LeaseGrant",
     "LeaseRefresher",
+    "RECOVERY_GRACE",
     "RedisConnection",
     "RedisRateLimitBackend",
     "check_failure_policy",
@@ -61,6 +69,10 @@ FailurePolicy: TypeAlias = Literal["open", "closed"]
 ``closed`` sheds it with SERVER_BUSY."""
 
 DEFAULT_TIMEOUT: Final = 0.05
+DEFAULT_CONNECT_TIMEOUT: Final = 1.0
+RECOVERY_GRACE: Final = 0.3
+"""Seconds new leases wait after Redis lost the holders (a restart), while running calls'
+replicas register their leases again (they retry every :data:`_MAX_RETRY` at most)."""
 DEFAULT_PREFIX: Final = "fusion_guard"
 DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
@@ -69,6 +81,10 @@ _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
 _KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
+_FIRST_RETRY = 0.05  # the refresher's retries of leases left to settle, doubling up to
+_MAX_RETRY = 0.2  # this (seconds): well inside RECOVERY_GRACE
+_ABANDONED_MAX = 4096  # ids kept to release per semaphore; older ones just expire with the lease
+_RELEASE_BATCH = 256  # ids per release round trip
 
 
 def require_asyncio() -> None:
@@ -105,7 +121,12 @@ def _load_script(name: str) -> str:
     return resources.files("fusion_guard.backends").joinpath(f"lua/{name}.lua").read_text("utf-8")
 
 
-def _client_from_url(url: str, timeout: float) -> Redis:
+def _client_from_url(
+    url: str,
+    timeout: float,
+    connect_timeout: float,
+    handshake: Callable[[Any], Awaitable[None]],
+) -> Redis:
     try:
         from redis.asyncio import Redis
         from redis.asyncio.retry import Retry
@@ -116,20 +137,29 @@ def _client_from_url(url: str, timeout: float) -> Redis:
             'the Redis backend needs redis-py: pip install "fusion-guard[redis]"'
         ) from exc
     try:
-        # socket_timeout bounds every read and write, socket_connect_timeout every connect.
+        # socket_timeout bounds every read and write, socket_connect_timeout every TCP connect;
+        # `handshake` replaces redis-py's on-connect step (see RedisConnection._handshake).
         # One immediate retry on a connection error only: the first command after a Redis
         # restart meets a dead pooled connection, and the retry reconnects; a timeout is not
         # retried, so a hung Redis costs one timeout.
         return Redis.from_url(
             url,
             socket_timeout=timeout,
-            socket_connect_timeout=timeout,
+            socket_connect_timeout=connect_timeout,
+            redis_connect_func=handshake,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
     except ValueError as exc:
+        # The parser's reason may quote a piece of a password that holds a delimiter.
+        reason = "" if _has_credentials(url) else f" ({exc})"
         raise ConfigurationError(
-            f"redis_url={url!r} is invalid: expected redis://, rediss:// or unix:// ({exc})"
+            f"redis_url={redact_url(url)!r} is invalid: expected redis://, rediss:// or unix://"
+            f" with a valid host and port{reason}"
         ) from exc
+
+
+def _has_credentials(url: str) -> bool:
+    return "@" in url or redact_url(url) != url
 
 
 class Script:
@@ -179,7 +209,9 @@ class _ErrorLog:
 
 
 def _backend_error(script: Script, exc: BaseException) -> BackendError:
-    return BackendError(f"redis {script.name} failed: {type(exc).__name__}: {exc or 'timed out'}")
+    # asyncio's TimeoutError has no message of its own.
+    detail = str(exc) or ("timed out" if isinstance(exc, TimeoutError) else "no detail")
+    return BackendError(f"redis {script.name} failed: {type(exc).__name__}: {detail}")
 
 
 class Outage:
@@ -224,6 +256,9 @@ class RedisConnection:
     ``timeout`` (seconds) bounds every call, so a hung Redis never hangs a tool: through the
     socket timeouts of a client made from a URL (free: redis-py applies them anyway), or an
     ``asyncio.timeout`` around each call for a client given ready-made.
+    ``connect_timeout`` (seconds) bounds setting up the first connections instead (see the
+    module); a ready-made client sets up its connections itself, so there it bounds the first
+    calls, until one succeeded.
     """
 
     __slots__ = (
@@ -233,33 +268,48 @@ class RedisConnection:
         "_log",
         "_no_script",
         "_outer_timeout",
+        "_started",
+        "connect_timeout",
         "key_prefix",
         "outage",
         "prefix",
         "refresher",
         "scripts",
+        "target",
         "timeout",
     )
 
     def __init__(
-        self, target: str | Redis, *, timeout: float = DEFAULT_TIMEOUT, prefix: str = DEFAULT_PREFIX
+        self,
+        target: str | Redis,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        prefix: str = DEFAULT_PREFIX,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.timeout = _check_seconds("timeout", timeout)
+        self.connect_timeout = _check_seconds("connect_timeout", connect_timeout)
         self.prefix = _check_prefix(prefix)
         self.key_prefix = "{" + self.prefix + "}:"
+        self._started = False  # no connection set up (URL) or call answered (ready-made) yet
+        self.scripts = {name: Script(name) for name in _SCRIPTS}
         if isinstance(target, str):
-            self._client = _client_from_url(target, self.timeout)
+            self.target = redact_url(target)
+            self._client = _client_from_url(
+                target, self.timeout, self.connect_timeout, self._handshake
+            )
             self._outer_timeout = False
         elif callable(getattr(target, "execute_command", None)):
+            self.target = f"<{type(target).__name__} given ready-made>"
             self._client = target
             self._outer_timeout = True
         else:
             raise ConfigurationError(
-                f"redis={target!r} is invalid: expected a redis:// URL or a redis.asyncio.Redis"
+                f"redis (a {type(target).__name__}) is invalid: expected a redis:// URL or a"
+                " redis.asyncio.Redis"
             )
         self._execute: Callable[..., Awaitable[Any]] = self._client.execute_command
         self._errors, self._no_script = _redis_errors()
-        self.scripts = {name: Script(name) for name in _SCRIPTS}
         self.refresher = LeaseRefresher()
         self.outage = Outage()
         self._log = _ErrorLog()
@@ -272,32 +322,66 @@ class RedisConnection:
     async def run(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` (one round trip); any failure or timeout is a BackendError."""
         require_asyncio()
+        count = _KEY_COUNTS[len(keys)]
         try:
             if not self._outer_timeout:  # the hot path: one await, no extra coroutine
-                count = _KEY_COUNTS[len(keys)]
                 return await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
-            async with asyncio.timeout(self.timeout):
-                return await self._evalsha(script, keys, args)
-        except self._no_script:  # a Redis restarted empty, or SCRIPT FLUSH: load it again
+            return await self._run_bounded(script, count, keys, args)
+        except self._no_script:  # SCRIPT FLUSH, or a ready-made client's restarted Redis
             return await self.run_loading(script, keys, args)
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
     async def run_loading(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """``run``, loading the script first (after NOSCRIPT)."""
+        """``run``, loading the script first (after NOSCRIPT): the load and the decision each
+        have their own budget."""
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.connect_timeout):
                 await self._client.script_load(script.text)
-                return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            async with asyncio.timeout(self.timeout):
+                return await self._execute(
+                    b"EVALSHA", script.sha, _KEY_COUNTS[len(keys)], *keys, *args
+                )
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
-    async def _evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+    async def _run_bounded(
+        self, script: Script, count: bytes, keys: Sequence[Arg], args: Sequence[Arg]
+    ) -> Any:
+        """A ready-made client's call under an asyncio.timeout: ``connect_timeout`` until a call
+        succeeded (its first connections are set up inside the call), then ``timeout``."""
+        budget = self.timeout if self._started else self.connect_timeout
+        async with asyncio.timeout(budget):
+            reply = await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
+        self._started = True
+        return reply
+
+    async def _handshake(self, connection: Any) -> None:
+        """redis-py's on-connect step for a client made from a URL, under its own budget, then
+        the scripts loaded on the new connection (a restarted Redis has none).
+
+        ``socket_timeout`` is redis-py's public per-connection setting, read by every read: it
+        is widened for the handshake only, then restored to the decisions' ``timeout``.
+        """
+        connection.socket_timeout = self.timeout if self._started else self.connect_timeout
         try:
-            return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
-        except self._no_script:
-            await self._client.script_load(script.text)
-            return await self._execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            await connection.on_connect()
+            await self._load_scripts(connection)
+        finally:
+            connection.socket_timeout = self.timeout
+        self._started = True
+
+    async def _load_scripts(self, connection: Any) -> None:
+        """``SCRIPT LOAD`` every script in one round trip (pipelined); a refusal (an ACL
+        without SCRIPT, say) is left for NOSCRIPT to reveal, since an operator may have loaded
+        them."""
+        from redis.exceptions import ResponseError
+
+        for script in self.scripts.values():
+            await connection.send_command("SCRIPT", "LOAD", script.text, check_health=False)
+        for _ in self.scripts:
+            with contextlib.suppress(ResponseError):
+                await connection.read_response()
 
     def failed(self, exc: BackendError, allowed: bool) -> None:
         """Log a failure (sampled); the caller reports it to its observer."""
@@ -335,16 +419,29 @@ class FleetSemaphore:
     Each lease lasts ``lease`` seconds unless refreshed; this process's running leases are
     refreshed by the connection's one background task (see :class:`LeaseRefresher`), so a
     crashed process's permits come back within ``lease`` seconds.
+
+    No lease outlives its call: an acquire that failed, timed out or was cancelled may still run
+    on Redis (or have run), and a release that failed left its lease behind, so their holder ids
+    are released by that task, in the background, retried until Redis answers (released ids
+    stay released: a request delayed in a stalled Redis cannot bring them back). When Redis
+    fails, or says it lost the holders, this process's running calls register their leases
+    again, counted even beyond the limit, so the fleet refuses newcomers until they drain.
     """
 
     __slots__ = (
-        "_args",
+        "_abandoned",
         "_conn",
         "_counter",
+        "_grace_ms",
         "_held",
         "_keys",
+        "_lease_ms",
+        "_limit",
         "_owner",
+        "_release_keys",
         "_scripts",
+        "_seen",
+        "_suspect",
         "lease",
         "limit",
         "name",
@@ -356,12 +453,18 @@ class FleetSemaphore:
         self.name = name
         self.limit = limit
         self.lease = lease
-        lease_ms = max(1, round(lease * 1000))
-        self._keys = [f"{conn.key_prefix}lease:{name}"]
-        self._args: list[Arg] = [limit, lease_ms]
+        self._limit = b"%d" % limit
+        self._lease_ms = b"%d" % max(1, round(lease * 1000))
+        self._grace_ms = b"%d" % round(RECOVERY_GRACE * 1000)
+        prefix = conn.key_prefix
+        self._keys = [f"{prefix}lease:{name}", f"{prefix}released:{name}", f"{prefix}fleet:{name}"]
+        self._release_keys = self._keys[:2]
         self._owner = _owner_id()
         self._counter = 0
         self._held: set[str] = set()
+        self._abandoned: dict[str, None] = {}  # holder ids to release, oldest first
+        self._seen = b"0"  # b"1" once Redis answered an acquire: this replica knows the fleet
+        self._suspect = False  # Redis failed since the held leases were last seen there
 
     @property
     def key(self) -> str:
@@ -373,92 +476,207 @@ class FleetSemaphore:
         """How many leases this process holds now."""
         return len(self._held)
 
+    @property
+    def abandoned(self) -> int:
+        """How many holder ids wait to be released in the background."""
+        return len(self._abandoned)
+
+    @property
+    def owing(self) -> bool:
+        """Whether failures left work for the background task (releases, re-registration)."""
+        return bool(self._abandoned) or (self._suspect and bool(self._held))
+
     async def try_acquire(self) -> LeaseGrant:
         """One attempt (one round trip); raises BackendError when Redis fails."""
         self._counter += 1
         holder = f"{self._owner}:{self._counter}"
-        args = [holder, *self._args]
+        args: list[Arg] = [holder, self._limit, self._lease_ms, self._seen, self._grace_ms]
         try:
             reply = await self._conn.run(self._scripts.lease_acquire, self._keys, args)
-        except asyncio.CancelledError:
-            await self._forget(holder)
+        except (BackendError, asyncio.CancelledError) as exc:
+            # A timeout on the client does not stop the script: Redis may run it later (or ran
+            # it, if the reply was on its way when cancelled). Never block the caller for it.
+            self._abandon(holder, failed=isinstance(exc, BackendError))
             raise
-        if not reply[0]:
-            return LeaseGrant(None, int(reply[1]))
+        self._seen = b"1"
+        granted, holders, recovering = reply
+        if recovering:  # Redis lost the holders: ours too, if any
+            self._lost()
+        if self._abandoned or self._suspect:
+            self._conn.refresher.wake()  # Redis answers again: settle now, not at the retry
+        if not granted:
+            return LeaseGrant(None, int(holders))
         self._held.add(holder)
         self._conn.refresher.holding(self)
-        return LeaseGrant(holder, int(reply[1]))
-
-    async def _forget(self, holder: str) -> None:
-        """Cancelled while the acquire was in flight: Redis may have granted it, so release it
-        (shielded, bounded by the timeout; if that fails too, the lease just expires)."""
-        with anyio.CancelScope(shield=True), contextlib.suppress(BackendError):
-            await self._conn.run(self._scripts.lease_release, self._keys, [holder])
+        return LeaseGrant(holder, int(holders))
 
     async def release(self, holder: str) -> None:
-        """Give a lease back; raises BackendError when Redis fails (the lease then expires)."""
+        """Give a lease back; raises BackendError when Redis fails (the release is then
+        retried in the background)."""
         self._held.discard(holder)
-        if not self._held:
-            self._conn.refresher.idle(self)
-        await self._conn.run(self._scripts.lease_release, self._keys, [holder])
-
-    async def refresh(self) -> None:
-        """Extend this process's leases (one round trip); failures are logged, not raised."""
-        if not self._held:
-            return
         try:
-            args = [*self._args, *self._held]
+            await self._conn.run(
+                self._scripts.lease_release, self._release_keys, [self._lease_ms, holder]
+            )
+        except (BackendError, asyncio.CancelledError) as exc:
+            self._abandon(holder, failed=isinstance(exc, BackendError))
+            raise
+        finally:
+            if not self._held:
+                self._conn.refresher.idle(self)
+
+    async def refresh(self) -> bool:
+        """Extend this process's leases, registering again any Redis lost (one round trip);
+        False when Redis failed (logged once per streak of failures, retried soon)."""
+        if not self._held:
+            self._suspect = False
+            return True
+        args: list[Arg] = [self._lease_ms, self._grace_ms, *self._held]
+        try:
             reply = await self._conn.run(self._scripts.lease_refresh, self._keys, args)
         except BackendError as exc:
-            log_event(logging.WARNING, "lease_refresh_failed", semaphore=self.name, error=str(exc))
-            return
+            if not self._suspect:
+                log_event(
+                    logging.WARNING, "lease_refresh_failed", semaphore=self.name, error=str(exc)
+                )
+            self._lost()
+            return False
+        self._suspect = False
         if reply[1]:
-            log_event(logging.WARNING, "lease_lost", semaphore=self.name, lost=int(reply[1]))
+            log_event(
+                logging.WARNING, "lease_restored", semaphore=self.name, restored=int(reply[1])
+            )
+        return True
+
+    async def settle(self) -> bool:
+        """Do what failures left undone: register the running calls' leases again (first, so
+        the fleet's count includes them), then release the abandoned ids, in batches. True when
+        nothing is left."""
+        if self._suspect and not await self.refresh():
+            return False
+        abandoned = self._abandoned
+        while abandoned:
+            batch = list(itertools.islice(abandoned, _RELEASE_BATCH))
+            try:
+                await self._conn.run(
+                    self._scripts.lease_release, self._release_keys, [self._lease_ms, *batch]
+                )
+            except BackendError:
+                return False
+            for holder in batch:
+                abandoned.pop(holder, None)
+        return True
+
+    def _abandon(self, holder: str, *, failed: bool) -> None:
+        """Release ``holder`` in the background; after a failure, this process's held leases
+        may be gone from Redis too."""
+        abandoned = self._abandoned
+        if len(abandoned) >= _ABANDONED_MAX:
+            del abandoned[next(iter(abandoned))]  # the oldest: its lease, if any, expires
+        abandoned[holder] = None
+        if failed and self._held:
+            self._suspect = True
+        self._conn.refresher.owe(self)
+
+    def _lost(self) -> None:
+        """This process's leases may be missing from Redis: register them again at once."""
+        if self._held:
+            self._suspect = True
+            self._conn.refresher.owe(self)
 
 
 class LeaseRefresher:
     """One background task per connection, so per process, that refreshes the leases of every
     fleet semaphore holding some, every third of the shortest lease (two refreshes may fail
-    before a running call loses its lease). It starts with the first lease and ends when no
-    semaphore holds any, so an idle process runs no task."""
+    before a running call loses its lease), and settles what failures left (see
+    :meth:`FleetSemaphore.settle`): at once, again whenever Redis answers a call, and every
+    50 ms doubling to 200 ms while Redis keeps failing. It starts with the first lease or
+    failure and ends when nothing is held or owed, so an idle process runs no task."""
 
-    __slots__ = ("_holding", "_sleeping", "_task")
+    __slots__ = ("_failing", "_holding", "_owing", "_sleeping", "_task", "_wake")
 
     def __init__(self) -> None:
         self._holding: set[FleetSemaphore] = set()
+        self._owing: set[FleetSemaphore] = set()
         self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
         self._sleeping = False
+        self._failing = False  # the last settling failed: retry on the backoff or an answer
 
     def holding(self, semaphore: FleetSemaphore) -> None:
         """``semaphore`` holds leases: refresh them until it does not."""
         self._holding.add(semaphore)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="fusion_guard lease refresher"
-            )
+        self._start()
+
+    def owe(self, semaphore: FleetSemaphore) -> None:
+        """``semaphore`` has leases to settle: now, unless Redis is failing (then at the next
+        retry, so an outage's failed calls do not each add a round trip)."""
+        self._owing.add(semaphore)
+        self._start()
+        if not self._failing:
+            self.wake()
+
+    def wake(self) -> None:
+        """Redis answered: settle now what is owed."""
+        if self._wake is not None and self._owing:
+            self._wake.set()
 
     def idle(self, semaphore: FleetSemaphore) -> None:
         """``semaphore`` holds no lease any more."""
         self._holding.discard(semaphore)
-        if not self._holding and self._sleeping:
+        if not self._holding and not self._owing and self._sleeping:
             self.stop()
 
     def stop(self) -> None:
-        """Cancel the task (it is started again by the next lease)."""
+        """Cancel the task (it is started again by the next lease or failure)."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
-    async def _run(self) -> None:
-        while self._holding:
-            period = min(semaphore.lease for semaphore in self._holding) / 3
-            self._sleeping = True
-            try:
-                await asyncio.sleep(period)
-            finally:
-                self._sleeping = False
-            for semaphore in tuple(self._holding):
-                await semaphore.refresh()
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(self._wake), name="fusion_guard lease refresher"
+            )
+
+    async def _run(self, wake: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        retry = _FIRST_RETRY
+        due = loop.time() + self._period()
+        while self._holding or self._owing:
+            if not self._owing or self._failing:
+                delay = retry if self._owing else due - loop.time()
+                await self._sleep(wake, min(delay, due - loop.time()))
+            if loop.time() >= due:
+                for semaphore in tuple(self._holding):
+                    await semaphore.refresh()
+                due = loop.time() + self._period()
+            self._failing = not await self._settle()
+            retry = min(2 * retry, _MAX_RETRY) if self._failing else _FIRST_RETRY
+
+    async def _settle(self) -> bool:
+        settled = True
+        for semaphore in tuple(self._owing):
+            if await semaphore.settle():
+                self._owing.discard(semaphore)
+            else:
+                settled = False
+        return settled
+
+    async def _sleep(self, wake: asyncio.Event, delay: float) -> None:
+        self._sleeping = True
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, delay)):
+                    await wake.wait()
+        finally:
+            self._sleeping = False
+        wake.clear()
+
+    def _period(self) -> float:
+        leases = [semaphore.lease for semaphore in self._holding]
+        return min(leases) / 3 if leases else math.inf
 
 
 def _owner_id() -> str:
@@ -554,7 +772,8 @@ class RedisRateLimitBackend:
         await self._conn.aclose()
 
     def __repr__(self) -> str:
+        conn = self._conn
         return (
-            f"RedisRateLimitBackend(prefix={self._conn.prefix!r}, timeout={self._conn.timeout},"
-            f" failure_policy={self.failure_policy!r})"
+            f"RedisRateLimitBackend(redis={conn.target!r}, prefix={conn.prefix!r},"
+            f" timeout={conn.timeout}, failure_policy={self.failure_policy!r})"
         )

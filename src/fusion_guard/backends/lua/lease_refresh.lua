@@ -1,38 +1,42 @@
 -- Extend the leases of one process's running calls on one semaphore, on the server's clock.
 --
 -- KEYS[1]      sorted set of the holders (see lease_acquire.lua)
--- ARGV[1]      limit
--- ARGV[2]      lease, milliseconds
--- ARGV[3...]   holder ids
+-- KEYS[2]      sorted set of released holder ids (see lease_release.lua)
+-- KEYS[3]      the fleet's record (see lease_acquire.lua)
+-- ARGV[1]      lease, milliseconds
+-- ARGV[2]      grace, milliseconds (see lease_acquire.lua)
+-- ARGV[3...]   holder ids, each of a call still running
 --
--- A holder that is missing (its lease ran out, or Redis restarted empty) is added back while the
--- limit allows, so the count stays truthful without ever exceeding the limit.
--- Reply: {refreshed, lost}: how many leases now run to now + lease, how many could not be kept.
+-- A holder that is missing (Redis restarted empty, or its lease ran out while Redis stalled) is
+-- added back even beyond the limit: its call is running, so it counts, and the fleet refuses
+-- newcomers until enough calls end. Without a record, Redis lost its data: the record is made
+-- with the grace, during which no new lease is granted, so every replica can register its
+-- running calls first. A released id stays released (this request may be an old one, delayed).
+-- Reply: {refreshed, restored}: leases now running to now + lease, how many were added back.
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local limit = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
+local lease = tonumber(ARGV[1])
 local expiry = string.format('%.0f', now + lease)
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local holders = redis.call('ZCARD', KEYS[1])
-local refreshed, lost = 0, 0
+if not redis.call('GET', KEYS[3]) then
+    redis.call('SET', KEYS[3], string.format('%.0f', now + tonumber(ARGV[2])))
+end
 
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local refreshed, restored = 0, 0
 for i = 3, #ARGV do
     if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
         redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i])
         refreshed = refreshed + 1
-    elseif holders < limit then
+    elseif not redis.call('ZSCORE', KEYS[2], ARGV[i]) then
         redis.call('ZADD', KEYS[1], expiry, ARGV[i])
-        holders = holders + 1
         refreshed = refreshed + 1
-    else
-        lost = lost + 1
+        restored = restored + 1
     end
 end
 
 if refreshed > 0 then
     redis.call('PEXPIRE', KEYS[1], lease)
 end
-return {refreshed, lost}
+return {refreshed, restored}
