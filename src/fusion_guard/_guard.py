@@ -516,7 +516,7 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
         from .backends._redis import RedisRateLimitBackend
 
         return RedisRateLimitBackend(
-            settings.redis_url,
+            settings.redis_url.get_secret_value(),
             timeout=settings.redis_timeout,
             failure_policy=settings.redis_failure_policy,
             prefix=settings.redis_prefix,

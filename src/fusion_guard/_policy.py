@@ -18,14 +18,16 @@ A tool's limits are resolved once, by the guard, when the tool is first called.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ._log import log_event
 from .config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
 from .config._settings import GuardSettings
 
-__all__ = ["PolicyTable", "ToolLimits", "specificity"]
+__all__ = ["IgnoredSetting", "PolicyTable", "ToolLimits", "ignored_settings", "specificity"]
 
 _WILDCARDS = "*?["
 
@@ -93,11 +95,16 @@ class _Pattern:
 
 
 class PolicyTable:
-    """The per-tool patterns of one ``GuardSettings``, ordered once; ``resolve(tool)``."""
+    """The per-tool patterns of one ``GuardSettings``, ordered once; ``resolve(tool)``.
+
+    Built once per Guard, at start-up: with ``warn`` (the default) it logs one
+    ``setting_ignored`` warning per setting given that can have no effect (see
+    ``ignored_settings``); a report that lists them itself passes ``warn=False``.
+    """
 
     __slots__ = ("_defaults", "_patterns")
 
-    def __init__(self, settings: GuardSettings) -> None:
+    def __init__(self, settings: GuardSettings, *, warn: bool = True) -> None:
         self._defaults = {
             name: getattr(settings, GLOBAL_FIELDS.get(name, name)) for name in LIMIT_FIELDS
         }
@@ -105,6 +112,9 @@ class PolicyTable:
         self._patterns = tuple(
             _Pattern(text, _matcher(text), settings.tools[text].overrides()) for text in ordered
         )
+        if warn:
+            for ignored in ignored_settings(settings, self):
+                ignored.log()
 
     def matching(self, tool: str) -> tuple[str, ...]:
         """The patterns that match ``tool``, least specific first."""
@@ -130,3 +140,94 @@ def _matcher(pattern: str) -> Callable[[str], object]:
     if not any(char in pattern for char in _WILDCARDS):
         return pattern.__eq__
     return re.compile(fnmatch.translate(pattern)).match
+
+
+# -- settings that can have no effect -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredSetting:
+    """A setting given (by argument or variable) that can have no effect, and why.
+
+    ``pattern``: the per-tool pattern that sets it, None for a global setting. ``source``: where
+    it came from (``env VARIABLE`` or ``argument``).
+    """
+
+    setting: str
+    pattern: str | None
+    source: str
+    reason: str
+
+    def log(self) -> None:
+        log_event(
+            logging.WARNING,
+            "setting_ignored",
+            setting=self.setting,
+            pattern=self.pattern,
+            source=self.source,
+            reason=self.reason,
+        )
+
+
+# The Redis settings, and what they say when BACKEND is not 'redis'.
+_REDIS_ONLY = ("redis_url", "redis_timeout", "redis_lease", "redis_prefix")
+_NOT_REDIS = "BACKEND is not 'redis', and only the Redis backend reads it"
+_NOT_SHARED = (
+    "BACKEND is not 'redis': it applies when shared state fails (BACKEND=redis, or a Redis"
+    " rate_backend given to the Guard)"
+)
+# A limit's companion settings, meaningless while the limit is off.
+_COMPANIONS = {
+    "max_active": ("max_queue", "queue_timeout", "lifo"),
+    "rate": ("rate_per", "burst", "rate_scope"),
+}
+_OFF_REASONS = {
+    "max_active": "max_active is off for these tools: no slots, so no call queues",
+    "rate": "rate is off for these tools: nothing is rate-limited",
+}
+
+
+def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[IgnoredSetting]:
+    """The settings given that can have no effect: Redis settings without ``BACKEND=redis``,
+    ``max_queue`` / ``queue_timeout`` / ``lifo`` where ``max_active`` is off, ``rate_per`` /
+    ``burst`` / ``rate_scope`` where ``rate`` is off.
+
+    Never a false alarm: a companion setting counts as ignored only when no more specific
+    pattern switches its limit on (that pattern's tools would inherit it).
+    """
+    ignored = list(_redis_ignored(settings)) if settings.backend != "redis" else []
+    ordered = sorted(settings.tools, key=specificity)
+    for limit, companions in _COMPANIONS.items():
+        if getattr(settings, limit) is None and not _switched_on(settings, ordered, limit):
+            ignored.extend(_given(settings, None, companions, _OFF_REASONS[limit]))
+        for index, pattern in enumerate(ordered):
+            off = getattr(table.resolve(pattern), limit) is None
+            if off and not _switched_on(settings, ordered[index + 1 :], limit):
+                ignored.extend(_given(settings, pattern, companions, _OFF_REASONS[limit]))
+    return ignored
+
+
+def _redis_ignored(settings: GuardSettings) -> Iterator[IgnoredSetting]:
+    yield from _given(settings, None, _REDIS_ONLY, _NOT_REDIS)
+    yield from _given(settings, None, ("redis_failure_policy",), _NOT_SHARED)
+    for pattern in sorted(settings.tools, key=specificity):
+        yield from _given(settings, pattern, ("failure_policy",), _NOT_SHARED)
+
+
+def _given(
+    settings: GuardSettings, pattern: str | None, names: Iterable[str], reason: str
+) -> Iterator[IgnoredSetting]:
+    """Those of ``names`` given explicitly, globally or by ``pattern``."""
+    given = (settings if pattern is None else settings.tools[pattern]).model_fields_set
+    for name in names:
+        if name in given:
+            yield IgnoredSetting(name, pattern, settings.origin(name, pattern), reason)
+
+
+def _switched_on(settings: GuardSettings, patterns: Iterable[str], limit: str) -> bool:
+    """Whether any of ``patterns`` sets ``limit`` to a value (not off)."""
+    return any(
+        limit in settings.tools[pattern].model_fields_set
+        and getattr(settings.tools[pattern], limit) is not None
+        for pattern in patterns
+    )

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fusion_guard import ConfigurationError, GuardSettings, InvalidSettings, ToolPolicy
+from fusion_guard.config._fields import SecretUrl
 
 # -- each variable ---------------------------------------------------------------------------
 
@@ -39,7 +40,7 @@ from fusion_guard import ConfigurationError, GuardSettings, InvalidSettings, Too
             "FUSION_GUARD_REDIS_URL",
             "redis://localhost:6379/0",
             "redis_url",
-            "redis://localhost:6379/0",
+            SecretUrl("redis://localhost:6379/0"),
         ),
     ],
 )
@@ -56,7 +57,9 @@ def test_redis_backend_with_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUSION_GUARD_BACKEND", "redis")
     monkeypatch.setenv("FUSION_GUARD_REDIS_URL", "rediss://cache:6380/1")
     settings = GuardSettings()
-    assert (settings.backend, settings.redis_url) == ("redis", "rediss://cache:6380/1")
+    assert settings.backend == "redis"
+    assert settings.redis_url is not None
+    assert settings.redis_url.get_secret_value() == "rediss://cache:6380/1"
 
 
 def test_variable_names_ignore_case(monkeypatch: pytest.MonkeyPatch) -> None:

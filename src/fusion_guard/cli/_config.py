@@ -10,15 +10,15 @@ resolves to. Exit status 2, with every problem listed on stderr, when the config
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Literal, TypedDict
 
-from .._policy import PolicyTable, specificity
+from .._policy import IgnoredSetting, PolicyTable, ignored_settings, specificity
 from ..config._errors import InvalidSettings
-from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS
+from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, SecretUrl
 from ..config._settings import GuardSettings
 
 _INVALID = 2
@@ -36,6 +36,11 @@ _AUTO_WHEN_NONE = frozenset({"max_queue", "burst"})
 
 Row = tuple[str, object, str]
 """(setting, value, source)"""
+Sections = dict[str, list[Row]]
+Report = TypedDict(
+    "Report",
+    {"global": Sections, "patterns": Sections, "tools": Sections, "ignored": list[IgnoredSetting]},
+)
 
 
 def register(commands: Any) -> None:
@@ -66,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(settings: GuardSettings, tools: Iterable[str] = ()) -> dict[str, dict[str, list[Row]]]:
-    """The report: ``global``, ``patterns`` and ``tools`` sections of (setting, value, source)."""
-    table = PolicyTable(settings)
+def describe(settings: GuardSettings, tools: Iterable[str] = ()) -> Report:
+    """The report: ``global``, ``patterns`` and ``tools`` sections of (setting, value, source),
+    and the settings given that can have no effect (``ignored``)."""
+    table = PolicyTable(settings, warn=False)  # the report lists them instead
     # A per-tool key with a global name of its own (failure_policy) shows there, by the others.
     per_tool = (name for name in LIMIT_FIELDS if name not in GLOBAL_FIELDS)
     global_rows = [_row(settings, name, None) for name in (*per_tool, *_GLOBAL_ONLY)]
@@ -79,6 +85,7 @@ def describe(settings: GuardSettings, tools: Iterable[str] = ()) -> dict[str, di
             for pattern in sorted(settings.tools, key=specificity)
         },
         "tools": {tool: _resolved(settings, table, tool) for tool in tools},
+        "ignored": ignored_settings(settings, table),
     }
 
 
@@ -114,32 +121,33 @@ def _source(settings: GuardSettings, key: str, pattern: str | None) -> str:
 def _shown(key: str, value: object) -> object:
     if value is None:
         return "auto" if key in _AUTO_WHEN_NONE else "off"
-    if key == "redis_url" and isinstance(value, str):
-        return _without_password(value)
+    if isinstance(value, SecretUrl):
+        return str(value)  # the password masked, host and port readable
     return value
 
 
-def _without_password(url: str) -> str:
-    """Never print a password: ``redis://:secret@host`` becomes ``redis://:***@host``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _as_text(report: dict[str, dict[str, list[Row]]]) -> str:
+def _as_text(report: Report) -> str:
     lines = ["Global settings (FUSION_GUARD_*)"]
     lines.extend(_table(report["global"][""]))
-    titles = (("patterns", "Per-tool pattern"), ("tools", "Tool"))
+    titles: tuple[tuple[Literal["patterns", "tools"], str], ...] = (
+        ("patterns", "Per-tool pattern"),
+        ("tools", "Tool"),
+    )
     for section, title in titles:
         for name, rows in report[section].items():
             lines.extend(("", f"{title} {name!r}"))
             lines.extend(_table(rows))
     if not report["patterns"]:
         lines.extend(("", "No per-tool overrides (FUSION_GUARD_TOOLS is not set)."))
+    if report["ignored"]:
+        lines.extend(("", "Ignored settings (given, but they have no effect)"))
+        lines.extend(f"  {_ignored_text(ignored)}" for ignored in report["ignored"])
     return "\n".join(lines) + "\n"
+
+
+def _ignored_text(ignored: IgnoredSetting) -> str:
+    where = "" if ignored.pattern is None else f" (pattern {ignored.pattern!r})"
+    return f"{ignored.setting}{where}, {ignored.source}: {ignored.reason}"
 
 
 def _table(rows: Sequence[Row]) -> list[str]:
@@ -160,7 +168,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _as_json(report: dict[str, dict[str, list[Row]]]) -> str:
+def _as_json(report: Report) -> str:
     def section(rows: list[Row]) -> dict[str, object]:
         return {key: {"value": value, "source": source} for key, value, source in rows}
 
@@ -168,5 +176,6 @@ def _as_json(report: dict[str, dict[str, list[Row]]]) -> str:
         "global": section(report["global"][""]),
         "patterns": {name: section(rows) for name, rows in report["patterns"].items()},
         "tools": {name: section(rows) for name, rows in report["tools"].items()},
+        "ignored": [dataclasses.asdict(ignored) for ignored in report["ignored"]],
     }
     return json.dumps(document, indent=2) + "\n"

@@ -10,9 +10,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._exceptions import ConfigurationError
-from ._fields import ACCEPTED, LIMIT_FIELDS
+from .._secrets import redact_url
+from ._fields import ACCEPTED, LIMIT_FIELDS, SECRET_FIELDS
 
-__all__ = ["InvalidSettings", "env_name", "translate_validation_error", "unknown_variables"]
+__all__ = [
+    "InvalidSettings",
+    "env_name",
+    "show_value",
+    "translate_validation_error",
+    "unknown_variables",
+]
 
 _PREFIX = "FUSION_GUARD_"
 _TOOLS = f"{_PREFIX}TOOLS"
@@ -25,10 +32,11 @@ class InvalidSettings(ConfigurationError):
     def __init__(self, errors: Sequence[str]) -> None:
         self.errors: tuple[str, ...] = tuple(errors)
         count = len(self.errors)
-        heading = "invalid fusion_guard configuration" + (
-            f" ({count} problems)" if count > 1 else ""
-        )
-        super().__init__("\n  - ".join((f"{heading}:", *self.errors)))
+        if count == 1:  # one problem, one line
+            super().__init__(f"invalid fusion_guard configuration: {self.errors[0]}")
+            return
+        heading = f"invalid fusion_guard configuration ({count} problems):"
+        super().__init__("\n  - ".join((heading, *self.errors)))
 
 
 def env_name(field: str) -> str:
@@ -68,9 +76,10 @@ def _sentence(error: Any, arguments: Mapping[str, Any]) -> str:
     where = _where(field, arguments)
     if field == "tools" and len(loc) > 1:
         return _tool_sentence(where, loc[1:], error)
-    return (
-        f"{where}={_show(error['input'])} is invalid: {_reason(error)}; accepted: {ACCEPTED[field]}"
-    )
+    value = error["input"]
+    # str() of a SecretUrl is already masked; anything else given for a secret may be one.
+    shown = show_value(redact_url(str(value))) if field in SECRET_FIELDS else show_value(value)
+    return f"{where}={shown} is invalid: {_reason(error)}; accepted: {ACCEPTED[field]}"
 
 
 def _tool_sentence(where: str, loc: tuple[Any, ...], error: Any) -> str:
@@ -87,7 +96,7 @@ def _tool_sentence(where: str, loc: tuple[Any, ...], error: Any) -> str:
             f" {', '.join(LIMIT_FIELDS)}"
         )
     return (
-        f"{where}: pattern {pattern!r}, {key}={_show(error['input'])} is invalid:"
+        f"{where}: pattern {pattern!r}, {key}={show_value(error['input'])} is invalid:"
         f" {_reason(error)}; accepted: {ACCEPTED[key]}"
     )
 
@@ -102,6 +111,7 @@ def _reason(error: Any) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _show(value: object) -> str:
+def show_value(value: object) -> str:
+    """``repr(value)``, cut to a length that keeps the sentence on one readable line."""
     text = repr(value)
     return text if len(text) <= _SHOWN_VALUE else f"{text[: _SHOWN_VALUE - 3]}..."

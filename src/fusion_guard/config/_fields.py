@@ -7,13 +7,24 @@ types, so a value means the same thing wherever it is written. ``off`` (or ``non
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, final
+from urllib.parse import urlsplit
 
 from annotated_types import Ge, Gt
-from pydantic import AllowInfNan, BeforeValidator, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AllowInfNan,
+    BeforeValidator,
+    GetCoreSchemaHandler,
+    StringConstraints,
+)
+from pydantic_core import CoreSchema, core_schema
+
+from .._secrets import redact_url
 
 __all__ = [
     "ACCEPTED",
+    "SECRET_FIELDS",
     "GLOBAL_FIELDS",
     "LIMIT_FIELDS",
     "Backend",
@@ -25,6 +36,8 @@ __all__ = [
     "RatePer",
     "RateScope",
     "RedisPrefix",
+    "RedisUrl",
+    "SecretUrl",
     "Seconds",
     "SecondsOrOff",
 ]
@@ -59,6 +72,76 @@ RateScope = Literal["global", "tool", "client"]
 Backend = Literal["memory", "redis"]
 FailurePolicy = Literal["open", "closed"]
 RedisPrefix = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^{}]+$")]
+
+
+@final
+class SecretUrl:
+    """A URL that may hold a password: ``str()`` and ``repr()`` show it with the password
+    masked (host, port and database readable), so no error, repr, log or report can leak it;
+    ``get_secret_value()`` gives the URL to connect with.
+
+    Fields of this type accept a plain string (or a ``SecretUrl``).
+    """
+
+    __slots__ = ("_url",)
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def get_secret_value(self) -> str:
+        return self._url
+
+    def __str__(self) -> str:
+        return redact_url(self._url)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({redact_url(self._url)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretUrl) and other._url == self._url
+
+    def __hash__(self) -> int:
+        return hash(self._url)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # One string schema for both inputs, so a bad value gives one error, not one per branch.
+        return core_schema.no_info_before_validator_function(
+            _unwrap,
+            core_schema.no_info_after_validator_function(cls, core_schema.str_schema()),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="json"),
+        )
+
+
+def _unwrap(value: object) -> object:
+    return value.get_secret_value() if isinstance(value, SecretUrl) else value
+
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_MAX_PORT = 65535
+
+
+def _redis_url(url: SecretUrl) -> SecretUrl:
+    """Refuse at construction a URL the Redis client would fail on at every call."""
+    text = url.get_secret_value()
+    if not text.startswith(_REDIS_SCHEMES):
+        raise ValueError("the URL must start with redis://, rediss:// or unix://")
+    try:
+        port = urlsplit(text).port
+    except ValueError:  # not a number, out of range, or a broken [IPv6] host
+        port = 0
+    if port is not None and not 0 < port <= _MAX_PORT:
+        raise ValueError(
+            "the host or port cannot be read (the port is a whole number from 1 to 65535;"
+            " percent-encode ':', '/', '?', '#' and '@' in a password)"
+        )
+    return url
+
+
+RedisUrl = Annotated[SecretUrl, AfterValidator(_redis_url)]
+
+SECRET_FIELDS = frozenset({"redis_url"})
+"""Fields whose values never appear in text as given (errors show them through ``redact_url``)."""
 
 LIMIT_FIELDS = (
     "max_active",

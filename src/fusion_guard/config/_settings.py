@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
@@ -29,8 +30,15 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _PydanticSettingsError
 
 from ..backends._redis import DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT
-from ._errors import InvalidSettings, env_name, translate_validation_error, unknown_variables
+from ._errors import (
+    InvalidSettings,
+    env_name,
+    show_value,
+    translate_validation_error,
+    unknown_variables,
+)
 from ._fields import (
+    ACCEPTED,
     LIMIT_FIELDS,
     Backend,
     Burst,
@@ -41,6 +49,7 @@ from ._fields import (
     RatePer,
     RateScope,
     RedisPrefix,
+    RedisUrl,
     Seconds,
     SecondsOrOff,
 )
@@ -50,10 +59,13 @@ __all__ = ["ENV_PREFIX", "GuardSettings", "ToolPolicy"]
 ENV_PREFIX = "FUSION_GUARD_"
 _TOOLS_VARIABLE = f"{ENV_PREFIX}TOOLS"
 
+MAX_TOOLS_DEPTH = 10
+"""``FUSION_GUARD_TOOLS`` nested deeper than this is refused before it is parsed."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
 ARGUMENT = "argument"
 DEFAULT = "default"
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class ToolPolicy(BaseModel):
@@ -136,7 +148,8 @@ class GuardSettings(BaseSettings):
     metrics: bool = True
     expose_exceptions: bool = False
     backend: Backend = "memory"
-    redis_url: str | None = None
+    # A SecretUrl: repr, errors and reports mask its password; get_secret_value() to connect.
+    redis_url: RedisUrl | None = None
     # Used with BACKEND=redis only; defaults shared with the Redis backend's own.
     redis_failure_policy: FailurePolicy = "open"
     redis_timeout: Seconds = DEFAULT_TIMEOUT
@@ -179,13 +192,6 @@ class GuardSettings(BaseSettings):
             return parse_tools_json(value)
         return value
 
-    @field_validator("redis_url", mode="after")
-    @classmethod
-    def _redis_scheme(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(_REDIS_SCHEMES):
-            raise ValueError("the URL must start with redis://, rediss:// or unix://")
-        return value
-
     @model_validator(mode="after")
     def _redis_needs_url(self) -> Self:
         if self.backend == "redis" and self.redis_url is None:
@@ -204,6 +210,13 @@ GuardSettings.variables = tuple(env_name(name) for name in GuardSettings.model_f
 
 def parse_tools_json(value: str | bytes) -> object:
     """``FUSION_GUARD_TOOLS`` as an object, or a ``ValueError`` saying where the JSON breaks."""
+    depth = _nesting(value if isinstance(value, str) else value.decode("utf-8", "replace"))
+    if depth > MAX_TOOLS_DEPTH:
+        # Checked before parsing: json and repr recurse once per level and would overflow.
+        raise ValueError(
+            f"nested {depth} levels deep; at most {MAX_TOOLS_DEPTH} are read (the accepted value"
+            " nests 2: patterns, then their limits)"
+        )
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
@@ -213,6 +226,15 @@ def parse_tools_json(value: str | bytes) -> object:
     if not isinstance(parsed, dict):
         raise ValueError(f"expected a JSON object, got a JSON {type(parsed).__name__}")
     return parsed
+
+
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of JSON ``text`` nest (brackets in strings skipped)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def merge_tools(base: object, top: object) -> dict[str, object]:
@@ -271,7 +293,9 @@ def _merge_env_tools(raw: str, values: Mapping[str, Any], errors: list[str]) -> 
     try:
         env_tools = parse_tools_json(raw)
     except ValueError as exc:
-        errors.append(f"{_TOOLS_VARIABLE}={raw!r} is invalid: {exc}")
+        errors.append(
+            f"{_TOOLS_VARIABLE}={show_value(raw)} is invalid: {exc}; accepted: {ACCEPTED['tools']}"
+        )
         return values["tools"]
     return merge_tools(env_tools, values["tools"])
 
