@@ -22,6 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ._log import log_event
 from .config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
@@ -125,6 +126,12 @@ class PolicyTable:
         return ToolLimits(tool="", **self._defaults)
 
     def resolve(self, tool: str) -> ToolLimits:
+        values, matched, rate_source = self._merge(tool)
+        return ToolLimits(tool=tool, patterns=matched, rate_source=rate_source, **values)
+
+    def _merge(self, tool: str) -> tuple[dict[str, Any], tuple[str, ...], str]:
+        """``tool``'s limits (each matching pattern over the defaults), the patterns that
+        matched, and the one that set ``rate``."""
         values = dict(self._defaults)
         matched = []
         rate_source = ""
@@ -133,7 +140,7 @@ class PolicyTable:
                 values.update(pattern.overrides)
                 matched.append(pattern.text)
                 rate_source = pattern.text if "rate" in pattern.overrides else rate_source
-        return ToolLimits(tool=tool, patterns=tuple(matched), rate_source=rate_source, **values)
+        return values, tuple(matched), rate_source
 
 
 def _matcher(pattern: str) -> Callable[[str], object]:
@@ -201,7 +208,8 @@ def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[Ignore
         if getattr(settings, limit) is None and not _switched_on(settings, ordered, limit):
             ignored.extend(_given(settings, None, companions, _OFF_REASONS[limit]))
         for index, pattern in enumerate(ordered):
-            off = getattr(table.resolve(pattern), limit) is None
+            # _merge, not resolve: resolve makes a called tool's limits (once per tool).
+            off = table._merge(pattern)[0][limit] is None
             if off and not _switched_on(settings, ordered[index + 1 :], limit):
                 ignored.extend(_given(settings, pattern, companions, _OFF_REASONS[limit]))
     return ignored
