@@ -9,22 +9,25 @@ MCP SDK and FastMCP adapters behave identically.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import PydanticSerializationError
+
 from .._exceptions import Rejected
 from .._log import is_enabled, log_event
+from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
-from ..wire._response import ToolResponse
+from ..wire._response import ToolResponse, make_response
 from ..wire._validation import format_validation_error
 from ._otel import mark_span
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
-
     from .._guard import Guard, Ticket
     from ..contract._awareness import ContractAwareness
 
@@ -32,10 +35,15 @@ __all__ = [
     "UNKNOWN_TOOLS",
     "ClientKey",
     "admit_call",
+    "answered",
     "crash_response",
     "in_guarded_call",
+    "log_limits",
     "missing_extra",
+    "quoted_envelope",
     "raised_by",
+    "returned_envelope",
+    "structured_result",
     "validation_response",
 ]
 
@@ -200,6 +208,11 @@ def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolRespon
     a reference id and without its text in the message. The admitted call's outcome follows.
     """
     response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+    return answered(response)
+
+
+def answered(response: ToolResponse) -> ToolResponse:
+    """``response`` as the admitted call's answer: its outcome and span follow it."""
     ticket = _current_ticket.get()
     if ticket is not None and response.is_error:
         ticket.outcome = _outcome_of(response)
@@ -207,8 +220,81 @@ def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolRespon
     return response
 
 
+def returned_envelope(exc: BaseException, package: str) -> ToolResponse | None:
+    """The envelope a tool *returned*, when the SDK (``package``) failed to convert it to the
+    tool's annotated return type (``-> str`` promises a string; an envelope is not one) and
+    raised ``exc`` instead; None when ``exc`` is no such conversion failure.
+
+    Neither SDK hands the returned value over: it is still referenced by the SDK's own frames of
+    the conversion that failed, which the traceback keeps. Only the SDK's frames are searched
+    (a tool's own locals are not its answer), and only on this error path.
+    """
+    cause = exc.__cause__
+    if not isinstance(cause, _CONVERSION_ERRORS):
+        return None
+    frame_tb = cause.__traceback__
+    prefix = package + "."
+    while frame_tb is not None:
+        frame = frame_tb.tb_frame
+        if str(frame.f_globals.get("__name__", "")).startswith(prefix):
+            for value in frame.f_locals.values():
+                if isinstance(value, ToolResponse):
+                    return value
+        frame_tb = frame_tb.tb_next
+    return None
+
+
+_CONVERSION_ERRORS = (PydanticValidationError, PydanticSerializationError)
+
+
+def quoted_envelope(texts: Sequence[str]) -> ToolResponse | None:
+    """The envelope a tool returned without a return annotation: both SDKs send such a value as
+    JSON, so the model would read a quoted string, and as a success. ``texts`` are the result's
+    text blocks; None unless they are exactly one JSON-quoted envelope."""
+    if len(texts) != 1 or not texts[0].startswith(_QUOTED_ENVELOPE):
+        return None
+    try:
+        text = json.loads(texts[0])
+    except ValueError:
+        return None
+    parsed = parse_tool_error(text) if isinstance(text, str) else None
+    if parsed is None:
+        return None
+    return make_response(text, parsed.severity != "warning", parsed.code)
+
+
+_QUOTED_ENVELOPE = ('"<tool_error ', '"<validation_error ')
+
+
+def structured_result(
+    response: ToolResponse, output_schema: Mapping[str, Any] | None
+) -> tuple[dict[str, Any] | None, bool]:
+    """The structured content and ``isError`` flag to send ``response`` with, from a tool whose
+    output schema is ``output_schema``.
+
+    A client checks a successful result of a tool with an output schema against it, and refuses
+    one without structured content: a warning envelope (``isError`` false) from a ``-> str``
+    tool goes out as ``{"result": envelope}``, which is what such a tool returns. A warning from
+    a tool whose output is another shape cannot match it, so it goes out flagged as an error
+    (the envelope inside still says ``severity="warning"``) rather than be refused.
+    """
+    if response.is_error or output_schema is None:
+        return None, response.is_error
+    if _wraps_a_string(output_schema):
+        return {"result": response.text}, False
+    return None, True
+
+
+def _wraps_a_string(schema: Mapping[str, Any]) -> bool:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or set(properties) != {"result"}:
+        return False
+    result = properties["result"]
+    return isinstance(result, Mapping) and result.get("type") == "string"
+
+
 def validation_response(
-    exc: ValidationError, *, tool: str, awareness: ContractAwareness | None = None
+    exc: PydanticValidationError, *, tool: str, awareness: ContractAwareness | None = None
 ) -> ToolResponse:
     """The ``<validation_error>`` for arguments the SDK's own validation rejected, with the tool
     as the action (and, given ``awareness`` from a contract lockfile, the tool's contract changes).

@@ -20,7 +20,14 @@ no metric series of their own. Refusals and failures come back as a
 cancellation propagate unchanged. Add the middleware before others that should see the
 envelope (FastMCP runs middleware outermost-first, in the order added).
 
-Client keys: ``client_key`` receives FastMCP's ``MiddlewareContext``. What identifies a caller:
+A tool may return or raise an envelope whatever its annotation (a model-annotated tool must
+raise it: FastMCP serializes any returned object as the model); a warning from a tool with an
+output schema carries the structured content the client checks. FastMCP's crash report of an
+envelope raised on purpose (a traceback at ERROR) is dropped by a filter on its
+``fastmcp.server.server`` logger that matches nothing else.
+
+Client keys: ``client_key`` (a plain or an async function) receives FastMCP's
+``MiddlewareContext``. What identifies a caller:
 
 - ``fastmcp.server.dependencies.get_access_token()`` with auth configured: an ``AccessToken``
   whose ``client_id`` and ``subject`` (or ``claims["sub"]``) are authenticated and stable;
@@ -37,7 +44,9 @@ extra to install.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     import mcp_types
@@ -58,9 +67,13 @@ from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
     admit_call,
+    answered,
     crash_response,
     log_limits,
+    quoted_envelope,
     raised_by,
+    returned_envelope,
+    structured_result,
     validation_response,
 )
 
@@ -72,6 +85,26 @@ __all__ = ["GuardMiddleware", "to_tool_result"]
 _UPSTREAM_ANSWERS = ("Rate limited by upstream API", "Upstream request timed out")
 """The two ToolErrors FastMCP makes of a failure on purpose, for the model to act on (an upstream
 429 or timeout); every other ToolError it wraps around an exception is a crash."""
+
+
+class _RaisedEnvelopeIsNoCrash(logging.Filter):
+    """Drops FastMCP's "Error calling tool" traceback for an envelope a tool raised on purpose:
+    the model gets the envelope, and the guard's own events report the call. Nothing else of
+    FastMCP's logging is touched."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        raised = record.exc_info[1] if record.exc_info else None
+        return not isinstance(raised, ToolResponse)
+
+
+_CRASH_FILTER = _RaisedEnvelopeIsNoCrash()
+_FASTMCP_SERVER_LOGGER = "fastmcp.server.server"
+
+
+def _quiet_raised_envelopes() -> None:
+    logger = logging.getLogger(_FASTMCP_SERVER_LOGGER)
+    if _CRASH_FILTER not in logger.filters:
+        logger.addFilter(_CRASH_FILTER)
 
 
 _MAX_KNOWN_TOOLS = 4096
@@ -107,6 +140,7 @@ class GuardMiddleware(Middleware):
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+        _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
 
     @classmethod
@@ -146,7 +180,9 @@ class GuardMiddleware(Middleware):
             failed=_is_error,
             passthrough=_SDK_ANSWERS,
         )
-        return to_tool_result(result) if isinstance(result, ToolResponse) else result
+        if isinstance(result, ToolResponse):
+            return to_tool_result(result, await _output_schema(tool, context))
+        return cast("ToolResult", result)
 
     async def _is_tool(
         self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
@@ -170,15 +206,20 @@ class GuardMiddleware(Middleware):
     ) -> ToolResult | ToolResponse:
         """The rest of the chain; FastMCP's wrapped failures turned into envelopes."""
         try:
-            return await call_next(context)
+            result = await call_next(context)
         except ArgumentsError as exc:
             if isinstance(exc.__cause__, ValidationError) and raised_by(exc, "fastmcp"):
                 return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
             raise
         except ToolError as exc:
+            returned = returned_envelope(exc, "fastmcp") if raised_by(exc, "fastmcp") else None
+            if returned is not None:  # returned from a tool whose annotation it does not fit
+                return answered(returned)
             if _is_crash(exc):
                 return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
             raise  # a deliberate ToolError: FastMCP sends its message, as before
+        quoted = None if result.structured_content is not None else quoted_envelope(_texts(result))
+        return result if quoted is None else answered(quoted)  # from an unannotated tool
 
 
 def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:
@@ -197,12 +238,36 @@ def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:
     return guard
 
 
-def to_tool_result(response: ToolResponse) -> ToolResult:
-    """``response`` as FastMCP's ``ToolResult``: one text block and ``is_error``."""
+def to_tool_result(
+    response: ToolResponse, output_schema: Mapping[str, Any] | None = None
+) -> ToolResult:
+    """``response`` as FastMCP's ``ToolResult``: one text block and ``is_error``.
+
+    ``output_schema``: the tool's, when it has one, so that a warning (a successful result) also
+    carries the structured content the client requires (``{"result": envelope}`` for a tool that
+    returns a string; a warning from a tool of another output shape is sent flagged as an error,
+    since no envelope can match that shape). Guarded tools need none of this: the middleware
+    converts a returned or raised envelope, whatever the tool's annotation.
+    """
+    structured, is_error = structured_result(response, output_schema)
     return ToolResult(
         content=[mcp_types.TextContent(type="text", text=response.text)],
-        is_error=response.is_error,
+        structured_content=structured,
+        is_error=is_error,
+        meta={"fastmcp": {"wrap_result": True}} if structured is not None else None,
     )
+
+
+async def _output_schema(
+    tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
+) -> Mapping[str, Any] | None:
+    server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+    found = None if server is None else await server.get_tool(tool)
+    return None if found is None else found.output_schema
+
+
+def _texts(result: ToolResult) -> list[str]:
+    return [getattr(block, "text", "") for block in result.content]
 
 
 def _is_error(result: Any) -> bool:

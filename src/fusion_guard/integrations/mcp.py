@@ -21,7 +21,13 @@ when a call names another). Refusals and failures come back as ``CallToolResult`
 with ``is_error`` set and the envelope as text; MCP protocol errors (``MCPError``) and
 cancellation propagate unchanged.
 
-Client keys: ``client_key`` receives the SDK's ``ServerRequestContext``. What identifies a caller:
+A tool may return or raise an envelope whatever its annotation (left alone, the SDK would answer
+a ``-> str`` tool's returned envelope with INTERNAL_ERROR, an unannotated one's as a quoted
+success); a warning from a tool with an output schema carries the structured content the client
+checks.
+
+Client keys: ``client_key`` (a plain or an async function) receives the SDK's
+``ServerRequestContext``. What identifies a caller:
 
 - the authenticated token, when the server runs with auth:
   ``mcp.server.auth.middleware.auth_context.get_access_token()`` gives an ``AccessToken`` whose
@@ -40,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -53,11 +59,15 @@ from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
     admit_call,
+    answered,
     crash_response,
     in_guarded_call,
     log_limits,
     missing_extra,
+    quoted_envelope,
     raised_by,
+    returned_envelope,
+    structured_result,
     validation_response,
 )
 
@@ -117,17 +127,24 @@ def install(
     log_limits(guard, "mcp")
 
 
-def to_call_tool_result(response: ToolResponse) -> CallToolResult:
+def to_call_tool_result(
+    response: ToolResponse, output_schema: Mapping[str, Any] | None = None
+) -> CallToolResult:
     """``response`` as the SDK's ``CallToolResult``: one text block and ``is_error``.
 
-    Also what an ``MCPServer`` tool should return to answer with an envelope: the SDK passes a
-    returned ``CallToolResult`` through, but would JSON-encode a returned ``ToolResponse`` as a
-    success (raising one works as it is).
+    ``output_schema``: the tool's, when it has one, so that a warning (a successful result) also
+    carries the structured content the client requires (``{"result": envelope}`` for a tool that
+    returns a string; a warning from a tool of another output shape is sent flagged as an error,
+    since no envelope can match that shape). Guarded tools need none of this: a returned or
+    raised envelope is converted by ``install``'s adapter, whatever the tool's annotation.
     """
     from mcp_types import CallToolResult, TextContent
 
+    structured, is_error = structured_result(response, output_schema)
     return CallToolResult(
-        content=[TextContent(type="text", text=response.text)], is_error=response.is_error
+        content=[TextContent(type="text", text=response.text)],
+        structured_content=structured,
+        is_error=is_error,
     )
 
 
@@ -180,17 +197,28 @@ class _ToolNames(Protocol):
         """The gate a call of ``tool`` goes through, or None when the SDK answers it itself
         (no such tool) without the guard."""
 
+    async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
+        """``tool``'s output schema, if it has one (asked only to send a warning envelope)."""
+
 
 class _RegisteredTools:
     """An ``MCPServer``'s tools: its registry tells at once whether a name is one of them."""
 
-    __slots__ = ("_schema_of",)
+    __slots__ = ("_output_schemas", "_schema_of", "_server")
 
-    def __init__(self, schema_of: Callable[[str], object]) -> None:
+    def __init__(self, server: MCPServer[Any], schema_of: Callable[[str], object]) -> None:
+        self._server = server
         self._schema_of = schema_of
+        self._output_schemas: dict[str, Mapping[str, Any] | None] = {}
 
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         return tool if self._schema_of(tool) is not None else None
+
+    async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
+        if tool not in self._output_schemas:
+            tools = await self._server.list_tools()
+            self._output_schemas = {each.name: each.output_schema for each in tools}
+        return self._output_schemas.get(tool)
 
 
 class _ListedTools:
@@ -201,38 +229,41 @@ class _ListedTools:
     what an unknown name does, so such a call still runs, under the shared ``UNKNOWN_TOOLS`` gate.
     """
 
-    __slots__ = ("_list", "_names", "_next_read")
+    __slots__ = ("_list", "_next_read", "_schemas")
 
     def __init__(self, list_handler: Handler) -> None:
         self._list = list_handler
-        self._names: frozenset[str] = frozenset()
+        self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._next_read = -math.inf
 
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
-        if tool in self._names:
+        if tool in self._schemas:
             return tool
         now = time.monotonic()
         if now >= self._next_read:
             self._next_read = now + LIST_REFRESH_SECONDS
-            self._names = await self._read(ctx)
-        return tool if tool in self._names else UNKNOWN_TOOLS
+            self._schemas = await self._read(ctx)
+        return tool if tool in self._schemas else UNKNOWN_TOOLS
 
-    async def _read(self, ctx: Any) -> frozenset[str]:
+    async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
+        return self._schemas.get(tool)
+
+    async def _read(self, ctx: Any) -> dict[str, Mapping[str, Any] | None]:
         from mcp_types import PaginatedRequestParams
 
-        names: set[str] = set()
+        schemas: dict[str, Mapping[str, Any] | None] = {}
         params = None
         try:
             for _ in range(_MAX_LIST_PAGES):
                 listed = await self._list(ctx, params)
-                names.update(tool.name for tool in listed.tools)
+                schemas.update((tool.name, tool.output_schema) for tool in listed.tools)
                 if not listed.next_cursor:
                     break
                 params = PaginatedRequestParams(cursor=listed.next_cursor)
-        except Exception as exc:  # the server's own bug: keep the names known so far
+        except Exception as exc:  # the server's own bug: keep the tools known so far
             log_event(logging.WARNING, "tool_list_failed", error=type(exc).__name__)
-            return self._names
-        return frozenset(names)
+            return self._schemas
+        return schemas
 
 
 class _EveryName:
@@ -244,10 +275,13 @@ class _EveryName:
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         return tool
 
+    async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
+        return None
+
 
 def _tool_names(server: object, lowlevel: Server[Any], sdk: _SDK) -> _ToolNames:
     if isinstance(server, sdk.MCPServer) and lowlevel.get_tool_input_schema is not None:
-        return _RegisteredTools(lowlevel.get_tool_input_schema)
+        return _RegisteredTools(server, lowlevel.get_tool_input_schema)
     listing = lowlevel.get_request_handler("tools/list")
     return _EveryName() if listing is None else _ListedTools(listing.handler)
 
@@ -289,7 +323,9 @@ class _Adapter:
                 passthrough=(self._sdk.MCPError,),
                 gate=gate,
             )
-            return to_call_tool_result(result) if isinstance(result, ToolResponse) else result
+            if isinstance(result, ToolResponse):
+                return to_call_tool_result(result, await self._tools.output_schema(tool, ctx))
+            return result
 
         setattr(guarded, _GUARDED, True)
         return guarded
@@ -307,18 +343,27 @@ class _Adapter:
 
         async def call_tool(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             try:
-                return await original(name, arguments, context)
+                result = await original(name, arguments, context)
             except tool_error as exc:
                 response = self._tool_error_response(exc, name) if in_guarded_call() else None
                 if response is None:
                     raise  # a deliberate ToolError, or a direct call: the SDK's behaviour
-                return to_call_tool_result(response)
+            else:
+                texts = _texts(result) if in_guarded_call() else ()
+                quoted = quoted_envelope(texts) if texts else None
+                if quoted is None:
+                    return result
+                response = answered(quoted)  # an envelope returned by an unannotated tool
+            return to_call_tool_result(response, await self._tools.output_schema(name, None))
 
         server.call_tool = call_tool  # type: ignore[method-assign]
 
     def _tool_error_response(self, exc: Exception, tool: str) -> ToolResponse | None:
         """The envelope for an SDK-wrapped failure, or None for a deliberate ``ToolError``."""
         if isinstance(exc, self._sdk.UnexpectedToolError):
+            returned = returned_envelope(exc, "mcp")
+            if returned is not None:  # returned from a tool whose annotation it does not fit
+                return answered(returned)
             return crash_response(exc.__cause__ or exc, tool=tool, guard=self._guard)
         if isinstance(exc.__cause__, ValidationError) and raised_by(exc, "mcp"):
             # The SDK's own argument validation (a tool's ToolError from a ValidationError of
@@ -331,6 +376,13 @@ async def _run_handler(handler: Handler, ctx: Any, params: Any) -> Any:
     result = await handler(ctx, params)
     # A low-level handler may answer with an envelope (or builder) instead of a CallToolResult.
     return as_response(result) if isinstance(result, ToolResponse) else result
+
+
+def _texts(result: Any) -> list[str]:
+    content = getattr(result, "content", None)
+    if not isinstance(content, list) or getattr(result, "structured_content", None) is not None:
+        return []
+    return [getattr(block, "text", "") for block in content]
 
 
 def _is_error(result: Any) -> bool:
