@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from fusion_guard import (
     success,
     tool_error,
 )
+from fusion_guard.wire._client import MAX_ENVELOPE_CHARS, MAX_ENVELOPE_ELEMENTS
 
 SEED = tool_error(
     "NOT_FOUND",
@@ -235,3 +238,89 @@ def test_a_retry_after_that_is_no_advice_reads_as_none(written: str) -> None:
     assert parsed is not None
     assert parsed.retry_after is None
     assert parsed.severity == "error"  # the default when the attribute is missing
+
+
+# -- bounded parsing ------------------------------------------------------------------------------
+
+_HEAD = '<tool_error code="X" severity="error"><message>m</message><details>'
+_TAIL = "</details></tool_error>"
+
+
+def _details(count: int, each: str = '<detail key="k">v</detail>') -> str:
+    return _HEAD + each * count + _TAIL
+
+
+def _measured(parse: Callable[[], object]) -> tuple[float, int, BaseException | None]:
+    """Seconds, peak bytes allocated, and what ``parse`` raised."""
+    raised: BaseException | None = None
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        parse()
+    except ValueError as exc:
+        raised = exc
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, raised
+
+
+def test_fifty_megabytes_are_refused_at_once_without_copying() -> None:
+    text = _details(50 * 1024 * 1024 // 26)
+    seconds, peak, raised = _measured(lambda: parse_tool_error(text))
+    assert isinstance(raised, ValueError)
+    assert str(raised) == (
+        f"refusing to parse a tool result of {len(text):,} characters: an envelope is at most"
+        f" {MAX_ENVELOPE_CHARS:,} (MAX_ENVELOPE_CHARS)"
+    )
+    assert seconds < 0.01
+    assert peak < 64 * 1024
+
+
+def test_raise_for_tool_error_refuses_it_too_and_never_parses_a_success() -> None:
+    text = " \n" + _details(50 * 1024 * 1024 // 26)
+    with pytest.raises(ValueError, match="MAX_ENVELOPE_CHARS"):
+        raise_for_tool_error({"content": [{"type": "text", "text": text}], "isError": True})
+    raise_for_tool_error({"content": [{"type": "text", "text": text}], "isError": False})
+
+
+def test_too_many_elements_are_refused_early() -> None:
+    text = _details(MAX_ENVELOPE_CHARS // 9 - 10, "<detail/>")
+    assert len(text) <= MAX_ENVELOPE_CHARS
+    seconds, peak, raised = _measured(lambda: parse_tool_error(text))
+    assert isinstance(raised, ValueError)
+    assert str(raised) == (
+        "refusing to parse a tool result of more than 1,024 elements (MAX_ENVELOPE_ELEMENTS):"
+        " an envelope has a few dozen"
+    )
+    assert seconds < 0.5  # under tracemalloc, on a shared machine; ~2 ms without
+    assert peak < 4 * 1024 * 1024
+
+
+def test_an_element_with_many_attributes_is_refused() -> None:
+    attributes = " ".join(f'a{i}="{i}"' for i in range(10_000))
+    with pytest.raises(ValueError, match="an element of 10,000 attributes"):
+        parse_tool_error(f"<tool_error {attributes}><message>m</message></tool_error>")
+
+
+def test_an_envelope_at_both_limits_still_parses() -> None:
+    # The root, <message> and <details> are three elements; the rest are <detail>s.
+    text = _details(MAX_ENVELOPE_ELEMENTS - 3, "<detail/>")
+    message = "m" * (MAX_ENVELOPE_CHARS - len(text) + 1)
+    text = text.replace("<message>m</message>", f"<message>{message}</message>")
+    assert len(text) == MAX_ENVELOPE_CHARS
+    parsed = parse_tool_error(text)
+    assert parsed is not None
+    assert parsed.message == message
+    with pytest.raises(ValueError, match="MAX_ENVELOPE_CHARS"):
+        parse_tool_error(text + " ")
+    with pytest.raises(ValueError, match="MAX_ENVELOPE_ELEMENTS"):
+        parse_tool_error(_details(MAX_ENVELOPE_ELEMENTS - 2, "<detail/>"))
+
+
+def test_long_text_that_is_no_markup_is_no_envelope() -> None:
+    text = "Traceback: " + "x" * (2 * MAX_ENVELOPE_CHARS)
+    assert parse_tool_error(text) is None
+    with pytest.raises(FusionClientError) as caught:
+        raise_for_tool_error(ToolResponse(text, is_error=True))
+    assert caught.value.code == "UNKNOWN"

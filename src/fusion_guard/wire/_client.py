@@ -2,14 +2,19 @@
 
 The text comes from a remote server, so it is parsed with expat directly and refused at the first
 sign of a DTD: a ``<!DOCTYPE`` (and with it every entity declaration, the entity-expansion bomb
-included) raises before anything is declared or expanded. Both the indented layout the library
-writes and a compact one without whitespace between elements are read.
+included) raises before anything is declared or expanded. Its size is bounded too: text longer
+than ``MAX_ENVELOPE_CHARS`` is refused before parsing starts, and parsing stops at the element
+after ``MAX_ENVELOPE_ELEMENTS``, so neither time nor memory grows with what a server sends. Both
+the indented layout the library writes and a compact one without whitespace between elements
+are read.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 from xml.etree.ElementTree import Element, TreeBuilder
 from xml.parsers import expat
@@ -17,9 +22,26 @@ from xml.parsers import expat
 from .._exceptions import FusionGuardError
 from ._response import ToolResponse
 
-__all__ = ["FusionClientError", "parse_tool_error", "raise_for_tool_error"]
+__all__ = [
+    "MAX_ENVELOPE_CHARS",
+    "MAX_ENVELOPE_ELEMENTS",
+    "FusionClientError",
+    "parse_tool_error",
+    "raise_for_tool_error",
+]
+
+MAX_ENVELOPE_CHARS = 256 * 1024
+"""The longest text parsed as an envelope (256 KiB of characters; a real one is a few KB).
+Parsing the worst text of this length (one element with thousands of attributes) takes tens of
+milliseconds."""
+MAX_ENVELOPE_ELEMENTS = 1024
+"""The most elements parsed in one envelope (a real one has a few dozen: one per detail,
+action or invalid field)."""
+_MAX_ATTRIBUTES = 16  # per element; an envelope's elements have at most four
 
 _ENVELOPES = frozenset({"tool_error", "validation_error"})
+# An XML document's first character, after any blanks (and a byte order mark), is "<".
+_MARKUP = re.compile(r"[ \t\r\n\ufeff]*<")
 
 
 class FusionClientError(FusionGuardError):
@@ -65,8 +87,38 @@ def _refuse_dtd(*_: object) -> NoReturn:
     )
 
 
+def _refuse_size(text: str) -> None:
+    if len(text) > MAX_ENVELOPE_CHARS:
+        raise ValueError(
+            f"refusing to parse a tool result of {len(text):,} characters: an envelope is at most"
+            f" {MAX_ENVELOPE_CHARS:,} (MAX_ENVELOPE_CHARS)"
+        )
+
+
+def _counted_start(builder: TreeBuilder) -> Callable[[str, dict[str, str]], Element]:
+    """``builder.start``, refusing the element after ``MAX_ENVELOPE_ELEMENTS`` and any element
+    with more than ``_MAX_ATTRIBUTES`` attributes (before either is built)."""
+    started = itertools.count(1)
+
+    def start(tag: str, attributes: dict[str, str]) -> Element:
+        if next(started) > MAX_ENVELOPE_ELEMENTS:
+            raise ValueError(
+                f"refusing to parse a tool result of more than {MAX_ENVELOPE_ELEMENTS:,}"
+                " elements (MAX_ENVELOPE_ELEMENTS): an envelope has a few dozen"
+            )
+        if len(attributes) > _MAX_ATTRIBUTES:
+            raise ValueError(
+                f"refusing to parse a tool result with an element of {len(attributes):,}"
+                f" attributes: an envelope's elements have at most {_MAX_ATTRIBUTES}"
+            )
+        return builder.start(tag, attributes)
+
+    return start
+
+
 def _to_tree(text: str) -> Element | None:
-    """The element tree of ``text``, None when it is not XML; ``ValueError`` on any DTD."""
+    """The element tree of ``text``, None when it is not XML; ``ValueError`` on any DTD or on
+    more than ``MAX_ENVELOPE_ELEMENTS`` elements."""
     builder = TreeBuilder()
     parser = expat.ParserCreate()
     # The DOCTYPE handler fires before any declaration inside it is read: nothing is expanded.
@@ -75,7 +127,7 @@ def _to_tree(text: str) -> Element | None:
     parser.ExternalEntityRefHandler = _refuse_dtd
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     parser.buffer_text = True
-    parser.StartElementHandler = builder.start
+    parser.StartElementHandler = _counted_start(builder)
     parser.EndElementHandler = builder.end
     parser.CharacterDataHandler = builder.data
     try:
@@ -89,14 +141,19 @@ def parse_tool_error(text: str) -> FusionClientError | None:
     """The envelope in ``text`` as a ``FusionClientError`` (not raised), or None when ``text`` is
     no ``<tool_error>`` / ``<validation_error>`` envelope.
 
-    Raises ``ValueError`` when the text declares a DTD or entities.
+    Raises ``ValueError``, before anything is expanded or built, when the text declares a DTD or
+    entities, is markup longer than ``MAX_ENVELOPE_CHARS`` (256 KiB) characters, or holds more
+    than ``MAX_ENVELOPE_ELEMENTS`` (1,024) elements or an element with more than 16 attributes:
+    no envelope does, and a server sending one is broken or hostile. Text that is no markup (its first character after blanks is not
+    ``<``) is None whatever its length.
     """
     if not isinstance(text, str):
         raise TypeError(
             f"parse_tool_error expects the result text (str), not {type(text).__name__}"
         )
-    if "<" not in text:
+    if _MARKUP.match(text) is None:
         return None
+    _refuse_size(text)
     root = _to_tree(text)
     if root is None or root.tag not in _ENVELOPES:
         return None
@@ -173,6 +230,9 @@ def raise_for_tool_error(result: object) -> None:
 
     ``result`` is a ``ToolResponse``, the wire dict ``{"content": [...], "isError": bool}``, or
     the MCP SDK's ``CallToolResult`` (anything with ``content`` and ``is_error``/``isError``).
+    Raises ``ValueError`` for an error result whose text ``parse_tool_error`` refuses (a DTD,
+    or markup over ``MAX_ENVELOPE_CHARS`` or ``MAX_ENVELOPE_ELEMENTS``): that is no tool error
+    to handle but a server to distrust. Success results are never parsed.
     """
     texts, is_error = _read_result(result)
     if not is_error:
