@@ -29,7 +29,7 @@ import anyio
 
 from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, ToolObservers
+from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
@@ -456,10 +456,9 @@ class Guard:
         return _Gate(limits, observer, slots, self._rates_for(limits))
 
     def _observer_for(self, tool: str, max_active: int | None) -> ToolObserver:
-        bound = tuple(obs.for_tool(tool, max_active=max_active) for obs in self._observers)
-        if not bound:
-            return _NULL_OBSERVER
-        return bound[0] if len(bound) == 1 else ToolObservers(bound)
+        # Contained (ToolObservers): what an observer raises never reaches a call.
+        bound = bind_tool(self._observers, tool, max_active)
+        return _NULL_OBSERVER if bound is None else bound
 
     def _rates_for(self, limits: ToolLimits) -> RateLimits | None:
         if limits.rate is None:
@@ -504,11 +503,14 @@ def _user_observer(observer: GuardObserver | None) -> tuple[GuardObserver, ...]:
 
 
 def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
-    """Let observers that show live figures (in-flight, queue depth) read them from the guard."""
-    for each in getattr(observer, "_observers", (observer,)):
-        watch = getattr(each, "watch", None)
-        if callable(watch):
-            watch(slots)
+    """Connect a tool's observer and slots: observers that show live figures (in-flight, queue
+    depth) read them from the slots, and the slots leave ``finished`` to the tool's tickets,
+    which know how the handler answered (an error envelope is no exception): each call is
+    reported once."""
+    slots.reports_finished = False
+    watch = getattr(observer, "watch", None)
+    if callable(watch):
+        watch(slots)
 
 
 def _backend_for(settings: GuardSettings) -> RateBackend:

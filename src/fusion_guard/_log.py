@@ -2,20 +2,50 @@
 the stdlib logger ``fusion_guard``. The library never configures logging and never writes to
 stdout (stdout is the MCP stdio transport).
 
+Logging never changes a call's outcome: an event the application's logging pipeline fails on is
+dropped, and the failure reported once (``report_once``) on the stdlib logger.
+
 structlog is not imported here: an application that configured it has imported it already, so
 looking it up in ``sys.modules`` finds it, and ``import fusion_guard`` stays light.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Hashable
 from types import ModuleType
 
-__all__ = ["LOGGER_NAME", "is_enabled", "log_event"]
+__all__ = ["LOGGER_NAME", "RESERVED_FIELDS", "is_enabled", "log_event", "report_once"]
 
 LOGGER_NAME = "fusion_guard"
 _stdlib = logging.getLogger(LOGGER_NAME)
+
+RESERVED_FIELDS = frozenset(
+    # structlog's own keys: the event name, the exception and stack options, and the keys its
+    # standard processors add (a field of that name would clash or be overwritten).
+    {"event", "exc_info", "stack_info", "stacklevel", "level", "log_level", "logger"}
+    | {"logger_name", "timestamp", "positional_args", "extra"}
+    # The stdlib LogRecord's attributes: structlog's stdlib integration may hand the fields to
+    # the stdlib as ``extra``, where such a name raises KeyError.
+    | set(vars(logging.makeLogRecord({})))
+    | {"message", "asctime", "taskName"}
+)
+"""Field names ``log_event`` renames (with a trailing ``_``: ``event`` becomes ``event_``)."""
+
+# The structlog method of each level the library logs at: every structlog wrapper class has
+# these (not all have ``log(level, ...)``).
+_METHODS = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "critical",
+}
+
+# Kinds of failure already reported: their later occurrences are not logged again.
+_reported: set[Hashable] = set()
 
 
 def _configured_structlog() -> ModuleType | None:
@@ -38,20 +68,64 @@ def log_event(
 
     Costs one ``isEnabledFor`` check when the level is off. Through the stdlib logger the fields
     travel both in the message (``event key=value ...``) and as ``record.event`` /
-    ``record.fields``, for handlers that format structured records.
+    ``record.fields``, for handlers that format structured records. A field named as one of
+    ``RESERVED_FIELDS`` gets a trailing ``_``. Never raises: a failing logging pipeline is
+    reported once per event name.
     """
     structlog = _configured_structlog()
-    if structlog is not None:
-        bound = structlog.get_logger(LOGGER_NAME)
-        bound.log(level, event, exc_info=exc_info, **fields)
+    if structlog is None and not _stdlib.isEnabledFor(level):
         return
-    if _stdlib.isEnabledFor(level):
-        summary = " ".join(f"{key}={value!r}" for key, value in fields.items())
-        _stdlib.log(
-            level,
-            "%s %s",
-            event,
-            summary,
-            exc_info=exc_info,
-            extra={"event": event, "fields": fields},
-        )
+    if not RESERVED_FIELDS.isdisjoint(fields):
+        fields = {(f"{key}_" if key in RESERVED_FIELDS else key): v for key, v in fields.items()}
+    try:
+        if structlog is not None:
+            _to_structlog(structlog, level, event, exc_info, fields)
+        else:
+            _to_stdlib(level, event, exc_info, fields)
+    except Exception as failure:  # the application's pipeline failed: the call goes on
+        report_once(("log_event", event), "log_event_failed", failure, failed_event=event)
+
+
+def report_once(kind: Hashable, event: str, failure: BaseException, /, **fields: object) -> None:
+    """Log ``failure`` as ``event`` at ERROR the first time a failure of ``kind`` happens; later
+    ones of the same kind are not logged.
+
+    For failures of the reporting machinery itself (an observer, the logging pipeline): told
+    once, not once per call, and always on the stdlib logger, since structlog may be what failed.
+    """
+    if kind in _reported:
+        return
+    _reported.add(kind)
+    fields["note"] = "the call's answer stands; later failures of this kind are not logged"
+    # A handler that raises has nothing left to be reported through.
+    with contextlib.suppress(Exception):
+        _to_stdlib(logging.ERROR, event, failure, fields)
+
+
+def _to_structlog(
+    structlog: ModuleType,
+    level: int,
+    event: str,
+    exc_info: BaseException | None,
+    fields: dict[str, object],
+) -> None:
+    bound = structlog.get_logger(LOGGER_NAME)
+    emit = getattr(bound, _METHODS[level])
+    if exc_info is None:  # not passed at all, or renderers show an ``exc_info: null`` field
+        emit(event, **fields)
+    else:
+        emit(event, exc_info=exc_info, **fields)
+
+
+def _to_stdlib(
+    level: int, event: str, exc_info: BaseException | None, fields: dict[str, object]
+) -> None:
+    summary = " ".join(f"{key}={value!r}" for key, value in fields.items())
+    _stdlib.log(
+        level,
+        "%s %s",
+        event,
+        summary,
+        exc_info=exc_info,
+        extra={"event": event, "fields": fields},
+    )

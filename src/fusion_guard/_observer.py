@@ -7,13 +7,36 @@ so nothing is looked up per call.
 
 Every call that reaches the guard ends in exactly one of: ``shed``, ``rate_limited`` or
 ``finished``. ``admitted`` is reported in between for calls that got a slot.
+
+Observers never change an outcome: whatever an observer raises (``Exception``) is caught where
+it is called, reported once per observer class and method (``observer_failed``, on the stdlib
+logger ``fusion_guard``), and the call's answer stands. The guards catch it at their own call
+sites (free in CPython when nothing raises); ``ToolObservers`` catches it for each observer it
+fans out to, so one failing observer does not keep the others from hearing of the event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal, Protocol
 
-__all__ = ["GuardObserver", "Outcome", "ShedReason", "ToolObserver", "ToolObservers"]
+import anyio
+
+from ._exceptions import Rejected
+from ._log import report_once
+from .wire._codes import ErrorCode
+from .wire._response import ToolResponse
+
+__all__ = [
+    "GuardObserver",
+    "Outcome",
+    "ShedReason",
+    "ToolObserver",
+    "ToolObservers",
+    "bind_tool",
+    "observer_failed",
+    "outcome_of",
+]
 
 Outcome = Literal["ok", "error", "internal_error", "timeout", "cancelled"]
 """How an admitted (or queued, for ``cancelled``) call ended; ``shed`` and ``rate_limited``
@@ -25,7 +48,8 @@ shared backend (Redis)."""
 
 
 class ToolObserver(Protocol):
-    """Receives the decisions about one tool's calls. Methods must be cheap and must not raise."""
+    """Receives the decisions about one tool's calls. Methods should be cheap and should not
+    raise (what they raise is contained, see the module documentation)."""
 
     def admitted(self, queue_wait: float) -> None:
         """A call got a slot after waiting ``queue_wait`` seconds (0 when a slot was free)."""
@@ -51,8 +75,35 @@ class GuardObserver(Protocol):
     def for_tool(self, tool: str, *, max_active: int | None) -> ToolObserver: ...
 
 
+def observer_failed(observer: object, method: str, failure: Exception) -> None:
+    """``observer.method`` raised ``failure``: log it once per observer class and method."""
+    kind = type(observer)
+    report_once(
+        (kind, method),
+        "observer_failed",
+        failure,
+        observer=f"{kind.__module__}.{kind.__qualname__}",
+        method=method,
+    )
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """The outcome of a call whose body raised ``exc``: cancellation is ``cancelled``, a
+    deadline's TIMEOUT ``timeout``, an envelope raised or another guard's refusal ``error``
+    (``ok`` for a raised success), anything else ``internal_error``."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled"
+    if isinstance(exc, ToolResponse):
+        return "error" if exc.is_error else "ok"
+    if isinstance(exc, Rejected):  # a HandlerTimeout, or a nested guard's refusal
+        return "timeout" if exc.response.code == ErrorCode.TIMEOUT else "error"
+    return "internal_error"
+
+
 class ToolObservers:
-    """Fans one tool's events out to several observers (for example metrics and logs)."""
+    """Fans one tool's events out to several observers (for example metrics, logs and the
+    application's own), each call contained: an observer that raises is reported once
+    (``observer_failed``) and the others still hear of the event."""
 
     __slots__ = ("_observers",)
 
@@ -61,20 +112,64 @@ class ToolObservers:
 
     def admitted(self, queue_wait: float) -> None:
         for observer in self._observers:
-            observer.admitted(queue_wait)
+            try:
+                observer.admitted(queue_wait)
+            except Exception as failure:
+                observer_failed(observer, "admitted", failure)
 
     def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
         for observer in self._observers:
-            observer.shed(reason, active, queued, retry_after)
+            try:
+                observer.shed(reason, active, queued, retry_after)
+            except Exception as failure:
+                observer_failed(observer, "shed", failure)
 
     def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         for observer in self._observers:
-            observer.rate_limited(scope, retry_after, key)
+            try:
+                observer.rate_limited(scope, retry_after, key)
+            except Exception as failure:
+                observer_failed(observer, "rate_limited", failure)
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         for observer in self._observers:
-            observer.finished(outcome, duration)
+            try:
+                observer.finished(outcome, duration)
+            except Exception as failure:
+                observer_failed(observer, "finished", failure)
 
     def backend_error(self, backend: str, allowed: bool) -> None:
         for observer in self._observers:
-            observer.backend_error(backend, allowed)
+            try:
+                observer.backend_error(backend, allowed)
+            except Exception as failure:
+                observer_failed(observer, "backend_error", failure)
+
+    def watch(self, figures: object) -> None:
+        """Hand ``figures`` (a guard's live ``active`` / ``queued``) to the observers that show
+        them (those with a ``watch`` method)."""
+        for observer in self._observers:
+            watch = getattr(observer, "watch", None)
+            if callable(watch):
+                try:
+                    watch(figures)
+                except Exception as failure:
+                    observer_failed(observer, "watch", failure)
+
+
+def bind_tool(
+    observers: Iterable[GuardObserver], tool: str, max_active: int | None
+) -> ToolObservers | None:
+    """``tool``'s observer: each observer bound to it, behind one contained fan-out (none when
+    there is no observer). An observer whose ``for_tool`` raises sits out for this tool."""
+    bound: list[ToolObserver] = []
+    for observer in observers:
+        try:
+            bound.append(observer.for_tool(tool, max_active=max_active))
+        except Exception as failure:
+            observer_failed(observer, "for_tool", failure)
+    if not bound:
+        return None
+    if len(bound) == 1 and isinstance(bound[0], ToolObservers):
+        return bound[0]  # contained already: no second layer on the hot path
+    return ToolObservers(tuple(bound))

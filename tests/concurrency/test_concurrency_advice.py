@@ -199,7 +199,7 @@ async def test_waiter_cancelled_as_handed_with_nobody_behind_frees_the_slot() ->
 # -- observer and queue_wait -----------------------------------------------------------------------
 
 
-async def test_observer_hears_admissions_with_queue_wait_and_sheds(clock: FakeClock) -> None:
+async def test_observer_hears_admissions_with_queue_wait_sheds_and_ends(clock: FakeClock) -> None:
     observer = RecordingObserver()
     guard = ConcurrencyGuard(
         1, max_queue=1, queue_timeout=30, expected_service_time=0.5, observer=observer, clock=clock
@@ -222,7 +222,9 @@ async def test_observer_hears_admissions_with_queue_wait_and_sheds(clock: FakeCl
     assert observer.events == [
         ("admitted", 0.0),
         ("shed", "queue_full", 1, 1, pytest.approx(1.0)),
+        ("finished", "ok", 0.25),  # the holder, 0.25 s after it took the slot
         ("admitted", 0.25),
+        ("finished", "ok", 0.0),
     ]
 
 

@@ -122,7 +122,9 @@ def test_a_storm_of_10000_sheds_logs_a_bounded_number_of_events_whose_counts_add
     summaries = [f for name, f in logged if name == "call_events_suppressed"]
     assert len(shed) >= 10
     assert len(shed) + sum(int(f["count"]) for f in summaries) == 10_000  # type: ignore[call-overload]
-    assert all(f["event"] == "call_shed" and f["reason"] == "queue_full" for f in summaries)
+    assert all(
+        f["suppressed_event"] == "call_shed" and f["reason"] == "queue_full" for f in summaries
+    )
 
 
 def test_each_tool_and_reason_is_sampled_on_its_own(clock: FakeClock, records: Records) -> None:
@@ -155,7 +157,13 @@ def test_a_summary_is_owed_until_the_tools_next_event_after_the_window(
     bound.finished("ok", 0.01)  # the storm is over: an ordinary call settles the summary
     assert events(records)[-1] == (
         "call_events_suppressed",
-        {"tool": "a", "event": "call_shed", "reason": "queue_full", "count": 4, "window_s": 1.0},
+        {
+            "tool": "a",
+            "suppressed_event": "call_shed",
+            "reason": "queue_full",
+            "count": 4,
+            "window_s": 1.0,
+        },
     )
 
 
@@ -212,7 +220,6 @@ def test_events_go_through_structlog_when_the_application_configured_it(
             "active": 1,
             "queued": 0,
             "retry_after": 0.5,
-            "exc_info": None,
             "log_level": "warning",
         }
     ]

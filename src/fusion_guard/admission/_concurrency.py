@@ -30,7 +30,7 @@ cancellation (delete by key) are all O(1), however many wait.
 Seam for a distributed permit (``DistributedConcurrencyGuard`` holds Redis leases this way): the
 queue and hand-off logic (``_wait``, ``_release``, ``_hand_off``) never looks at *how* a slot is
 known to be free; that decision is the ``_active < _max_active`` test in ``Slot.__aenter__`` and
-the decrement on release (inlined in ``Slot.release`` to keep the hot path short). A subclass
+the decrement on release (inlined in ``Slot._end`` to keep the hot path short). A subclass
 takes its permit after the local admission and gives it back before the local release (its own
 ``Slot`` subclass), leaving the queue untouched; ``_shed`` builds a ServerBusy for it.
 """
@@ -49,7 +49,7 @@ import anyio
 import anyio.lowlevel
 
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
-from .._observer import ShedReason, ToolObserver
+from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outcome_of
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._overload import OverloadDetector
@@ -61,6 +61,9 @@ __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
 STANDING_AFTER = 0.1
 #: A standing queue is held to this many waiters per slot (unless standing_limit is given).
 STANDING_SLOTS_FACTOR = 4
+#: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
+#: Guard passes its tool's), but per-call timeouts may vary without bound.
+TIMEOUT_TEMPLATES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +145,12 @@ class Slot:
         guard = self._guard
         self.queue_wait = queue_wait
         guard._admitted += 1
-        if guard._observer is not None:
-            guard._observer.admitted(queue_wait)
+        observer = guard._observer
+        if observer is not None:
+            try:
+                observer.admitted(queue_wait)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "admitted", failure)
         self._held = True
         self._start = guard._clock()
         if self._timeout is not None:
@@ -158,19 +165,28 @@ class Slot:
     ) -> bool:
         if self._scope is not None:
             return self._exit_deadline(self._scope, exc_type, exc, tb)
-        self.release()
+        self._end("ok" if exc is None else outcome_of(exc))
         return False
 
     def release(self) -> None:
-        """Give the slot back (to the next waiter, if any). Safe to call twice."""
+        """Give the slot back (to the next waiter, if any), the call reported ``ok``. Safe to
+        call twice."""
+        self._end("ok")
+
+    def _end(self, outcome: Outcome) -> None:
+        """Give the slot back and report how the call ended, once."""
         if self._held:
             self._held = False
             guard = self._guard
-            guard._service.observe(guard._clock() - self._start)
+            held = guard._clock() - self._start
+            guard._service.observe(held)
             if guard._waiters:
                 guard._hand_off()
             else:
                 guard._active -= 1
+            ends = guard._ends
+            if ends is not None:
+                _report_end(ends, outcome, held)
 
     def _enter_deadline(self, timeout: float) -> None:
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
@@ -187,10 +203,13 @@ class Slot:
         self._scope = None
         try:
             swallowed = scope.__exit__(exc_type, exc, tb)
-        finally:
-            self.release()  # freed before anything else can happen
+        except BaseException as raised:
+            self._end(outcome_of(raised))
+            raise
         if scope.cancelled_caught:  # our deadline cancelled the body
+            self._end("timeout")  # freed before the envelope is even built
             raise self._guard._handler_timeout(self._timeout or 0.0) from None
+        self._end("ok" if exc is None else outcome_of(exc))
         return bool(swallowed)
 
 
@@ -205,6 +224,12 @@ class ConcurrencyGuard:
     first (see the module documentation). ``expected_service_time`` is the prior for the mean
     slot hold time until one is observed; ``max_retry_after`` caps the advice. ``predictive``
     enables early shedding. ``clock`` is a monotonic clock in seconds (injectable for tests).
+
+    ``observer`` (a ``ToolObserver``) hears of every call: ``shed``, or ``admitted`` then
+    ``finished(outcome, duration)`` (``ok``; ``timeout``; ``cancelled``; ``error`` for a raised
+    envelope or refusal, ``internal_error`` for another exception), a caller cancelled while
+    queued ``finished("cancelled", None)``. What it raises is logged once and never changes an
+    outcome.
     """
 
     __slots__ = (
@@ -214,6 +239,7 @@ class ConcurrencyGuard:
         "_busy",
         "_cancelled_queued",
         "_clock",
+        "_ends",
         "_handler_timeouts",
         "_last_empty",
         "_lifo",
@@ -227,6 +253,7 @@ class ConcurrencyGuard:
         "_predictive",
         "_promises",
         "_queue_timeout",
+        "_reports_finished",
         "_service",
         "_shed_full",
         "_shed_standing",
@@ -283,6 +310,10 @@ class ConcurrencyGuard:
         self._clock = clock
         self._overload = OverloadDetector(clock())
         self._observer = observer
+        # Where slots report how calls ended: the observer, unless a caller reports the ends
+        # itself (``reports_finished``).
+        self._ends = observer
+        self._reports_finished = True
         self._active = 0
         self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
         self._busy = ServerBusyTemplate(self._name, self._max_active, self._max_queue)
@@ -326,13 +357,7 @@ class ConcurrencyGuard:
         if self._active >= self._max_active:
             raise anyio.WouldBlock
         self._active += 1
-        held = Slot(self, None)
-        self._admitted += 1
-        if self._observer is not None:
-            self._observer.admitted(0.0)
-        held._held = True
-        held._start = self._clock()
-        return held
+        return Slot(self, None)._hold(0.0)
 
     @property
     def name(self) -> str:
@@ -367,6 +392,19 @@ class ConcurrencyGuard:
     @property
     def standing_limit(self) -> int:
         return self._standing_limit
+
+    @property
+    def reports_finished(self) -> bool:
+        """Whether the observer hears how each call ended (``finished(outcome, duration)``) from
+        the slots: true by default. A caller that reports the ends itself, knowing more of them
+        (the Guard's tickets tell an error envelope from a success), turns it off so that no call
+        is counted twice."""
+        return self._reports_finished
+
+    @reports_finished.setter
+    def reports_finished(self, value: bool) -> None:
+        self._reports_finished = _check_bool("reports_finished", value)
+        self._ends = self._observer if value else None
 
     def statistics(self) -> ConcurrencyStatistics:
         return ConcurrencyStatistics(
@@ -424,8 +462,10 @@ class ConcurrencyGuard:
             # Cancelled at the very moment the slot was handed over (trio resumes a woken task
             # without delivering the cancellation): give the slot on rather than run the body.
             await anyio.lowlevel.checkpoint_if_cancelled()
-        except BaseException:
+        except BaseException as exc:
             self._abandon(waiter)
+            if self._ends is not None:  # never admitted: no duration
+                _report_end(self._ends, outcome_of(exc), None)
             raise
         if not waiter.granted:  # the deadline passed first
             del waiters[waiter]
@@ -500,17 +540,31 @@ class ConcurrencyGuard:
         else:
             self._shed_timeout += 1
             self._predicted += template is self._predicted_busy
-        if self._observer is not None:
-            self._observer.shed(reason, active, queued, retry_after)
+        observer = self._observer
+        if observer is not None:
+            try:
+                observer.shed(reason, active, queued, retry_after)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "shed", failure)
         response = template.render(reason, active, queued, retry_after)
         return _server_busy(response, retry_after, reason)
 
     def _handler_timeout(self, timeout: float) -> HandlerTimeout:
         self._handler_timeouts += 1
-        template = self._timeout_templates.get(timeout)
+        templates = self._timeout_templates
+        template = templates.get(timeout)
         if template is None:
-            template = self._timeout_templates[timeout] = TimeoutTemplate(self._name, timeout)
+            if len(templates) >= TIMEOUT_TEMPLATES:
+                del templates[next(iter(templates))]  # the oldest deadline makes room
+            template = templates[timeout] = TimeoutTemplate(self._name, timeout)
         return HandlerTimeout(template.render())
+
+
+def _report_end(observer: ToolObserver, outcome: Outcome, duration: float | None) -> None:
+    try:
+        observer.finished(outcome, duration)
+    except Exception as failure:  # observers never change an outcome
+        observer_failed(observer, "finished", failure)
 
 
 _new_exception = Exception.__new__

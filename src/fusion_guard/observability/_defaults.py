@@ -6,17 +6,18 @@ is true (``FUSION_GUARD_METRICS=false`` turns them off), on ``registry`` or prom
 default registry, and the sampled log events (always: they cost nothing until a call is refused
 or fails).
 
-Metrics and logs come as one observer whose per-tool object calls both directly, skipping the
-log side of ``admitted`` (never logged): cheaper on the hot path than a generic fan-out.
+Metrics and logs come as one observer whose per-tool object is the guard's contained fan-out
+(``ToolObservers``), skipping the log side of ``admitted`` (never logged): no second layer on the
+hot path.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._observer import Outcome, ShedReason
+from .._observer import ToolObservers, observer_failed
 from ._events import LogEventObserver, _ToolEvents
-from ._metrics import LiveFigures, PrometheusObserver, _ClientTool, _LeanTool
+from ._metrics import PrometheusObserver, _ClientTool, _LeanTool
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -56,31 +57,18 @@ class _MetricsAndEvents:
         return f"{self.metrics!r} + {self.events!r}"
 
 
-class _ToolMetricsAndEvents:
-    __slots__ = ("_events", "_metrics")
+class _ToolMetricsAndEvents(ToolObservers):
+    """One tool's metrics and log events: the contained fan-out, except that ``admitted``, the
+    one event every admitted call reports and the logs ignore, goes to the metrics alone."""
+
+    __slots__ = ("_metrics",)
 
     def __init__(self, metrics: _LeanTool | _ClientTool, events: _ToolEvents) -> None:
+        super().__init__((metrics, events))
         self._metrics = metrics
-        self._events = events
-
-    def watch(self, figures: LiveFigures) -> None:
-        self._metrics.watch(figures)
-        self._events.watch(figures)
 
     def admitted(self, queue_wait: float) -> None:
-        self._metrics.admitted(queue_wait)
-
-    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
-        self._metrics.shed(reason, active, queued, retry_after)
-        self._events.shed(reason, active, queued, retry_after)
-
-    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
-        self._metrics.rate_limited(scope, retry_after, key)
-        self._events.rate_limited(scope, retry_after, key)
-
-    def finished(self, outcome: Outcome, duration: float | None) -> None:
-        self._metrics.finished(outcome, duration)
-        self._events.finished(outcome, duration)
-
-    def backend_error(self, backend: str, allowed: bool) -> None:
-        self._metrics.backend_error(backend, allowed)
+        try:
+            self._metrics.admitted(queue_wait)
+        except Exception as failure:
+            observer_failed(self._metrics, "admitted", failure)

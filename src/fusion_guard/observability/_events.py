@@ -10,8 +10,9 @@ Events (through ``fusion_guard._log``: structlog when configured, else the stdli
 - ``call_timeout`` (WARNING): reason ``handler_timeout``, plus ``duration``.
 - ``call_internal_error`` (ERROR): reason ``handler_exception``, plus ``duration`` (the Guard
   logs the exception itself, with its reference id).
-- ``call_events_suppressed`` (the level of the event it summarises): ``event``, ``reason``,
-  ``count`` (events of that window not logged one by one), ``window_s``.
+- ``call_events_suppressed`` (the level of the event it summarises): ``suppressed_event`` (the
+  name of the events summarised), ``reason``, ``count`` (events of that window not logged one by
+  one), ``window_s``.
 
 Sampling: per tool, event and reason, the first event of each ``interval`` is logged; the rest of
 that window is only counted, and one ``call_events_suppressed`` summary carries the count when the
@@ -143,7 +144,9 @@ class _ToolEvents:
     def key_hash(self, key: str) -> str:
         """A salted, truncated hash of a client key: stable within this observer, not
         reversible to the key."""
-        digest = hashlib.blake2b(key.encode(), digest_size=8, key=self._salt[:64])
+        # surrogatepass: any str hashes (a lone surrogate is not UTF-8), distinct keys apart.
+        data = key.encode("utf-8", "surrogatepass")
+        digest = hashlib.blake2b(data, digest_size=8, key=self._salt[:64])
         return digest.hexdigest()
 
     def flush(self, *, force: bool = False) -> None:
@@ -183,7 +186,7 @@ class _ToolEvents:
             window.level,
             "call_events_suppressed",
             tool=self.tool,
-            event=event,
+            suppressed_event=event,
             reason=reason,
             count=window.count,
             window_s=self._interval,

@@ -41,6 +41,7 @@ __all__ = [
     "SHED_REASONS",
     "LiveFigures",
     "PrometheusObserver",
+    "label_value",
     "metric_names",
 ]
 
@@ -79,6 +80,12 @@ _HELP = {
     "backend_errors_total": "A shared backend failed; decision allowed (fail-open) or denied.",
 }
 _NAMESPACE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value the exposition can encode (UTF-8): a lone surrogate, which
+    would fail every scrape, becomes its ``\\udxxx`` escape; other text is unchanged."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def metric_names(namespace: str = "fusion_guard") -> tuple[str, ...]:
@@ -263,7 +270,7 @@ class _LeanCollector:
     def tool(self, tool: str) -> _LeanTool:
         bound = self.tools.get(tool)
         if bound is None:
-            bound = self.tools[tool] = _LeanTool(tool, self.backend, self.buckets)
+            bound = self.tools[tool] = _LeanTool(label_value(tool), self.backend, self.buckets)
         return bound
 
     def describe(self) -> Iterator[Metric]:
@@ -461,7 +468,7 @@ class _ClientMetrics:
     def tool(self, tool: str) -> _ClientTool:
         bound = self.tools.get(tool)
         if bound is None:
-            bound = self.tools[tool] = _ClientTool(self, tool)
+            bound = self.tools[tool] = _ClientTool(self, label_value(tool))
         return bound
 
     def backend_error(self, backend: str, allowed: bool) -> None:

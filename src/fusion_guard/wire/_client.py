@@ -144,8 +144,8 @@ def parse_tool_error(text: str) -> FusionClientError | None:
     Raises ``ValueError``, before anything is expanded or built, when the text declares a DTD or
     entities, is markup longer than ``MAX_ENVELOPE_CHARS`` (256 KiB) characters, or holds more
     than ``MAX_ENVELOPE_ELEMENTS`` (1,024) elements or an element with more than 16 attributes:
-    no envelope does, and a server sending one is broken or hostile. Text that is no markup (its first character after blanks is not
-    ``<``) is None whatever its length.
+    no envelope does, and a server sending one is broken or hostile. Text that is no markup
+    (its first character after blanks is not ``<``) is None whatever its length.
     """
     if not isinstance(text, str):
         raise TypeError(
