@@ -3,10 +3,12 @@
     python redis_fleet_worker.py rate URL START_AT SECONDS RATE BURST
     python redis_fleet_worker.py concurrency URL START_AT SECONDS MAX_ACTIVE TASKS HOLD
     python redis_fleet_worker.py hold URL PERMITS LEASE
+    python redis_fleet_worker.py chaos URL START_AT SECONDS MAX_ACTIVE TASKS HOLD TIMEOUT
 
 ``START_AT`` is a ``time.monotonic()`` instant (the clock is system-wide on Linux) so every
 replica starts its load at once. Results are one JSON line on stdout; ``hold`` prints ``ready``
-once it holds its permits, then sleeps until it is killed.
+once it holds its permits, then sleeps until it is killed. ``chaos`` (fail-closed) reports when
+each of its calls ran, ``[entered, left]``, for the parent to count the fleet's running calls.
 """
 
 from __future__ import annotations
@@ -73,6 +75,45 @@ async def concurrency(
     print(json.dumps(counts))
 
 
+async def chaos(
+    url: str,
+    start_at: float,
+    seconds: float,
+    max_active: int,
+    tasks: int,
+    hold: float,
+    redis_timeout: float,
+) -> None:
+    guard = DistributedConcurrencyGuard(
+        max_active,
+        max_queue=tasks,
+        queue_timeout=0.5,
+        redis=url,
+        name="chaos",
+        timeout=redis_timeout,
+        failure_policy="closed",
+    )
+    ran: list[tuple[float, float]] = []
+    shed = 0
+    deadline = start_at + seconds
+
+    async def caller() -> None:
+        nonlocal shed
+        while time.monotonic() < deadline:
+            try:
+                async with guard.slot():
+                    entered = time.monotonic()
+                    await asyncio.sleep(hold)
+                    ran.append((entered, time.monotonic()))
+            except ServerBusy:
+                shed += 1
+                await asyncio.sleep(0.01)
+
+    await _wait_until(start_at)
+    await asyncio.gather(*(caller() for _ in range(tasks)))
+    print(json.dumps({"ran": ran, "shed": shed}))
+
+
 async def hold(url: str, permits: int, lease: float) -> None:
     guard = DistributedConcurrencyGuard(
         permits, redis=url, name="crash", lease=lease, timeout=TIMEOUT
@@ -93,6 +134,17 @@ def main(argv: list[str]) -> None:
         start_at, seconds, max_active, tasks, held = rest
         coro = concurrency(
             url, float(start_at), float(seconds), int(max_active), int(tasks), float(held)
+        )
+    elif mode == "chaos":
+        start_at, seconds, max_active, tasks, held, timeout = rest
+        coro = chaos(
+            url,
+            float(start_at),
+            float(seconds),
+            int(max_active),
+            int(tasks),
+            float(held),
+            float(timeout),
         )
     else:
         permits, lease = rest

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ WORKER = Path(__file__).with_name("redis_fleet_worker.py")
 WORKERS = 3
 STARTUP = 2.0  # seconds for the workers to start (imports) before their load begins together
 RESULT_TIMEOUT = 30.0
+LIMIT = 4  # the fleet slots of the outage tests
+CHAOS_TIMEOUT = 0.1  # their Redis timeout: a 3 s stall is an outage, a loaded machine is not
 
 
 @pytest.fixture
@@ -127,3 +131,86 @@ async def _take_all(redis_url: str, permits: int, lease: float) -> float:
     for slot in slots:
         await slot.__aexit__(None, None, None)
     return took
+
+
+def _running(spans: list[tuple[float, float]]) -> list[tuple[float, int]]:
+    """The fleet's running calls over time: (instant, count from then on), in order; a call that
+    left at the instant another entered is not counted with it."""
+    events = sorted([(left, -1) for _, left in spans] + [(entered, 1) for entered, _ in spans])
+    steps, running = [], 0
+    for instant, change in events:
+        running += change
+        steps.append((instant, running))
+    return steps
+
+
+def _full_again(steps: list[tuple[float, int]], since: float, limit: int) -> float:
+    """Seconds from ``since`` until the fleet ran ``limit`` calls at once again (inf if never)."""
+    return next((at - since for at, running in steps if at >= since and running >= limit), math.inf)
+
+
+def _full_share(steps: list[tuple[float, int]], start: float, end: float, limit: int) -> float:
+    """The share of [start, end] during which the fleet ran ``limit`` calls."""
+    full, previous, was_full = 0.0, start, False
+    for at, running in steps:
+        if at > start:
+            full += (min(at, end) - previous) * was_full
+            previous = min(at, end)
+        was_full = running >= limit
+    full += (end - previous) * was_full
+    return full / (end - start)
+
+
+def _under_load(
+    spawn: Any, redis_url: str, hold: float, disrupt: Callable[[], float]
+) -> tuple[list[tuple[float, int]], float]:
+    """Three fail-closed replicas, 12 callers for 4 fleet slots, calls of ``hold`` seconds;
+    ``disrupt`` runs 1.5 s into the load and returns when Redis answered again, then the load
+    goes on for 2.5 s. Returns the fleet's running calls over time, and that instant."""
+    start_at = time.monotonic() + STARTUP
+    seconds = 1.5 + 3.5 + 2.5
+    workers = [
+        spawn("chaos", redis_url, start_at, seconds, LIMIT, 4, hold, CHAOS_TIMEOUT)
+        for _ in range(WORKERS)
+    ]
+    time.sleep(start_at + 1.5 - time.monotonic())  # at full capacity by then
+    recovered = disrupt()
+    results = [_result(worker) for worker in workers]
+    assert time.monotonic() > recovered + 2.0  # the load went on long enough after
+    assert sum(result["shed"] for result in results) > 0  # fail-closed did shed meanwhile
+    return _running([tuple(span) for result in results for span in result["ran"]]), recovered
+
+
+def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
+    spawn: Any, redis_server: RedisServer, redis_url: str
+) -> None:
+    # Short calls: every caller sends acquires into the stalled Redis, which runs them when it
+    # resumes; those given up on must not keep their slots for the 10 s lease.
+    def stall() -> float:
+        os.kill(redis_server.pid, signal.SIGSTOP)
+        try:
+            time.sleep(3.0)  # the stall under test, not a wait for an event
+        finally:
+            os.kill(redis_server.pid, signal.SIGCONT)
+        return time.monotonic()
+
+    steps, resumed = _under_load(spawn, redis_url, 0.05, stall)
+    assert max(running for _, running in steps) <= LIMIT
+    assert _full_again(steps, resumed, LIMIT) <= 1.0, _full_again(steps, resumed, LIMIT)
+    assert _full_share(steps, resumed + 1.0, resumed + 2.0, LIMIT) > 0.5  # and stays full
+
+
+def test_after_a_fast_restart_the_fleet_never_runs_more_than_its_limit(
+    spawn: Any, redis_server: RedisServer, redis_url: str
+) -> None:
+    # Calls of 0.6 s outlive the restart: they run on leases Redis lost, so they register them
+    # again, counted, and newcomers wait until the fleet drains below its limit.
+    def restart() -> float:
+        redis_server.stop()
+        redis_server.start()  # empty: no keys, no scripts, no leases
+        return time.monotonic()
+
+    steps, restarted = _under_load(spawn, redis_url, 0.6, restart)
+    assert max(running for _, running in steps) <= LIMIT
+    assert _full_again(steps, restarted, LIMIT) <= 1.0, _full_again(steps, restarted, LIMIT)
+    assert _full_share(steps, restarted + 1.0, restarted + 2.0, LIMIT) > 0.5
