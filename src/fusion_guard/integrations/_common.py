@@ -23,6 +23,7 @@ from .._log import is_enabled, log_event
 from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
+from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
 from ..wire._validation import format_validation_error
 from ._otel import mark_span
@@ -37,6 +38,7 @@ __all__ = [
     "admit_call",
     "answered",
     "crash_response",
+    "envelope_meta",
     "in_guarded_call",
     "log_limits",
     "missing_extra",
@@ -255,12 +257,37 @@ def quoted_envelope(texts: Sequence[str]) -> ToolResponse | None:
         return None
     try:
         text = json.loads(texts[0])
-    except ValueError:
+        parsed = parse_tool_error(text) if isinstance(text, str) else None
+    except ValueError:  # not JSON, or no envelope a server of ours would write
         return None
-    parsed = parse_tool_error(text) if isinstance(text, str) else None
     if parsed is None:
         return None
     return make_response(text, parsed.severity != "warning", parsed.code)
+
+
+def envelope_meta(response: ToolResponse) -> dict[str, Any] | None:
+    """The result ``_meta`` of an envelope answer: its facts under ``META_KEY``; None for a
+    plain success. Read back from the envelope's own text (a few kilobytes at most), so the two
+    can never disagree."""
+    if response.code is None:
+        return None
+    parsed = parse_tool_error(response.text)
+    if parsed is None:
+        return None
+    facts: dict[str, Any] = {
+        "code": parsed.code,
+        "severity": parsed.severity,
+        "message": parsed.message,
+    }
+    if parsed.recovery is not None:
+        facts["recovery"] = parsed.recovery
+    if parsed.retry_after is not None:
+        facts["retry_after"] = parsed.retry_after
+    if parsed.available_actions:
+        facts["available_actions"] = parsed.available_actions
+    if parsed.details:
+        facts["details"] = parsed.details
+    return {META_KEY: facts}
 
 
 _QUOTED_ENVELOPE = ('"<tool_error ', '"<validation_error ')

@@ -69,6 +69,7 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
+    envelope_meta,
     log_limits,
     quoted_envelope,
     raised_by,
@@ -241,7 +242,8 @@ def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:
 def to_tool_result(
     response: ToolResponse, output_schema: Mapping[str, Any] | None = None
 ) -> ToolResult:
-    """``response`` as FastMCP's ``ToolResult``: one text block and ``is_error``.
+    """``response`` as FastMCP's ``ToolResult``: one text block and ``is_error``; an envelope's
+    facts also as JSON in ``_meta`` (``fusion_guard.wire``'s ``META_KEY``).
 
     ``output_schema``: the tool's, when it has one, so that a warning (a successful result) also
     carries the structured content the client requires (``{"result": envelope}`` for a tool that
@@ -250,11 +252,14 @@ def to_tool_result(
     converts a returned or raised envelope, whatever the tool's annotation.
     """
     structured, is_error = structured_result(response, output_schema)
+    meta = envelope_meta(response) or {}
+    if structured is not None:  # FastMCP's own mark of a value wrapped as {"result": ...}
+        meta["fastmcp"] = {"wrap_result": True}
     return ToolResult(
         content=[mcp_types.TextContent(type="text", text=response.text)],
         structured_content=structured,
         is_error=is_error,
-        meta={"fastmcp": {"wrap_result": True}} if structured is not None else None,
+        meta=meta or None,
     )
 
 

@@ -61,6 +61,7 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
+    envelope_meta,
     in_guarded_call,
     log_limits,
     missing_extra,
@@ -130,7 +131,8 @@ def install(
 def to_call_tool_result(
     response: ToolResponse, output_schema: Mapping[str, Any] | None = None
 ) -> CallToolResult:
-    """``response`` as the SDK's ``CallToolResult``: one text block and ``is_error``.
+    """``response`` as the SDK's ``CallToolResult``: one text block and ``is_error``; an
+    envelope's facts also as JSON in ``_meta`` (``fusion_guard.wire``'s ``META_KEY``).
 
     ``output_schema``: the tool's, when it has one, so that a warning (a successful result) also
     carries the structured content the client requires (``{"result": envelope}`` for a tool that
@@ -145,6 +147,7 @@ def to_call_tool_result(
         content=[TextContent(type="text", text=response.text)],
         structured_content=structured,
         is_error=is_error,
+        _meta=envelope_meta(response),
     )
 
 

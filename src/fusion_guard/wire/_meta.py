@@ -1,0 +1,15 @@
+"""Where an envelope's facts travel beside its text, for programs rather than models.
+
+Every result the adapters answer with an envelope also carries, in the MCP result's ``_meta``
+under ``META_KEY``, the same facts as plain JSON: ``code``, ``severity``, ``message`` and, when
+the envelope has them, ``recovery``, ``retry_after`` (seconds, a number), ``available_actions``
+and ``details`` (a string-to-string object). The text stays the contract for the model; this is
+the same answer for agent frameworks, gateways and tests, with no XML to parse.
+"""
+
+from __future__ import annotations
+
+__all__ = ["META_KEY"]
+
+META_KEY = "fusion-guard/envelope"
+"""The ``_meta`` key of an envelope's facts (a prefixed key, as MCP asks of ``_meta`` keys)."""
