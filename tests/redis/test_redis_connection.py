@@ -13,7 +13,7 @@ import redis.exceptions
 import trio
 from redis_testserver import RedisServer
 
-from fusion_guard import BackendError, ConfigurationError
+from fusion_guard import BackendError, ConfigurationError, RedisRateLimitBackend
 from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
 
 pytestmark = pytest.mark.anyio
@@ -115,6 +115,8 @@ async def test_a_hung_redis_never_hangs_the_caller(
             await _gcra(conn, ("k", SECOND_US, 0))
         assert time.monotonic() - start < 0.5
         assert isinstance(caught.value.__cause__, timeout_error)
+        # asyncio's TimeoutError has no message: the error still says what happened.
+        assert str(caught.value).endswith(("timed out", f"127.0.0.1:{redis_server.port}"))
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
     # Recovers by itself once Redis answers again.
@@ -142,6 +144,37 @@ def test_bad_configuration_is_a_clear_error(kwargs: dict[str, object], fragment:
 def test_bad_url_is_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match="redis_url='http://x'"):
         RedisConnection("http://x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hunter2@127.0.0.1:abc/0",
+        "redis://user:hunter2@127.0.0.1:99999/0",
+        "redis://:hunter2/x@127.0.0.1:6379/0",  # the parser reads 'hunter2' as the port
+        "redis://127.0.0.1:abc/0?password=hunter2",
+    ],
+)
+def test_a_bad_url_error_never_shows_the_password(url: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        RedisConnection(url)
+    assert "hunter2" not in str(caught.value)
+    assert "127.0.0.1" in str(caught.value)
+    assert "***" in str(caught.value)
+
+
+def test_the_backend_repr_shows_host_and_port_but_not_the_password() -> None:
+    backend = RedisRateLimitBackend("redis://:hunter2@127.0.0.1:6380/0?password=hunter3")
+    text = repr(backend)
+    assert "127.0.0.1:6380" in text
+    assert "hunter2" not in text
+    assert "hunter3" not in text
+
+
+def test_a_target_of_the_wrong_type_is_not_echoed() -> None:
+    with pytest.raises(ConfigurationError, match=r"redis \(a dict\) is invalid") as caught:
+        RedisConnection({"password": "hunter2"})  # type: ignore[arg-type]
+    assert "hunter2" not in str(caught.value)
 
 
 def test_under_trio_the_error_says_asyncio_is_needed() -> None:

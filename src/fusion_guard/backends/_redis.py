@@ -333,15 +333,15 @@ class RedisConnection:
             raise _backend_error(script, exc) from exc
 
     async def run_loading(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """``run``, loading the script first (after NOSCRIPT): the load and the decision each
-        have their own budget."""
+        """``run``, loading the script first (after NOSCRIPT), the load under its own budget
+        (``connect_timeout``; a URL client's socket timeout still bounds each of its reads)."""
+        count = _KEY_COUNTS[len(keys)]
         try:
             async with asyncio.timeout(self.connect_timeout):
                 await self._client.script_load(script.text)
-            async with asyncio.timeout(self.timeout):
-                return await self._execute(
-                    b"EVALSHA", script.sha, _KEY_COUNTS[len(keys)], *keys, *args
-                )
+            if self._outer_timeout:
+                return await self._run_bounded(script, count, keys, args)
+            return await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
