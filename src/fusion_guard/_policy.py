@@ -199,8 +199,9 @@ def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[Ignore
     ``max_queue`` / ``queue_timeout`` / ``lifo`` where ``max_active`` is off, ``rate_per`` /
     ``burst`` / ``rate_scope`` where ``rate`` is off.
 
-    Never a false alarm: a companion setting counts as ignored only when no more specific
-    pattern switches its limit on (that pattern's tools would inherit it).
+    A companion setting counts as ignored when its limit is off where it is set (for a pattern:
+    in the limits the pattern resolves to as a name, as ``fusion-guard config`` shows them) and
+    no more specific pattern switches the limit on (that pattern's tools would inherit it).
     """
     ignored = list(_redis_ignored(settings)) if settings.backend != "redis" else []
     ordered = sorted(settings.tools, key=specificity)
