@@ -186,7 +186,10 @@ class Slot:
                 guard._active -= 1
             ends = guard._ends
             if ends is not None:
-                _report_end(ends, outcome, held)
+                try:
+                    ends.finished(outcome, held)
+                except Exception as failure:  # observers never change an outcome
+                    observer_failed(ends, "finished", failure)
 
     def _enter_deadline(self, timeout: float) -> None:
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
@@ -464,8 +467,7 @@ class ConcurrencyGuard:
             await anyio.lowlevel.checkpoint_if_cancelled()
         except BaseException as exc:
             self._abandon(waiter)
-            if self._ends is not None:  # never admitted: no duration
-                _report_end(self._ends, outcome_of(exc), None)
+            self._left_queue(outcome_of(exc))
             raise
         if not waiter.granted:  # the deadline passed first
             del waiters[waiter]
@@ -492,6 +494,16 @@ class ConcurrencyGuard:
             self._release()
         else:
             del self._waiters[waiter]
+
+    def _left_queue(self, outcome: Outcome) -> None:
+        """Report the end of a call that left the queue unadmitted (no duration): ``Slot._end``
+        reports the others, inlined there for the hot path."""
+        ends = self._ends
+        if ends is not None:
+            try:
+                ends.finished(outcome, None)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(ends, "finished", failure)
 
     def _release(self) -> None:
         if self._waiters:
@@ -558,13 +570,6 @@ class ConcurrencyGuard:
                 del templates[next(iter(templates))]  # the oldest deadline makes room
             template = templates[timeout] = TimeoutTemplate(self._name, timeout)
         return HandlerTimeout(template.render())
-
-
-def _report_end(observer: ToolObserver, outcome: Outcome, duration: float | None) -> None:
-    try:
-        observer.finished(outcome, duration)
-    except Exception as failure:  # observers never change an outcome
-        observer_failed(observer, "finished", failure)
 
 
 _new_exception = Exception.__new__
