@@ -1,4 +1,4 @@
-"""PrometheusObserver: the metric contract of observability.md, bound once, injectable registry."""
+"""PrometheusObserver: the README's metric contract, bound once, injectable registry."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, PrometheusObserver, ServerBusy
 
-# The table of observability.md: name -> (type, labels).
+# The README's metric table (section "Observability"): name -> (type, labels).
 CONTRACT = {
     "fusion_guard_inflight": ("gauge", {"tool"}),
     "fusion_guard_queue_depth": ("gauge", {"tool"}),

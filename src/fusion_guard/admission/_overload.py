@@ -13,9 +13,10 @@ averages of the arrival rate watch it:
 Either one above its bar means overload. Capacity is ``slots / mean hold``; the guard's mean hold
 (about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
 that a streak of slow calls at moderate load does not read as overload and the guard's release
-path pays nothing for it. The figures come from a measured trade-off on the
-overload scenario of benchmarks.md (2 slots, log-normal service): at 0.8x capacity the guard
-must shed almost nothing, at 1.5x and above admitted calls must stay within a few service times.
+path pays nothing for it. The figures come from a measured trade-off on the scenario of the
+README's overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity the
+guard must shed almost nothing, at 1.5x and above admitted calls must stay within a few service
+times.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Prometheus metrics for the guard: the names, labels and types of ``observability.md``.
+"""Prometheus metrics for the guard: the names, labels and types of the
+README's metric table (section "Observability").
 
 Two ways to keep the figures, chosen once when the observer is made:
 
