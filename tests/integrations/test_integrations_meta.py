@@ -9,7 +9,7 @@ import anyio
 import pytest
 from integrations_support import Gate, Harness, envelope, texts
 
-from fusion_guard import Guard
+from fusion_guard import FusionClientError, Guard, raise_for_tool_error
 from fusion_guard.wire._meta import META_KEY
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +64,9 @@ async def test_refusals_and_failures_carry_their_facts(harness: Harness) -> None
     assert shed["code"] == "SERVER_BUSY"
     assert shed["details"]["max_active"] == "1"
     assert isinstance(shed["retry_after"], float)
+    with pytest.raises(FusionClientError) as raised:  # the client side reads the same facts
+        raise_for_tool_error(busy)
+    assert (raised.value.code, raised.value.retry_after) == ("SERVER_BUSY", shed["retry_after"])
 
 
 async def test_validation_errors_carry_their_facts(validating: Harness) -> None:

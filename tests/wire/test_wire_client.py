@@ -324,3 +324,57 @@ def test_long_text_that_is_no_markup_is_no_envelope() -> None:
     with pytest.raises(FusionClientError) as caught:
         raise_for_tool_error(ToolResponse(text, is_error=True))
     assert caught.value.code == "UNKNOWN"
+
+
+# -- the facts in _meta ---------------------------------------------------------------------------
+
+
+def _with_meta(
+    facts: object, text: str = '<tool_error code="CONFLICT"><message>m</message></tool_error>'
+) -> dict[str, object]:
+    from fusion_guard.wire._meta import META_KEY
+
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {META_KEY: facts},
+    }
+
+
+def test_raise_for_tool_error_prefers_the_facts_in_meta() -> None:
+    facts = {
+        "code": "SERVER_BUSY",
+        "severity": "error",
+        "message": "at capacity",
+        "retry_after": 1.5,
+        "details": {"reason": "queue_full"},
+        "available_actions": ["other.tool"],
+    }
+    with pytest.raises(FusionClientError) as caught:
+        raise_for_tool_error(_with_meta(facts))
+    error = caught.value
+    assert (error.code, error.message, error.retry_after) == ("SERVER_BUSY", "at capacity", 1.5)
+    assert error.details == {"reason": "queue_full"}
+    assert error.available_actions == ["other.tool"]
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {"code": 7, "severity": "error", "message": "m"},
+        {"code": "X", "severity": "fatal", "message": "m"},
+        {"code": "X", "severity": "error", "message": "m", "retry_after": float("nan")},
+        {"code": "X", "severity": "error", "message": "m", "retry_after": True},
+        {"code": "X", "severity": "error", "message": "m", "details": {"k": 1}},
+        {"code": "X" * 65, "severity": "error", "message": "m"},
+        ["not", "a", "mapping"],
+    ],
+)
+def test_malformed_meta_facts_fall_back_to_the_text(facts: object) -> None:
+    with pytest.raises(FusionClientError) as caught:
+        raise_for_tool_error(_with_meta(facts))
+    assert caught.value.code == "CONFLICT"  # read from the envelope text
+
+
+def test_a_warning_in_meta_does_not_raise() -> None:
+    raise_for_tool_error(_with_meta({"code": "STALE_DATA", "severity": "warning", "message": "m"}))

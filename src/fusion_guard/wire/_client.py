@@ -20,6 +20,7 @@ from xml.etree.ElementTree import Element, TreeBuilder
 from xml.parsers import expat
 
 from .._exceptions import FusionGuardError
+from ._meta import META_KEY
 from ._response import ToolResponse
 
 __all__ = [
@@ -230,6 +231,9 @@ def raise_for_tool_error(result: object) -> None:
 
     ``result`` is a ``ToolResponse``, the wire dict ``{"content": [...], "isError": bool}``, or
     the MCP SDK's ``CallToolResult`` (anything with ``content`` and ``is_error``/``isError``).
+    When the result carries the envelope's facts in its ``_meta`` (under ``META_KEY``, as the
+    adapters send them), they are read from there; malformed or absent facts fall back to
+    parsing the text.
     Raises ``ValueError`` for an error result whose text ``parse_tool_error`` refuses (a DTD,
     or markup over ``MAX_ENVELOPE_CHARS`` or ``MAX_ENVELOPE_ELEMENTS``): that is no tool error
     to handle but a server to distrust. Success results are never parsed.
@@ -237,6 +241,11 @@ def raise_for_tool_error(result: object) -> None:
     texts, is_error = _read_result(result)
     if not is_error:
         return
+    from_meta = _from_meta(_meta_of(result), result)
+    if from_meta is not None:  # the facts beside the text: no XML to parse
+        if from_meta.severity == "warning":
+            return
+        raise from_meta
     for text in texts:
         parsed = parse_tool_error(text)
         if parsed is not None:
@@ -245,6 +254,59 @@ def raise_for_tool_error(result: object) -> None:
             parsed.raw = result
             raise parsed
     raise FusionClientError("UNKNOWN", "\n".join(texts), raw=result)
+
+
+def _meta_of(result: object) -> object:
+    meta = result.get("_meta") if isinstance(result, Mapping) else getattr(result, "meta", None)
+    return meta.get(META_KEY) if isinstance(meta, Mapping) else None
+
+
+def _from_meta(facts: object, raw: object) -> FusionClientError | None:
+    """The error the ``_meta`` facts describe; None unless every field has its documented type
+    (they come from a remote server: anything else falls back to the text)."""
+    if not isinstance(facts, Mapping):
+        return None
+    code, message, severity = facts.get("code"), facts.get("message"), facts.get("severity")
+    recovery = facts.get("recovery")
+    retry_after = facts.get("retry_after")
+    actions = facts.get("available_actions", [])
+    details = facts.get("details", {})
+    well_formed = (
+        _short_text(code)
+        and isinstance(message, str)
+        and severity in ("error", "critical", "warning")
+        and (recovery is None or isinstance(recovery, str))
+        and (retry_after is None or _seconds(retry_after))
+        and isinstance(actions, list)
+        and all(isinstance(action, str) for action in actions)
+        and isinstance(details, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in details.items())
+    )
+    if not well_formed:
+        return None
+    return FusionClientError(
+        str(code),
+        str(message),
+        recovery=recovery,
+        available_actions=actions,
+        severity=str(severity),
+        details=details,
+        retry_after=None if retry_after is None else float(retry_after),
+        raw=raw,
+    )
+
+
+def _short_text(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64
+
+
+def _seconds(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def _read_result(result: object) -> tuple[list[str], bool]:
