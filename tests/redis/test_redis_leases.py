@@ -114,7 +114,7 @@ async def test_leases_lost_in_a_restart_come_back_counted(
     # Two calls run on leases of a limit of 2; Redis restarts empty and a new replica takes both
     # slots before the first one refreshes. The running calls' leases come back even so (4 for
     # a limit of 2), so nobody gets a slot until the fleet drains below its limit.
-    running = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "two", limit=2, lease=0.45)
+    running = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "two", limit=2, lease=10.0)
     holders = [(await running.try_acquire()).holder for _ in range(2)]
     await anyio.to_thread.run_sync(redis_server.stop)
     await anyio.to_thread.run_sync(redis_server.start)
@@ -125,7 +125,7 @@ async def test_leases_lost_in_a_restart_come_back_counted(
     async def four_counted() -> bool:
         return _holders(redis_server, running) == 4
 
-    await _within(1.0, four_counted)  # the refresh every 0.15 s registered them again
+    await _within(1.0, four_counted)  # the refresh (every 0.25 s) registered them again
     for holder in taken:
         assert holder is not None
         await newcomer.release(holder)
@@ -142,7 +142,7 @@ async def test_after_redis_lost_its_data_new_leases_wait_for_running_calls(
     # A call runs on the one slot; Redis restarts empty. A replica that used the fleet before
     # gets no lease while the running call registers its own again (RECOVERY_GRACE), and none
     # after, until that call ends.
-    running = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "one", limit=1, lease=0.45)
+    running = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "one", limit=1, lease=10.0)
     replica = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "one", limit=1, lease=10.0)
     await _warm(replica)
     holder = (await running.try_acquire()).holder

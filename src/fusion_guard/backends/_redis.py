@@ -70,9 +70,9 @@ FailurePolicy: TypeAlias = Literal["open", "closed"]
 
 DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_CONNECT_TIMEOUT: Final = 1.0
-RECOVERY_GRACE: Final = 0.3
+RECOVERY_GRACE: Final = 0.5
 """Seconds new leases wait after Redis lost the holders (a restart), while running calls'
-replicas register their leases again (they retry every :data:`_MAX_RETRY` at most)."""
+replicas register their leases again: each refreshes at least twice in that time."""
 DEFAULT_PREFIX: Final = "fusion_guard"
 DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
@@ -81,8 +81,10 @@ _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
 _KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
+_REFRESH_MAX = RECOVERY_GRACE / 2  # the longest refresh period: a silent replica (its calls
+# running, none arriving) learns of a restart within the grace
 _FIRST_RETRY = 0.05  # the refresher's retries of leases left to settle, doubling up to
-_MAX_RETRY = 0.2  # this (seconds): well inside RECOVERY_GRACE
+_MAX_RETRY = 0.2  # this (seconds): inside RECOVERY_GRACE
 _ABANDONED_MAX = 4096  # ids kept to release per semaphore; older ones just expire with the lease
 _RELEASE_BATCH = 256  # ids per release round trip
 
@@ -588,7 +590,9 @@ class FleetSemaphore:
 class LeaseRefresher:
     """One background task per connection, so per process, that refreshes the leases of every
     fleet semaphore holding some, every third of the shortest lease (two refreshes may fail
-    before a running call loses its lease), and settles what failures left (see
+    before a running call loses its lease) but at least every quarter second (so a restarted
+    Redis gets the running calls' leases back within :data:`RECOVERY_GRACE`: one round trip
+    per semaphore holding leases), and settles what failures left (see
     :meth:`FleetSemaphore.settle`): at once, again whenever Redis answers a call, and every
     50 ms doubling to 200 ms while Redis keeps failing. It starts with the first lease or
     failure and ends when nothing is held or owed, so an idle process runs no task."""
@@ -643,22 +647,25 @@ class LeaseRefresher:
     async def _run(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         retry = _FIRST_RETRY
-        due = loop.time() + self._period()
+        refreshed = loop.time()
         while self._holding or self._owing:
+            # The period is read again each time: semaphores start and stop holding meanwhile.
+            due = refreshed + self._period()
             if not self._owing or self._failing:
                 delay = retry if self._owing else due - loop.time()
                 await self._sleep(wake, min(delay, due - loop.time()))
             if loop.time() >= due:
                 for semaphore in tuple(self._holding):
                     await semaphore.refresh()
-                due = loop.time() + self._period()
+                refreshed = loop.time()
             self._failing = not await self._settle()
             retry = min(2 * retry, _MAX_RETRY) if self._failing else _FIRST_RETRY
 
     async def _settle(self) -> bool:
         settled = True
         for semaphore in tuple(self._owing):
-            if await semaphore.settle():
+            # Calls may have left it more to do while it settled: it stays owed then.
+            if await semaphore.settle() and not semaphore.owing:
                 self._owing.discard(semaphore)
             else:
                 settled = False
@@ -676,7 +683,7 @@ class LeaseRefresher:
 
     def _period(self) -> float:
         leases = [semaphore.lease for semaphore in self._holding]
-        return min(leases) / 3 if leases else math.inf
+        return min(min(leases) / 3, _REFRESH_MAX) if leases else math.inf
 
 
 def _owner_id() -> str:
