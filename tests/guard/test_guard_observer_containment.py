@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import anyio
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusion_guard import (
+    BackendError,
     ConcurrencyGuard,
     ErrorCode,
     Guard,
@@ -31,6 +32,7 @@ from fusion_guard import (
 )
 from fusion_guard._log import log_event
 from fusion_guard._observer import Outcome, ShedReason, ToolObserver
+from fusion_guard.backends import GcraRequest, GcraResult
 from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -337,6 +339,34 @@ async def test_an_observer_raising_everywhere_changes_no_outcome(
     failures = [r for r in caplog.records if getattr(r, "event", None) == "observer_failed"]
     assert all(r.levelno == logging.ERROR and r.exc_info is not None for r in failures)
     assert capfd.readouterr().out == ""
+
+
+class FailingBackend:
+    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
+        raise BackendError("redis unreachable")
+
+
+async def test_an_observer_raising_on_backend_errors_changes_no_policy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="fusion_guard")
+    exploding, observer = exploding_observer()
+    guard = Guard(
+        metrics=False,
+        rate=1,
+        rate_backend=FailingBackend(),
+        observer=observer,
+        tools={"closed.*": {"failure_policy": "closed"}, "open.*": {"failure_policy": "open"}},
+    )
+    assert (await guard.call("open.search", ok)).text == "done"
+    assert (await guard.call("closed.pay", ok)).code == ErrorCode.SERVER_BUSY
+    assert failure_reports(caplog, exploding) == [
+        "admitted",
+        "backend_error",
+        "finished",
+        "shed",
+        "watch",
+    ]
 
 
 async def test_an_observer_whose_for_tool_raises_sits_out(
