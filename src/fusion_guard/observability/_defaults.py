@@ -8,7 +8,7 @@ or fails).
 
 Metrics and logs come as one observer whose per-tool object is the guard's contained fan-out
 (``ToolObservers``), skipping the log side of ``admitted`` (never logged): no second layer on the
-hot path.
+hot path, with or without metrics.
 """
 
 from __future__ import annotations
@@ -32,43 +32,45 @@ def default_observers(
     settings: GuardSettings, registry: CollectorRegistry | None
 ) -> tuple[GuardObserver, ...]:
     """The observers every guard gets by default: metrics (unless turned off) and logs."""
-    events = LogEventObserver()
-    if not settings.metrics:
-        return (events,)
-    return (_MetricsAndEvents(PrometheusObserver(registry), events),)
+    metrics = PrometheusObserver(registry) if settings.metrics else None
+    return (_Defaults(metrics, LogEventObserver()),)
 
 
-class _MetricsAndEvents:
-    """A ``GuardObserver`` reporting to the metrics and to the log events."""
+class _Defaults:
+    """A ``GuardObserver`` reporting to the metrics (None: off) and to the log events."""
 
     __slots__ = ("events", "metrics")
 
-    def __init__(self, metrics: PrometheusObserver, events: LogEventObserver) -> None:
+    def __init__(self, metrics: PrometheusObserver | None, events: LogEventObserver) -> None:
         self.metrics = metrics
         self.events = events
 
-    def for_tool(self, tool: str, *, max_active: int | None) -> _ToolMetricsAndEvents:
-        return _ToolMetricsAndEvents(
-            self.metrics.for_tool(tool, max_active=max_active),
+    def for_tool(self, tool: str, *, max_active: int | None) -> _ToolDefaults:
+        metrics = self.metrics
+        return _ToolDefaults(
+            None if metrics is None else metrics.for_tool(tool, max_active=max_active),
             self.events.for_tool(tool, max_active=max_active),
         )
 
     def __repr__(self) -> str:
-        return f"{self.metrics!r} + {self.events!r}"
+        return repr(self.events) if self.metrics is None else f"{self.metrics!r} + {self.events!r}"
 
 
-class _ToolMetricsAndEvents(ToolObservers):
-    """One tool's metrics and log events: the contained fan-out, except that ``admitted``, the
-    one event every admitted call reports and the logs ignore, goes to the metrics alone."""
+class _ToolDefaults(ToolObservers):
+    """One tool's metrics (None: off) and log events: the contained fan-out, except that
+    ``admitted``, the one event every admitted call reports and the logs ignore, goes to the
+    metrics alone (nowhere when they are off)."""
 
     __slots__ = ("_metrics",)
 
-    def __init__(self, metrics: _LeanTool | _ClientTool, events: _ToolEvents) -> None:
-        super().__init__((metrics, events))
+    def __init__(self, metrics: _LeanTool | _ClientTool | None, events: _ToolEvents) -> None:
+        super().__init__((events,) if metrics is None else (metrics, events))
         self._metrics = metrics
 
     def admitted(self, queue_wait: float) -> None:
-        try:
-            self._metrics.admitted(queue_wait)
-        except Exception as failure:
-            observer_failed(self._metrics, "admitted", failure)
+        metrics = self._metrics
+        if metrics is not None:
+            try:
+                metrics.admitted(queue_wait)
+            except Exception as failure:
+                observer_failed(metrics, "admitted", failure)
