@@ -29,7 +29,7 @@ import anyio
 
 from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
+from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool, outcome_of
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
@@ -185,9 +185,9 @@ class Ticket:
             else:
                 swallowed = False
         except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
-            self.complete(_outcome_of(raised))
+            self.complete(outcome_of(raised))
             raise
-        self.complete(self.outcome if exc is None else _outcome_of(exc))
+        self.complete(self.outcome if exc is None else outcome_of(exc))
         return swallowed
 
     def complete(self, outcome: Outcome | str | None = None) -> None:
@@ -237,16 +237,6 @@ class Ticket:
             if template is None:  # pragma: no cover (a deadline is entered only with one)
                 raise
             raise HandlerTimeout(template.render()) from None
-
-
-def _outcome_of(exc: BaseException) -> Outcome:
-    if isinstance(exc, anyio.get_cancelled_exc_class()):
-        return "cancelled"
-    if isinstance(exc, ToolResponse):
-        return "error" if exc.is_error else "ok"
-    if isinstance(exc, Rejected):  # our HandlerTimeout, or a nested guard's refusal
-        return "timeout" if exc.response.code == ErrorCode.TIMEOUT else "error"
-    return "internal_error"
 
 
 def _response_outcome(response: ToolResponse) -> Outcome:
