@@ -5,6 +5,10 @@ A decision is one ``EVALSHA`` round trip (the GCRA script reads the server's clo
 records), so it should cost about what any one-command round trip costs: the target is at most
 1.3x a ``PING``. Every call is admitted (the limits are far above the rate reached), keys cycle
 over 1,000 clients, and everything runs in one event loop (redis-py connections are bound to it).
+
+A fleet slot's Redis work (acquire, then release: two scripts, two round trips) is set against
+two PINGs on the same connection: the lease scripts' bookkeeping (purging expired holders,
+remembering released ids) should cost little next to the round trips, at most 1.3x.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 
 from bench_support import Figures, async_batch, time_batches
 from fusion_guard import RateLimiter, RedisRateLimitBackend
+from fusion_guard.backends._redis import FleetSemaphore
 from fusion_guard.testing import RedisServer
 
 CLIENTS = [f"client-{i}" for i in range(1_000)]
@@ -85,4 +90,32 @@ def test_redis_decision_vs_ping_and_limits_moving_window(
     name = "rate decision (Redis) vs limits moving window (Redis)"
     figures.faster_by(name, candidate, baseline, 1)
     benchmark(lambda: run(decide()))
+    run(backend.aclose())
+
+
+def test_fleet_lease_vs_two_pings(
+    figures: Figures, redis_server: RedisServer, event_loop: asyncio.AbstractEventLoop
+) -> None:
+    backend = RedisRateLimitBackend(redis_server.url, timeout=1.0)
+    semaphore = FleetSemaphore(backend.connection, "bench", limit=1_000, lease=10.0)
+    client = backend.connection.client
+
+    async def lease() -> None:
+        grant = await semaphore.try_acquire()
+        assert grant.holder is not None
+        await semaphore.release(grant.holder)
+
+    async def two_pings() -> None:
+        await client.ping()
+        await client.ping()
+
+    run = event_loop.run_until_complete
+    run(lease())  # connect and load the scripts before timing
+    candidate, baseline = time_batches(
+        async_batch(lease, event_loop=event_loop),
+        async_batch(two_pings, event_loop=event_loop),
+        ops=OPS,
+        rounds=ROUNDS,
+    )
+    figures.at_most("fleet slot lease (acquire + release) vs two PINGs", candidate, baseline, 1.3)
     run(backend.aclose())

@@ -441,6 +441,7 @@ class FleetSemaphore:
         "_limit",
         "_owner",
         "_release_keys",
+        "_remember_until",
         "_scripts",
         "_seen",
         "_suspect",
@@ -467,6 +468,9 @@ class FleetSemaphore:
         self._abandoned: dict[str, None] = {}  # holder ids to release, oldest first
         self._seen = b"0"  # b"1" once Redis answered an acquire: this replica knows the fleet
         self._suspect = False  # Redis failed since the held leases were last seen there
+        # Until then (time.monotonic()), releases are remembered in Redis: a restore sent
+        # before may still run, late, and must not bring a released lease back.
+        self._remember_until = -math.inf
 
     @property
     def key(self) -> str:
@@ -516,9 +520,10 @@ class FleetSemaphore:
         """Give a lease back; raises BackendError when Redis fails (the release is then
         retried in the background)."""
         self._held.discard(holder)
+        remember = self._lease_ms if time.monotonic() < self._remember_until else b"0"
         try:
             await self._conn.run(
-                self._scripts.lease_release, self._release_keys, [self._lease_ms, holder]
+                self._scripts.lease_release, self._release_keys, [remember, holder]
             )
         except (BackendError, asyncio.CancelledError) as exc:
             self._abandon(holder, failed=isinstance(exc, BackendError))
@@ -528,12 +533,16 @@ class FleetSemaphore:
                 self._conn.refresher.idle(self)
 
     async def refresh(self) -> bool:
-        """Extend this process's leases, registering again any Redis lost (one round trip);
-        False when Redis failed (logged once per streak of failures, retried soon)."""
+        """Extend this process's leases (one round trip); after a failure, or when some were
+        found missing, restore those Redis lost too. False when Redis failed (logged once per
+        streak of failures, retried soon)."""
         if not self._held:
             self._suspect = False
             return True
-        args: list[Arg] = [self._lease_ms, self._grace_ms, *self._held]
+        restore = self._suspect
+        if restore:
+            self._remember_until = time.monotonic() + self.lease
+        args: list[Arg] = [self._lease_ms, self._grace_ms, b"1" if restore else b"0", *self._held]
         try:
             reply = await self._conn.run(self._scripts.lease_refresh, self._keys, args)
         except BackendError as exc:
@@ -544,10 +553,14 @@ class FleetSemaphore:
             self._lost()
             return False
         self._suspect = False
-        if reply[1]:
+        if not reply[1]:
+            return True
+        if restore:
             log_event(
                 logging.WARNING, "lease_restored", semaphore=self.name, restored=int(reply[1])
             )
+        else:  # Redis lost some (a restart, a stall past the lease): restore them at once
+            self._lost()
         return True
 
     async def settle(self) -> bool:
