@@ -41,6 +41,7 @@ from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
 from .._observer import ToolObserver
 from ..backends._redis import (
+    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
     DEFAULT_PREFIX,
     DEFAULT_TIMEOUT,
@@ -205,7 +206,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``lease``: seconds
     a lease lives unless refreshed (a crashed process's permits come back within it).
     ``failure_policy``: ``"open"`` or ``"closed"`` when Redis fails; ``timeout``: seconds any
-    Redis call may take; ``prefix``: the keys' namespace and hash tag. Every other argument is
+    Redis call may take; ``connect_timeout``: seconds setting up the first connections may take
+    (a cold start is not an outage); ``prefix``: the keys' namespace and hash tag (these three
+    apply to a connection made here, not to a shared one). Every other argument is
     :class:`~fusion_guard.ConcurrencyGuard`'s, for this process's slots and queue.
     """
 
@@ -222,11 +225,12 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         failure_policy: FailurePolicy = "open",
         timeout: float = DEFAULT_TIMEOUT,
         prefix: str = DEFAULT_PREFIX,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         **local: Any,
     ) -> None:
         super().__init__(max_active, max_queue, queue_timeout, **local)
         self.lease = _check_seconds("lease", lease)
-        self._conn = _connection(redis, timeout, prefix)
+        self._conn = _connection(redis, timeout, prefix, connect_timeout)
         self._semaphore = FleetSemaphore(self._conn, self.name, limit=max_active, lease=self.lease)
         self._failure = BackendFailure(
             self.name,
@@ -308,13 +312,16 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
 
 
 def _connection(
-    redis: str | Redis | RedisRateLimitBackend | RedisConnection, timeout: float, prefix: str
+    redis: str | Redis | RedisRateLimitBackend | RedisConnection,
+    timeout: float,
+    prefix: str,
+    connect_timeout: float,
 ) -> RedisConnection:
     if isinstance(redis, RedisConnection):
         return redis
     if isinstance(redis, RedisRateLimitBackend):
         return redis.connection
-    return RedisConnection(redis, timeout=timeout, prefix=prefix)
+    return RedisConnection(redis, timeout=timeout, prefix=prefix, connect_timeout=connect_timeout)
 
 
 # -- the Guard's hooks --------------------------------------------------------------------------

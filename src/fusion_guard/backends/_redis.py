@@ -708,7 +708,9 @@ class RedisRateLimitBackend:
     """GCRA rate limits shared by a fleet, in Redis: a :class:`RateBackend`.
 
     ``redis``: a ``redis://`` URL or a ``redis.asyncio.Redis``. ``timeout``: seconds any call may
-    take (default 50 ms) before it counts as a failure. ``failure_policy``: what the limits
+    take (default 50 ms) before it counts as a failure; ``connect_timeout``: seconds setting up
+    the first connections may take (default 1 s: a cold start is not an outage; see the
+    module). ``failure_policy``: what the limits
     using this backend do when Redis fails, ``"open"`` (admit, count, log) or ``"closed"``
     (shed with SERVER_BUSY); ``decide`` itself raises :class:`~fusion_guard.BackendError` and the
     limiter applies the policy. ``prefix``: the keys' namespace and Redis Cluster hash tag.
@@ -727,12 +729,15 @@ class RedisRateLimitBackend:
         timeout: float = DEFAULT_TIMEOUT,
         failure_policy: FailurePolicy = "open",
         prefix: str = DEFAULT_PREFIX,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.failure_policy = check_failure_policy(failure_policy)
         self._conn = (
             redis
             if isinstance(redis, RedisConnection)
-            else RedisConnection(redis, timeout=timeout, prefix=prefix)
+            else RedisConnection(
+                redis, timeout=timeout, prefix=prefix, connect_timeout=connect_timeout
+            )
         )
         self._rate_prefix = f"{self._conn.key_prefix}rate:"
         self._gcra = self._conn.scripts["gcra"]
