@@ -5,13 +5,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOWEST := .venv-lowest
 
-.PHONY: demo test lint typecheck unit bench overload clean
+.PHONY: demo test lint typecheck unit test-lowest test-lowest-all test-lowest-core bench overload clean
 
+# pip >= 25.1 reads the PEP 735 dependency group (`--group dev`): upgrade pip first.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,mcp,fastmcp,redis,demo]"
+	$(BIN)/pip install --quiet -e ".[mcp,fastmcp,redis,demo]" --group dev
 	touch $(STAMP)
 
 ## The main job: the overload demo on the embedded in-memory default.
@@ -22,14 +24,29 @@ demo: $(STAMP)
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks ci
+	$(BIN)/ruff format --check src tests benchmarks ci
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/pytest tests benchmarks --benchmark-disable -q
+
+## The tests again, against the lowest versions pyproject.toml allows (its `>=` floors, read by
+## ci/lowest.py), in fresh venvs: every extra at lowest-direct versions, then the core floors
+## exactly (with the extras that fit beside them; test modules of the others are skipped).
+test-lowest: test-lowest-all test-lowest-core
+
+test-lowest-all test-lowest-core: test-lowest-%:
+	rm -rf $(LOWEST)-$*
+	$(PYTHON) -m venv $(LOWEST)-$*
+	$(LOWEST)-$*/bin/pip install --quiet --upgrade pip
+	$(LOWEST)-$*/bin/pip install --quiet --group dev
+	$(LOWEST)-$*/bin/python ci/lowest.py install $* $(LOWEST)-$*/bin/python
+	touch $(LOWEST)-$*/absent-modules
+	PYTHONPATH=ci FG_ABSENT_MODULES=$(LOWEST)-$*/absent-modules \
+	  $(LOWEST)-$*/bin/pytest tests -q -p no:cacheprovider -p absent_extras
 
 ## Benchmarks with figures (ratios measured side by side in one run).
 bench: $(STAMP)
@@ -40,4 +57,4 @@ overload: $(STAMP)
 	$(BIN)/python benchmarks/overload_full.py | tee benchmarks/results/overload.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) $(LOWEST)-all $(LOWEST)-core .pytest_cache .mypy_cache .ruff_cache .benchmarks
