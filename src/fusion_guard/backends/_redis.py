@@ -445,6 +445,7 @@ class FleetSemaphore:
         "_scripts",
         "_seen",
         "_suspect",
+        "key",
         "lease",
         "limit",
         "name",
@@ -460,7 +461,10 @@ class FleetSemaphore:
         self._lease_ms = b"%d" % max(1, round(lease * 1000))
         self._grace_ms = b"%d" % round(RECOVERY_GRACE * 1000)
         prefix = conn.key_prefix
-        self._keys = [f"{prefix}lease:{name}", f"{prefix}released:{name}", f"{prefix}fleet:{name}"]
+        self.key = f"{prefix}lease:{name}"
+        # Encoded once: redis-py sends bytes as they are (str is encoded on every call).
+        keys = (self.key, f"{prefix}released:{name}", f"{prefix}fleet:{name}")
+        self._keys: list[Arg] = [key.encode() for key in keys]
         self._release_keys = self._keys[:2]
         self._owner = _owner_id()
         self._counter = 0
@@ -471,11 +475,6 @@ class FleetSemaphore:
         # Until then (time.monotonic()), releases are remembered in Redis: a restore sent
         # before may still run, late, and must not bring a released lease back.
         self._remember_until = -math.inf
-
-    @property
-    def key(self) -> str:
-        """The Redis key of the holders' sorted set."""
-        return self._keys[0]
 
     @property
     def held(self) -> int:
@@ -601,78 +600,97 @@ class FleetSemaphore:
 
 
 class LeaseRefresher:
-    """One background task per connection, so per process, that refreshes the leases of every
-    fleet semaphore holding some, every third of the shortest lease (two refreshes may fail
+    """The refreshing of one connection's leases, so one process's: every fleet semaphore
+    holding some has them refreshed every third of the shortest lease (two refreshes may fail
     before a running call loses its lease) but at least every quarter second (so a restarted
     Redis gets the running calls' leases back within :data:`RECOVERY_GRACE`: one round trip
-    per semaphore holding leases), and settles what failures left (see
+    per semaphore holding leases), and what failures left is settled (see
     :meth:`FleetSemaphore.settle`): at once, again whenever Redis answers a call, and every
-    50 ms doubling to 200 ms while Redis keeps failing. It starts with the first lease or
-    failure and ends when nothing is held or owed, so an idle process runs no task."""
+    50 ms doubling to 200 ms while Redis keeps failing.
 
-    __slots__ = ("_failing", "_holding", "_owing", "_sleeping", "_task", "_wake")
+    A round is a timer (cheap to set and cancel with every call) that starts a task only when
+    due; nothing is scheduled while nothing is held or owed, so an idle process runs nothing.
+    """
+
+    __slots__ = ("_failing", "_holding", "_owing", "_refreshed", "_retry", "_round", "_timer")
 
     def __init__(self) -> None:
         self._holding: set[FleetSemaphore] = set()
         self._owing: set[FleetSemaphore] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._sleeping = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._round: asyncio.Task[None] | None = None
+        self._refreshed = 0.0  # loop time of the last refresh, or of the first lease
+        self._retry = _FIRST_RETRY
         self._failing = False  # the last settling failed: retry on the backoff or an answer
+
+    @property
+    def active(self) -> bool:
+        """Whether a round is scheduled or running."""
+        return self._timer is not None or self._round is not None
 
     def holding(self, semaphore: FleetSemaphore) -> None:
         """``semaphore`` holds leases: refresh them until it does not."""
         self._holding.add(semaphore)
-        self._start()
+        if not self.active:
+            self._refreshed = asyncio.get_running_loop().time()
+            self._schedule(self._period())
 
     def owe(self, semaphore: FleetSemaphore) -> None:
         """``semaphore`` has leases to settle: now, unless Redis is failing (then at the next
         retry, so an outage's failed calls do not each add a round trip)."""
         self._owing.add(semaphore)
-        self._start()
         if not self._failing:
             self.wake()
+        elif not self.active:
+            self._schedule(self._retry)
 
     def wake(self) -> None:
         """Redis answered: settle now what is owed."""
-        if self._wake is not None and self._owing:
-            self._wake.set()
+        if self._owing and self._round is None:
+            self._schedule(0.0)
 
     def idle(self, semaphore: FleetSemaphore) -> None:
         """``semaphore`` holds no lease any more."""
         self._holding.discard(semaphore)
-        if not self._holding and not self._owing and self._sleeping:
-            self.stop()
+        if not self._holding and not self._owing and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def stop(self) -> None:
-        """Cancel the task (it is started again by the next lease or failure)."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        """Cancel what is scheduled or running (started again by the next lease or failure)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._round is not None:
+            self._round.cancel()
+            self._round = None
 
-    def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(self._wake), name="fusion_guard lease refresher"
-            )
+    def _schedule(self, delay: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._start_round)
 
-    async def _run(self, wake: asyncio.Event) -> None:
+    def _start_round(self) -> None:
+        self._timer = None
+        self._round = asyncio.get_running_loop().create_task(
+            self._run_round(), name="fusion_guard lease refresher"
+        )
+
+    async def _run_round(self) -> None:
         loop = asyncio.get_running_loop()
-        retry = _FIRST_RETRY
-        refreshed = loop.time()
-        while self._holding or self._owing:
-            # The period is read again each time: semaphores start and stop holding meanwhile.
-            due = refreshed + self._period()
-            if not self._owing or self._failing:
-                delay = retry if self._owing else due - loop.time()
-                await self._sleep(wake, min(delay, due - loop.time()))
-            if loop.time() >= due:
+        try:
+            if self._holding and loop.time() >= self._refreshed + self._period():
                 for semaphore in tuple(self._holding):
                     await semaphore.refresh()
-                refreshed = loop.time()
+                self._refreshed = loop.time()
             self._failing = not await self._settle()
-            retry = min(2 * retry, _MAX_RETRY) if self._failing else _FIRST_RETRY
+            self._retry = min(2 * self._retry, _MAX_RETRY) if self._failing else _FIRST_RETRY
+        finally:
+            self._round = None
+        if self._owing:
+            self._schedule(self._retry if self._failing else 0.0)
+        elif self._holding:  # the period is read again: semaphores start and stop holding
+            self._schedule(self._refreshed + self._period() - loop.time())
 
     async def _settle(self) -> bool:
         settled = True
@@ -683,16 +701,6 @@ class LeaseRefresher:
             else:
                 settled = False
         return settled
-
-    async def _sleep(self, wake: asyncio.Event, delay: float) -> None:
-        self._sleeping = True
-        try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, delay)):
-                    await wake.wait()
-        finally:
-            self._sleeping = False
-        wake.clear()
 
     def _period(self) -> float:
         leases = [semaphore.lease for semaphore in self._holding]
