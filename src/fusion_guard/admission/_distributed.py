@@ -12,10 +12,10 @@ the seam its module describes) that also holds a Redis lease while a call runs:
    (2 ms doubling to 50 ms) until ``queue_timeout``, counted from arrival, runs out: then
    SERVER_BUSY ``queue_timeout``. Waiting callers hold their local slot, so later arrivals
    queue locally, and are shed ``queue_full`` once that queue is full too.
-3. While calls run, one background task per Redis connection (so per process, when the guards
-   share one, as the Guard's do) refreshes their leases every third of ``lease``; a crashed
-   process stops refreshing, so its permits come back within ``lease`` seconds. Leaving the
-   slot releases the lease, then the local slot.
+3. While calls run, one refresher per Redis connection (so per process, when the guards share
+   one, as the Guard's do) refreshes their leases every third of ``lease`` (at least every
+   quarter second); a crashed process stops refreshing, so its permits come back within
+   ``lease`` seconds. Leaving the slot releases the lease, then the local slot.
 
 When Redis fails (down, or slower than ``timeout``), :class:`BackendFailure` applies
 ``failure_policy``: ``open`` runs the call on its local slot alone (counted, logged), ``closed``

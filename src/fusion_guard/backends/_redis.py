@@ -7,9 +7,11 @@ back as its clients reconnect) and run by SHA1 (``EVALSHA``, falling back to ``S
 ``NOSCRIPT``, as after a ``SCRIPT FLUSH``).
 
 Two budgets: ``timeout`` bounds each decision (one round trip), ``connect_timeout`` bounds
-setting up a connection (TCP connect, handshake and loading the scripts) until the first one is
-up, so a cold start under load is not taken for an outage; later connections (after a restart,
-say) set up under ``timeout``, so a stalled Redis costs a call no more than that.
+setting up a connection (handshake and loading the scripts) until the first one is up, so a cold
+start under load is not taken for an outage; later connections (after a restart, say) set up
+under ``timeout``, so a stalled Redis costs a call no more than that. The TCP connect itself
+always has ``connect_timeout`` (redis-py fixes it per client): a stalled Redis still accepts
+connections, so only a host that drops them costs that much per new connection.
 
 All keys share one hash tag, ``{<prefix>}``, so every decision's keys live in one Redis Cluster
 slot (a decision may combine a server-wide limit with a per-client one, so no narrower tag would
@@ -428,6 +430,8 @@ class FleetSemaphore:
     stay released: a request delayed in a stalled Redis cannot bring them back). When Redis
     fails, or says it lost the holders, this process's running calls register their leases
     again, counted even beyond the limit, so the fleet refuses newcomers until they drain.
+
+    ``key`` is the Redis key of the holders' sorted set.
     """
 
     __slots__ = (
