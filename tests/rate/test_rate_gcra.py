@@ -38,14 +38,14 @@ def test_admitted_again_exactly_when_retry_after_has_passed() -> None:
     assert not limiter.try_acquire().allowed  # and that one call spent the opening
 
 
-def test_refusal_records_nothing() -> None:
+def test_refusals_spend_no_budget_and_are_told_successive_openings() -> None:
     clock = FakeClock()
     limiter = RateLimiter(1, per=1.0, burst=1, clock=clock)
     limiter.try_acquire()
-    for _ in range(100):
-        assert limiter.try_acquire().retry_after == pytest.approx(1.0)
+    waits = [limiter.try_acquire().retry_after for _ in range(100)]
+    assert waits == pytest.approx([float(k) for k in range(1, 101)])
     clock.advance(1.0)
-    assert limiter.try_acquire().allowed
+    assert limiter.try_acquire().allowed  # the budget's next opening was not spent
 
 
 def test_retry_after_shrinks_as_time_passes() -> None:

@@ -5,6 +5,10 @@ function turning a :class:`CallContext` into the caller's key), *how* it is deci
 theoretical arrival time per key, see ``backends/_base.py``), and *where* the state lives (a
 backend: in memory by default, Redis for a fleet).
 
+A refusal's ``retry_after`` is a promise: callers refused while a budget is exhausted are told
+its successive openings, one emission interval apart, so a crowd that follows the advice comes
+back spread out at the limit's pace instead of all at once (``backends/_base.py`` has the rule).
+
 - :class:`RateLimiter` is one limit. ``try_acquire(key)`` decides synchronously (in-memory
   backend); ``await acquire(key)`` works with any backend.
 - :class:`RateLimits` composes several limits (say 100/s for the server and 10/s per client): a
@@ -61,7 +65,8 @@ per tool, one per client (across tools)."""
 
 @dataclass(frozen=True, slots=True)
 class RateDecision:
-    """``allowed``; ``retry_after``: 0.0 when allowed, else the exact seconds until it would be."""
+    """``allowed``; ``retry_after``: 0.0 when allowed, else the seconds until the opening
+    promised to this caller (successive refusals are promised successive openings)."""
 
     allowed: bool
     retry_after: float

@@ -1,6 +1,6 @@
 """The interface between the rate limits (the GCRA strategy) and where their state lives.
 
-A backend keeps one number per key, the GCRA theoretical arrival time (TAT), and decides
+A backend keeps, per key, the GCRA theoretical arrival time (TAT) and a promise cursor, and decides
 *several* limits at once, all or nothing: a call is recorded against every limit only when every
 limit admits it, so a refusal by one limit never spends another's budget. The whole decision is
 one atomic step: in memory no ``await`` separates the check from the record; on Redis it is one
@@ -11,7 +11,22 @@ GCRA, for one limit of ``rate`` calls per ``per`` seconds with bursts of ``burst
 - ``emission_interval`` T = per / rate: the spacing of calls at the sustained rate;
 - ``tolerance`` tau = (burst - 1) * T: how far ahead of the schedule a burst may run;
 - a call at ``now`` passes when ``max(TAT, now) - now <= tau``; it then sets
-  ``TAT = max(TAT, now) + T``. Otherwise it must wait ``max(TAT, now) - tau - now`` seconds.
+  ``TAT = max(TAT, now) + T``. Otherwise the budget next opens at ``TAT - tau``.
+
+Staggered promises. Telling every caller refused while the budget is exhausted that same opening
+sends them all back together, into a second refusal for all but one. So the k-th refused caller
+is told the k-th coming opening: the *promise cursor* P of a key is the next opening not yet
+promised. A refusal promises ``opening = max(P, TAT - tau)`` (``retry_after = opening - now``) and
+sets ``P = opening + T``; it never touches TAT, so it spends no budget. Callers who come back at
+their promise (or later by up to tau) are admitted in turn: each admission moves TAT by T, onto
+the next promise. An admitted call leaves P alone. Promises lapse by themselves: once time has
+moved past P, or the budget's own opening has moved past it (fresh callers took the openings
+nobody came back for), the max() falls back to the budget's opening. Promises are advice, not
+reservations: a caller who finds the budget open is admitted, whoever the opening was promised to.
+
+Several limits: the advice is the latest opening among the refusing limits, and each refusing
+limit's cursor moves one of its intervals past that time (the caller takes one opening of every
+limit when it comes back then); limits that admitted are left alone.
 
 Keys may hold caller identities (user or tenant ids): never log them; log :func:`key_digest`.
 """
@@ -47,10 +62,11 @@ class GcraResult:
     """The outcome of one decision over several limits.
 
     ``allowed``: every limit admitted the call (and it was recorded against each).
-    ``retry_after``: 0.0 when allowed; otherwise the exact seconds until every limit would admit
-    it (the longest wait among the refusing limits; nothing was recorded).
-    ``refused``: the index, in the request sequence, of the limit that waits longest; -1 when
-    allowed.
+    ``retry_after``: 0.0 when allowed; otherwise the seconds until the opening promised to this
+    caller: the latest among the refusing limits, each limit's next opening not yet promised to
+    an earlier refused caller (no budget was spent).
+    ``refused``: the index, in the request sequence, of the limit whose opening is the latest;
+    -1 when allowed.
     """
 
     allowed: bool

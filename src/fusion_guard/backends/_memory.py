@@ -1,16 +1,23 @@
-"""GCRA state in this process: one float (the theoretical arrival time) per key.
+"""GCRA state in this process: per key, the theoretical arrival time, and a promise cursor.
 
-Bounded memory: a key whose TAT is in the past is back to a full budget, so it is the same as an
-absent key and can be dropped. Two amortised O(1) clean-ups keep the table small:
+**Promises.** A refusal tells the caller when the budget next opens, and callers refused while
+the budget is exhausted are told *successive* openings, one emission interval apart (see
+``_base.py``): a key refused once holds a *promise cursor*, the time of the next opening not yet
+promised. Only refusals read or move it; an admitted call never touches it, so the admit path is
+what it was.
 
-- once the clock passes the latest TAT handed out (the *horizon*), every key is back to full and
-  the whole table is cleared in one step: a million keys used once, then idle, cost nothing once
-  the next new key arrives;
-- while new keys keep coming, the table is swept (expired keys dropped, the dict rebuilt
-  compact) whenever it has doubled since the previous sweep, so the sweep's O(n) is paid for by
-  the n/2 insertions before it.
+Bounded memory: a key whose TAT is in the past is back to a full budget, and a cursor in the
+past promises nothing (every refusal's opening is later than ``now``), so either is the same as
+an absent one and can be dropped. Two amortised O(1) clean-ups keep the tables small:
 
-Only a new key grows the table, so only its insertion checks whether a clean-up is due: a
+- once the clock passes the latest TAT or cursor handed out (the *horizon*), every key is back
+  to full with nothing promised, and both tables are cleared in one step: a million keys used
+  once, then idle, cost nothing once the next new key arrives;
+- while new keys keep coming, the tables are swept (past entries dropped, the dicts rebuilt
+  compact) whenever they have doubled since the previous sweep, so the sweep's O(n) is paid for
+  by the n/2 insertions before it.
+
+Only a new key grows a table, so only its insertion checks whether a clean-up is due: a
 decision on a known key does no housekeeping at all.
 
 Atomic under concurrency: a decision never awaits, so within one event loop no other task runs
@@ -35,12 +42,13 @@ _MIN_SWEEP = 1024
 class MemoryBackend:
     """In-process GCRA state (the default backend). ``clock``: monotonic seconds, injectable."""
 
-    __slots__ = ("_clock", "_horizon", "_sweep_at", "_tats")
+    __slots__ = ("_clock", "_cursors", "_horizon", "_sweep_at", "_tats")
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = monotonic if clock is None else clock
         self._tats: dict[str, float] = {}
-        self._horizon = float("-inf")  # the latest TAT stored: past it, every key is full
+        self._cursors: dict[str, float] = {}  # per refused key: the next opening not promised
+        self._horizon = float("-inf")  # the latest TAT or cursor stored: past it, all is full
         self._sweep_at = _MIN_SWEEP
 
     @property
@@ -48,17 +56,18 @@ class MemoryBackend:
         return self._clock
 
     def __len__(self) -> int:
-        """How many keys hold state now (keys back to full may linger until a clean-up)."""
-        return len(self._tats)
+        """How many entries (TATs and promise cursors) are held now (entries in the past may
+        linger until a clean-up)."""
+        return len(self._tats) + len(self._cursors)
 
     def wait_one(self, key: str, emission_interval: float, tolerance: float) -> float:
         """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait."""
         now = self._clock()
         stored = self._tats.get(key)
         tat = now if stored is None or stored < now else stored
-        wait = tat - tolerance - now
-        if wait > _SLACK:
-            return wait
+        opening = tat - tolerance
+        if opening - now > _SLACK:
+            return self._promise_one(key, opening, emission_interval, now)
         if stored is None:  # only a new key grows the table: clean up first when due
             self._clean_if_due(now)
         tat += emission_interval
@@ -92,11 +101,47 @@ class MemoryBackend:
         self._horizon = horizon
         return ALLOWED
 
+    def _promise_one(self, key: str, opening: float, emission_interval: float, now: float) -> float:
+        """Promise ``opening`` (the budget's next one) or, when it is promised already, the next
+        one not yet promised; record the cursor past it. The seconds until it; spends no budget.
+
+        A cursor behind ``opening`` has lapsed (its callers never came back, or time moved on:
+        every opening up to the budget's own is free again) and counts for nothing."""
+        cursor = self._cursors.get(key)
+        if cursor is None:  # only a new key grows the table: clean up first when due
+            self._clean_if_due(now)
+        elif cursor > opening:  # the budget's next opening is promised already
+            opening = cursor
+        cursor = self._cursors[key] = opening + emission_interval
+        if cursor > self._horizon:
+            self._horizon = cursor
+        return opening - now
+
     def _refusal(self, requests: Sequence[GcraRequest], now: float) -> GcraResult:
-        """The longest wait among the refusing limits, and which one it is; records nothing."""
-        waits = [max(self._tats.get(key, now), now) - tau - now for key, _, tau in requests]
-        longest = max(waits)
-        return GcraResult(False, longest, waits.index(longest))
+        """Promise the latest opening among the refusing limits; spends no budget.
+
+        The caller is told to come back at that opening, when it takes one opening of every
+        limit at once: each refusing limit's cursor moves one interval past it. For the limit
+        that decided the time this is its next opening; for the others it is conservative (the
+        openings they have before it stay unpromised, free for other callers), because a caller
+        who comes back later than its own limit's opening may find that opening lost to the
+        burst cap.
+        """
+        get, cursor_of = self._tats.get, self._cursors.get
+        latest, refused = now, -1
+        refusing: list[tuple[str, float]] = []
+        for index, (key, emission_interval, tolerance) in enumerate(requests):
+            opening = get(key, now) - tolerance
+            if opening - now > _SLACK:
+                refusing.append((key, emission_interval))
+                cursor = cursor_of(key, opening)
+                if cursor > opening:  # the next opening is promised already
+                    opening = cursor
+                if opening > latest:
+                    latest, refused = opening, index
+        for key, emission_interval in refusing:
+            self._promise_one(key, latest, emission_interval, now)
+        return GcraResult(False, latest - now, refused)
 
     async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """:meth:`decide_now`; nothing is awaited, so the decision stays atomic."""
@@ -105,11 +150,13 @@ class MemoryBackend:
     def _clean_if_due(self, now: float) -> None:
         if now >= self._horizon:
             self._tats.clear()
-        elif len(self._tats) >= self._sweep_at:
+            self._cursors.clear()
+        elif len(self._tats) + len(self._cursors) >= self._sweep_at:
             self._tats = {key: tat for key, tat in self._tats.items() if tat > now}
+            self._cursors = {key: at for key, at in self._cursors.items() if at > now}
         else:
             return
-        self._sweep_at = max(_MIN_SWEEP, 2 * len(self._tats))
+        self._sweep_at = max(_MIN_SWEEP, 2 * (len(self._tats) + len(self._cursors)))
 
     def __repr__(self) -> str:
-        return f"MemoryBackend(keys={len(self._tats)})"
+        return f"MemoryBackend(keys={len(self._tats)}, promised={len(self._cursors)})"

@@ -1,0 +1,152 @@
+"""A crowd of agents at one rate-limited tool, each retrying at exactly its ``retry_after``.
+
+Every agent calls the tool through a :class:`~fusion_guard.Guard` at the same instant; a refused
+agent reads ``retry_after`` from the RATE_LIMITED envelope (as a model would, with
+``parse_tool_error``), waits exactly that long and calls again, until admitted. Used by the crowd
+tests in one process (memory backend, asyncio and trio) and, run as a script, as one process of a
+fleet sharing a Redis backend:
+
+    python crowd_agents.py URL START_AT AGENTS RATE BURST
+
+``START_AT`` is a ``time.monotonic()`` instant (system-wide on Linux), so every process starts its
+agents at once; the script prints its agents' records as one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass
+
+import anyio
+
+from fusion_guard import Guard, RedisRateLimitBackend, parse_tool_error
+from fusion_guard.backends import RateBackend
+
+TOOL = "search"
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent's story: refusals before its call ran, whether its first retry (if any) was
+    admitted, when its call ran (seconds after the start), its first ``retry_after``."""
+
+    refusals: int
+    first_retry_admitted: bool
+    done: float
+    first_advice: float | None
+
+
+@dataclass(frozen=True)
+class CrowdFigures:
+    """What the issue's target measures, for a crowd at ``rate`` calls/s with bursts of
+    ``burst``."""
+
+    agents: int
+    refused_first: int  # agents refused on their first call
+    first_retries_admitted: int
+    distinct_first_advice: int  # distinct retry_after values told to the first refusals
+    refusals: int
+    last_done: float
+    ideal: float  # the last call's time if the budget were used perfectly
+
+    @property
+    def first_retry_rate(self) -> float:
+        return self.first_retries_admitted / self.refused_first if self.refused_first else 1.0
+
+    @property
+    def refusals_per_call(self) -> float:
+        return self.refusals / self.agents
+
+    @property
+    def last_vs_ideal(self) -> float:
+        return self.last_done / self.ideal
+
+    def __str__(self) -> str:
+        return (
+            f"{self.agents} agents: first retries admitted {self.first_retries_admitted}/"
+            f"{self.refused_first} ({self.first_retry_rate:.0%}), {self.distinct_first_advice}"
+            f" distinct first retry_after, {self.refusals_per_call:.2f} refusals per call, last"
+            f" call at {self.last_done:.3f} s = {self.last_vs_ideal:.2f}x the ideal"
+            f" {self.ideal:.3f} s"
+        )
+
+
+def crowd_guard(rate: float, burst: int, backend: RateBackend | None = None) -> Guard:
+    """A guard limiting the tool to ``rate`` calls per second, bursts of ``burst``, and nothing
+    else (no slots, no deadline: only the rate limit is under test)."""
+    return Guard(
+        max_active=None, timeout=None, rate=rate, burst=burst, metrics=False, rate_backend=backend
+    )
+
+
+async def _handler() -> str:
+    return "ok"
+
+
+async def agent(guard: Guard, start: float) -> Agent:
+    refusals = 0
+    first_advice: float | None = None
+    while True:
+        response = await guard.call(TOOL, _handler)
+        if response.code != "RATE_LIMITED":
+            return Agent(refusals, refusals <= 1, time.monotonic() - start, first_advice)
+        info = parse_tool_error(response.text)
+        assert info is not None
+        assert info.retry_after is not None
+        if first_advice is None:
+            first_advice = info.retry_after
+        refusals += 1
+        await anyio.sleep(info.retry_after)
+
+
+async def run_agents(guard: Guard, count: int, start: float) -> list[Agent]:
+    """``count`` agents calling at once (at ``start``, a ``time.monotonic()`` instant)."""
+    agents: list[Agent] = []
+
+    async def one() -> None:
+        agents.append(await agent(guard, start))
+
+    await anyio.sleep(max(0.0, start - time.monotonic()))
+    async with anyio.create_task_group() as group:
+        for _ in range(count):
+            group.start_soon(one)
+    return agents
+
+
+def figures(agents: Sequence[Agent], rate: float, burst: int) -> CrowdFigures:
+    refused = [a for a in agents if a.refusals]
+    return CrowdFigures(
+        agents=len(agents),
+        refused_first=len(refused),
+        first_retries_admitted=sum(a.first_retry_admitted for a in refused),
+        distinct_first_advice=len({a.first_advice for a in refused}),
+        refusals=sum(a.refusals for a in agents),
+        last_done=max(a.done for a in agents),
+        ideal=max(1, len(agents) - burst) / rate,
+    )
+
+
+def from_json(line: str) -> list[Agent]:
+    return [Agent(*fields) for fields in json.loads(line)]
+
+
+async def _process(url: str, start: float, count: int, rate: float, burst: int) -> None:
+    backend = RedisRateLimitBackend(url, timeout=1.0)  # generous: shared, busy machine
+    try:
+        agents = await run_agents(crowd_guard(rate, burst, backend), count, start)
+    finally:
+        await backend.aclose()
+    print(json.dumps([astuple(a) for a in agents]))
+
+
+def main(argv: list[str]) -> None:
+    url, start, count, rate, burst = argv
+    asyncio.run(_process(url, float(start), int(count), float(rate), int(burst)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
