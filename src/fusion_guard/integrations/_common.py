@@ -20,6 +20,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._exceptions import Rejected
 from .._log import is_enabled, log_event
+from ..config._fields import LIMIT_FIELDS
 from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
@@ -70,20 +71,6 @@ _current_ticket: ContextVar[Ticket | None] = ContextVar("fusion_guard_ticket", d
 which must answer with a result instead of raising, so it reports the outcome here)."""
 
 
-_SHOWN_LIMITS = (
-    "max_active",
-    "max_queue",
-    "queue_timeout",
-    "timeout",
-    "rate",
-    "rate_per",
-    "burst",
-    "rate_scope",
-    "lifo",
-    "failure_policy",
-)
-
-
 def log_limits(guard: Guard, adapter: str) -> None:
     """Say once, at start-up, which limits are in force: one ``guard_limits`` event for the
     defaults (``pattern=""``) and one per configured pattern, on the library's logger (never
@@ -95,7 +82,7 @@ def log_limits(guard: Guard, adapter: str) -> None:
     if not is_enabled(logging.INFO):
         return
     for pattern, limits in guard.configured_limits().items():
-        shown = {name: _shown(name, getattr(limits, name)) for name in _SHOWN_LIMITS}
+        shown = {name: _shown(name, getattr(limits, name)) for name in LIMIT_FIELDS}
         log_event(logging.INFO, "guard_limits", None, adapter=adapter, pattern=pattern, **shown)
 
 
