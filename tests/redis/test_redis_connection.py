@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -13,7 +14,14 @@ import redis.exceptions
 import trio
 from redis_testserver import RedisServer
 
-from fusion_guard import BackendError, ConfigurationError, RedisRateLimitBackend
+from fusion_guard import (
+    BackendError,
+    CallContext,
+    ConfigurationError,
+    RateLimiter,
+    RateLimits,
+    RedisRateLimitBackend,
+)
 from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
 
 pytestmark = pytest.mark.anyio
@@ -169,6 +177,24 @@ def test_the_backend_repr_shows_host_and_port_but_not_the_password() -> None:
     assert "127.0.0.1:6380" in text
     assert "hunter2" not in text
     assert "hunter3" not in text
+
+
+async def test_a_failing_url_logs_host_and_port_but_not_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Valid, but nothing listens there: every decision fails, and is logged as the Guard does.
+    backend = RedisRateLimitBackend("redis://:hunter2@127.0.0.1:1/0?password=hunter3")
+    limits = RateLimits([RateLimiter(5)], backend=backend)
+    with caplog.at_level(logging.WARNING, logger="fusion_guard"):
+        with pytest.raises(BackendError) as caught:
+            await limits.acheck(CallContext(tool="t"))
+        backend.failed(caught.value, True)
+    logged = caplog.text + str(caught.value)
+    assert "backend_error" in logged
+    assert "127.0.0.1:1" in logged
+    assert "hunter2" not in logged
+    assert "hunter3" not in logged
+    await backend.aclose()
 
 
 def test_a_target_of_the_wrong_type_is_not_echoed() -> None:

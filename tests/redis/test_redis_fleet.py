@@ -173,7 +173,7 @@ def _under_load(
         spawn("chaos", redis_url, start_at, seconds, LIMIT, 4, hold, CHAOS_TIMEOUT)
         for _ in range(WORKERS)
     ]
-    time.sleep(start_at + 1.5 - time.monotonic())  # at full capacity by then
+    time.sleep(max(0.0, start_at + 1.5 - time.monotonic()))  # at full capacity by then
     recovered = disrupt()
     results = [_result(worker) for worker in workers]
     assert time.monotonic() > recovered + 2.0  # the load went on long enough after
