@@ -9,7 +9,7 @@ over 1,000 clients, and everything runs in one event loop (redis-py connections 
 A fleet slot's Redis work (acquire, then release: two scripts, two round trips) is set against
 two PINGs on the same connection: the lease scripts' bookkeeping (purging expired holders, the
 checks that keep a lease from outliving its call) should cost little next to the round trips,
-at most 1.4x (the acquire reads three keys and sends five arguments; a PING sends none).
+at most 1.5x (the acquire reads three keys and sends five arguments; a PING sends none).
 """
 
 from __future__ import annotations
@@ -118,5 +118,5 @@ def test_fleet_lease_vs_two_pings(
         ops=OPS,
         rounds=ROUNDS,
     )
-    figures.at_most("fleet slot lease (acquire + release) vs two PINGs", candidate, baseline, 1.4)
+    figures.at_most("fleet slot lease (acquire + release) vs two PINGs", candidate, baseline, 1.5)
     run(backend.aclose())
