@@ -510,6 +510,7 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
         return RedisRateLimitBackend(
             settings.redis_url.get_secret_value(),
             timeout=settings.redis_timeout,
+            connect_timeout=settings.redis_connect_timeout,
             failure_policy=settings.redis_failure_policy,
             prefix=settings.redis_prefix,
         )

@@ -177,7 +177,13 @@ class IgnoredSetting:
 
 
 # The Redis settings, and what they say when BACKEND is not 'redis'.
-_REDIS_ONLY = ("redis_url", "redis_timeout", "redis_lease", "redis_prefix")
+_REDIS_ONLY = (
+    "redis_url",
+    "redis_timeout",
+    "redis_connect_timeout",
+    "redis_lease",
+    "redis_prefix",
+)
 _NOT_REDIS = "BACKEND is not 'redis', and only the Redis backend reads it"
 _NOT_SHARED = (
     "BACKEND is not 'redis': it applies when shared state fails (BACKEND=redis, or a Redis"

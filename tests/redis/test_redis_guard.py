@@ -47,10 +47,12 @@ async def test_env_variables_select_the_redis_backend(
     monkeypatch.setenv("FUSION_GUARD_BACKEND", "redis")
     monkeypatch.setenv("FUSION_GUARD_REDIS_URL", redis_url)
     monkeypatch.setenv("FUSION_GUARD_REDIS_TIMEOUT", "0.5")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_CONNECT_TIMEOUT", "2.5")
     monkeypatch.setenv("FUSION_GUARD_REDIS_LEASE", "2")
     monkeypatch.setenv("FUSION_GUARD_REDIS_PREFIX", "env-test")
     monkeypatch.setenv("FUSION_GUARD_RATE", "5")
     guard = Guard.from_env(registry=CollectorRegistry())
+    assert guard.settings.redis_connect_timeout == 2.5
     slots = guard.concurrency("search")
     assert isinstance(slots, DistributedConcurrencyGuard)
     assert slots.lease == 2.0

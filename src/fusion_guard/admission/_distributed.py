@@ -355,6 +355,7 @@ def concurrency_guard(
         lease=settings.redis_lease,
         failure_policy=failure_policy,
         timeout=settings.redis_timeout,
+        connect_timeout=settings.redis_connect_timeout,
         prefix=settings.redis_prefix,
         **local,
     )

@@ -29,6 +29,7 @@ _GLOBAL_ONLY = (
     "redis_url",
     "redis_failure_policy",
     "redis_timeout",
+    "redis_connect_timeout",
     "redis_lease",
     "redis_prefix",
 )

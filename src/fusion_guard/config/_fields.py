@@ -186,6 +186,10 @@ ACCEPTED: dict[str, str] = {
     "redis_url": "a redis://, rediss:// or unix:// URL (required when BACKEND is 'redis')",
     "redis_failure_policy": _FAILURE_POLICY,
     "redis_timeout": "a number of seconds > 0 (the longest any Redis call may take)",
+    "redis_connect_timeout": (
+        "a number of seconds > 0 (the budget for setting up the first connections and"
+        " loading the scripts at start-up)"
+    ),
     "redis_lease": "a number of seconds > 0 (a fleet slot's lease: a crashed replica's slots"
     " come back within it)",
     "redis_prefix": "a non-empty string without braces (the Redis keys' namespace and cluster"

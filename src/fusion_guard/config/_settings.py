@@ -29,7 +29,12 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _PydanticSettingsError
 
-from ..backends._redis import DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT
+from ..backends._redis import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LEASE,
+    DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT,
+)
 from ._errors import (
     InvalidSettings,
     env_name,
@@ -153,6 +158,7 @@ class GuardSettings(BaseSettings):
     # Used with BACKEND=redis only; defaults shared with the Redis backend's own.
     redis_failure_policy: FailurePolicy = "open"
     redis_timeout: Seconds = DEFAULT_TIMEOUT
+    redis_connect_timeout: Seconds = DEFAULT_CONNECT_TIMEOUT
     redis_lease: Seconds = DEFAULT_LEASE
     redis_prefix: RedisPrefix = DEFAULT_PREFIX
     tools: Annotated[dict[PatternKey, ToolPolicy], NoDecode] = Field(default_factory=dict)
