@@ -74,3 +74,35 @@ async def test_two_tools_with_their_own_policies_while_redis_is_down(
     # Redis is back: both tools are admitted again, with no restart.
     assert not (await guard.call("billing.charge", _ok)).is_error
     assert not (await guard.call("search", _ok)).is_error
+
+
+class _RaisingObserver:
+    """A user's observer that fails at every event."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*_: object) -> None:
+            raise RuntimeError(f"observer bug in {name}")
+
+        return fail
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+async def test_a_failing_observer_does_not_change_the_failure_policys_answer(
+    policy: str,
+) -> None:
+    from fusion_guard import ServerBusy
+
+    slots = DistributedConcurrencyGuard(
+        2,
+        redis="redis://127.0.0.1:1/0",  # nothing listens: every lease fails at once
+        failure_policy=policy,  # type: ignore[arg-type]
+        observer=_RaisingObserver(),  # type: ignore[arg-type]
+        name="lookup",
+    )
+    if policy == "open":
+        async with slots.slot():  # admitted unleased, despite the observer
+            pass
+    else:
+        with pytest.raises(ServerBusy):  # the policy's refusal, not the observer's error
+            async with slots.slot():
+                pass

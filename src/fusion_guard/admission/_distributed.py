@@ -39,7 +39,7 @@ import anyio
 
 from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
-from .._observer import ToolObserver
+from .._observer import ToolObserver, ToolObservers
 from ..backends._redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -132,7 +132,8 @@ class BackendFailure:
             if max_active is None
             else ServerBusyTemplate(tool, max_active, max_queue)
         )
-        self._observer = observer
+        # Contained: what an observer raises never replaces the policy's answer.
+        self._observer = None if observer is None else _contained(observer)
         self._log = log
 
     def handle(self, exc: BackendError, active: int, queued: int) -> ServerBusy | None:
@@ -151,6 +152,10 @@ class BackendFailure:
         busy = ServerBusy(response, retry_after, "backend_unavailable")
         busy.__cause__ = exc
         return busy
+
+
+def _contained(observer: ToolObserver) -> ToolObserver:
+    return observer if isinstance(observer, ToolObservers) else ToolObservers((observer,))
 
 
 class FleetSlot(Slot):
