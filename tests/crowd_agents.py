@@ -6,10 +6,13 @@ agent reads ``retry_after`` from the RATE_LIMITED envelope (as a model would, wi
 tests in one process (memory backend, asyncio and trio) and, run as a script, as one process of a
 fleet sharing a Redis backend:
 
-    python crowd_agents.py URL START_AT AGENTS RATE BURST
+    python crowd_agents.py URL AGENTS RATE BURST
 
-``START_AT`` is a ``time.monotonic()`` instant (system-wide on Linux), so every process starts its
-agents at once; the script prints its agents' records as one JSON line.
+The script connects (its first decision, on a tool of its own, also loads the Lua script; one
+connection per agent is opened ahead), prints
+``ready``, reads the start instant from stdin (a ``time.monotonic()`` instant: the clock is
+system-wide on Linux, so every process starts its agents at once), runs its agents, and prints
+their records as one JSON line.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ class CrowdFigures:
     first_retries_admitted: int
     distinct_first_advice: int  # distinct retry_after values told to the first refusals
     refusals: int
+    first_done: float  # the burst: the first call ran (seconds after the start)
     last_done: float
-    ideal: float  # the last call's time if the budget were used perfectly
+    ideal: float  # how long after the burst the last call runs if the budget is used perfectly
 
     @property
     def first_retry_rate(self) -> float:
@@ -63,23 +67,33 @@ class CrowdFigures:
 
     @property
     def last_vs_ideal(self) -> float:
-        return self.last_done / self.ideal
+        """The last call's time after the burst, over the ideal (a slow start of the
+        processes, before the first decision, is not the advice's doing)."""
+        return (self.last_done - self.first_done) / self.ideal
 
     def __str__(self) -> str:
         return (
             f"{self.agents} agents: first retries admitted {self.first_retries_admitted}/"
             f"{self.refused_first} ({self.first_retry_rate:.0%}), {self.distinct_first_advice}"
             f" distinct first retry_after, {self.refusals_per_call:.2f} refusals per call, last"
-            f" call at {self.last_done:.3f} s = {self.last_vs_ideal:.2f}x the ideal"
-            f" {self.ideal:.3f} s"
+            f" call {self.last_done - self.first_done:.3f} s after the burst ="
+            f" {self.last_vs_ideal:.2f}x the ideal {self.ideal:.3f} s"
         )
 
 
 def crowd_guard(rate: float, burst: int, backend: RateBackend | None = None) -> Guard:
     """A guard limiting the tool to ``rate`` calls per second, bursts of ``burst``, and nothing
-    else (no slots, no deadline: only the rate limit is under test)."""
+    else (no slots, no deadline: only the rate limit is under test). A Redis failure sheds the
+    call (``redis_failure_policy="closed"``), so it cannot pass unnoticed as an admission."""
+    redis = {} if backend is None else {"redis_failure_policy": "closed"}
     return Guard(
-        max_active=None, timeout=None, rate=rate, burst=burst, metrics=False, rate_backend=backend
+        max_active=None,
+        timeout=None,
+        rate=rate,
+        burst=burst,
+        metrics=False,
+        rate_backend=backend,
+        **redis,
     )
 
 
@@ -92,8 +106,9 @@ async def agent(guard: Guard, start: float) -> Agent:
     first_advice: float | None = None
     while True:
         response = await guard.call(TOOL, _handler)
-        if response.code != "RATE_LIMITED":
+        if not response.is_error:
             return Agent(refusals, refusals <= 1, time.monotonic() - start, first_advice)
+        assert response.code == "RATE_LIMITED", response.text
         info = parse_tool_error(response.text)
         assert info is not None
         assert info.retry_after is not None
@@ -125,6 +140,7 @@ def figures(agents: Sequence[Agent], rate: float, burst: int) -> CrowdFigures:
         first_retries_admitted=sum(a.first_retry_admitted for a in refused),
         distinct_first_advice=len({a.first_advice for a in refused}),
         refusals=sum(a.refusals for a in agents),
+        first_done=min(a.done for a in agents),
         last_done=max(a.done for a in agents),
         ideal=max(1, len(agents) - burst) / rate,
     )
@@ -134,18 +150,24 @@ def from_json(line: str) -> list[Agent]:
     return [Agent(*fields) for fields in json.loads(line)]
 
 
-async def _process(url: str, start: float, count: int, rate: float, burst: int) -> None:
+async def _process(url: str, count: int, rate: float, burst: int) -> None:
     backend = RedisRateLimitBackend(url, timeout=1.0)  # generous: shared, busy machine
     try:
-        agents = await run_agents(crowd_guard(rate, burst, backend), count, start)
+        guard = crowd_guard(rate, burst, backend)
+        assert not (await guard.call("warm-up", _handler)).is_error
+        # One pooled connection per agent, opened now: not in the crowd's first round trips.
+        await asyncio.gather(*(backend.connection.client.ping() for _ in range(count)))
+        print("ready", flush=True)
+        start = float(await asyncio.to_thread(sys.stdin.readline))
+        agents = await run_agents(guard, count, start)
     finally:
         await backend.aclose()
-    print(json.dumps([astuple(a) for a in agents]))
+    print(json.dumps([astuple(a) for a in agents]), flush=True)
 
 
 def main(argv: list[str]) -> None:
-    url, start, count, rate, burst = argv
-    asyncio.run(_process(url, float(start), int(count), float(rate), int(burst)))
+    url, count, rate, burst = argv
+    asyncio.run(_process(url, int(count), float(rate), int(burst)))
 
 
 if __name__ == "__main__":
