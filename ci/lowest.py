@@ -100,14 +100,23 @@ def _demanded(packages: list[dict], names: set[str]) -> dict[str, str]:
     """The highest ``>=``/``==``/``~=`` lower bound that ``packages`` put on each of ``names``."""
     from packaging.requirements import Requirement  # the dev group's (pytest needs it too)
 
+    requires = {_name(meta["name"]): meta.get("requires_dist") or [] for meta in packages}
+    # The extras each package is asked for (fastmcp needs fastmcp-slim[client,server]): their
+    # requirements count too.
+    asked: dict[str, set[str]] = {name: {""} for name in requires}
+    for texts in requires.values():
+        for requirement in map(Requirement, texts):
+            asked.setdefault(_name(requirement.name), {""}).update(requirement.extras)
     bounds: dict[str, str] = {}
-    for meta in packages:
-        for text in meta.get("requires_dist") or []:
-            requirement = Requirement(text)
+    for package, texts in requires.items():
+        for requirement in map(Requirement, texts):
             name = _name(requirement.name)
+            marker = requirement.marker
             if name not in names:
                 continue
-            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            if marker is not None and not any(
+                marker.evaluate({"extra": e}) for e in asked[package]
+            ):
                 continue
             for spec in requirement.specifier:
                 if spec.operator not in (">=", "==", "~=") or "*" in spec.version:
