@@ -70,8 +70,9 @@ def _pip(python: str, *args: str) -> None:
     subprocess.run([python, "-m", "pip", *args], check=True)
 
 
-def _resolve(python: str, requirements: list[str]) -> list[dict]:
-    """pip's resolution of ``requirements`` (nothing installed): each package's metadata."""
+def _resolve(python: str, requirements: list[str], quiet: bool = False) -> list[dict]:
+    """pip's resolution of ``requirements`` (nothing installed): each package's metadata.
+    ``quiet``: pip's complaint about a conflict is not printed (the caller expects some)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run(
@@ -88,6 +89,7 @@ def _resolve(python: str, requirements: list[str]) -> list[dict]:
                 *requirements,
             ],
             check=True,
+            capture_output=quiet,
         )
         return [item["metadata"] for item in json.loads(report.read_text("utf-8"))["install"]]
 
@@ -161,7 +163,7 @@ def install(profile: str, python: str) -> None:
         for extra in (g for g in groups if g):
             pins_extra = [f"{name}=={version}" for name, version in floors()[extra].items()]
             try:
-                _resolve(python, core + pins_extra)
+                _resolve(python, core + pins_extra, quiet=True)
                 extras.append(extra)
             except subprocess.CalledProcessError:
                 absent.append(extra)
