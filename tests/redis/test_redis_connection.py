@@ -30,7 +30,8 @@ SECOND_US = 1_000_000
 
 
 async def _gcra(conn: RedisConnection, *limits: tuple[str, int, int]) -> list[int]:
-    keys = [conn.key_prefix + key for key, _, _ in limits]
+    # Two keys per limit: its TAT and its promise cursor (gcra.lua).
+    keys = [conn.key_prefix + key + part for key, _, _ in limits for part in ("", ":p")]
     args: list[str | int] = []
     for _, interval, tolerance in limits:
         args += [interval, tolerance]

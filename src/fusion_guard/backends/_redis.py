@@ -728,8 +728,9 @@ class RedisRateLimitBackend:
     limiter applies the policy. ``prefix``: the keys' namespace and Redis Cluster hash tag.
 
     A decision is one ``EVALSHA`` (one round trip) on the server's clock, all or nothing over
-    its limits, with the exact ``retry_after`` in the same reply. Caller keys are stored as
-    digests (they may name users). Needs asyncio (redis-py's client is asyncio-only).
+    its limits, with the refusal's promised ``retry_after`` (staggered) in the same reply. Caller
+    keys are stored as digests (they may name users). Needs asyncio (redis-py's client is
+    asyncio-only).
     """
 
     __slots__ = ("_conn", "_digests", "_gcra", "_micros", "_rate_prefix", "failure_policy")
@@ -753,7 +754,7 @@ class RedisRateLimitBackend:
         )
         self._rate_prefix = f"{self._conn.key_prefix}rate:"
         self._gcra = self._conn.scripts["gcra"]
-        self._digests: dict[str, bytes] = {}
+        self._digests: dict[str, tuple[bytes, bytes]] = {}
         self._micros: dict[float, bytes] = {}
 
     @property
@@ -763,16 +764,16 @@ class RedisRateLimitBackend:
 
     async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
         """Decide one call against every request's limit, in one round trip."""
-        if len(requests) >= _INDEX_BASE:
+        if 2 * len(requests) >= _INDEX_BASE:  # two keys per limit, at most 63 keys
             raise ConfigurationError(
                 f"{len(requests)} limits in one decision: the Redis backend decides at most"
-                f" {_INDEX_BASE - 1} at once"
+                f" {(_INDEX_BASE - 1) // 2} at once"
             )
         keys: list[Arg] = []
         args: list[Arg] = []
         digests, micros = self._digests, self._micros
         for key, emission_interval, tolerance in requests:
-            keys.append(digests.get(key) or self._digest(key))
+            keys += digests.get(key) or self._digest(key)
             args.append(micros.get(emission_interval) or self._micro(emission_interval))
             args.append(micros.get(tolerance) or self._micro(tolerance))
         reply = await self._conn.run(self._gcra, keys, args)
@@ -784,13 +785,15 @@ class RedisRateLimitBackend:
     # The per-call encodings are cached (bounded: a full table is cleared), so the hot path
     # sends ready bytes: a decision should cost about what a PING costs.
 
-    def _digest(self, key: str) -> bytes:
-        """The Redis key of a limiter key: a digest (keys may name users)."""
+    def _digest(self, key: str) -> tuple[bytes, bytes]:
+        """The Redis keys of a limiter key, from a digest (keys may name users): its TAT, and its
+        promise cursor (written by refusals only), in the same hash slot."""
         digests = self._digests
         if len(digests) >= _CACHE_SIZE:
             digests.clear()
-        redis_key = digests[key] = (self._rate_prefix + key_digest(key)).encode()
-        return redis_key
+        tat = (self._rate_prefix + key_digest(key)).encode()
+        redis_keys = digests[key] = (tat, tat + b":p")
+        return redis_keys
 
     def _micro(self, seconds: float) -> bytes:
         """Seconds as the scripts' integer microseconds, encoded."""

@@ -1,0 +1,117 @@
+"""Staggered RATE_LIMITED promises on Redis, decided in the Lua script on the server's clock:
+successive refusals are told successive openings, spend no budget, and lapse (the cursor key
+expires); composed limits advise the latest opening. Times are the server's, so the figures are
+checked within a few milliseconds of the exact ones."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from redis_testserver import RedisServer
+
+from fusion_guard import (
+    CallContext,
+    ConfigurationError,
+    RateLimited,
+    RateLimiter,
+    RateLimits,
+    RedisRateLimitBackend,
+)
+
+pytestmark = pytest.mark.anyio
+
+CLOSE = 0.02  # seconds: the round trips of a test on a busy machine
+
+
+async def _refusals(limits: RateLimits, ctx: CallContext, count: int) -> list[RateLimited]:
+    refusals = []
+    for _ in range(count):
+        refusal = await limits.acheck(ctx)
+        assert isinstance(refusal, RateLimited)
+        refusals.append(refusal)
+    return refusals
+
+
+async def test_successive_refusals_are_told_successive_openings(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    limits = RateLimits([RateLimiter(1, 10.0, 2)], backend=backend)  # one call every 10 s
+    ctx = CallContext("t")
+    assert [await limits.acheck(ctx) for _ in range(2)] == [None, None]
+    waits = [refusal.retry_after for refusal in await _refusals(limits, ctx, 4)]
+    assert waits == pytest.approx([10.0, 20.0, 30.0, 40.0], abs=CLOSE)
+    await backend.aclose()
+
+
+async def test_a_promise_kept_is_admitted_and_refusals_spent_nothing(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    limits = RateLimits([RateLimiter(5, 1.0, 1)], backend=backend)  # every 0.2 s
+    ctx = CallContext("t")
+    assert await limits.acheck(ctx) is None
+    first, second = await _refusals(limits, ctx, 2)
+    assert (second.retry_after - first.retry_after) == pytest.approx(0.2, abs=CLOSE)
+    await anyio.sleep(first.retry_after)  # the behaviour under test: coming back when told
+    assert await limits.acheck(ctx) is None
+    await backend.aclose()
+
+
+async def test_promises_lapse_with_their_cursor_key(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="promises")
+    limits = RateLimits([RateLimiter(20, 1.0, 1)], backend=backend)  # every 50 ms
+    ctx = CallContext("t")
+    assert await limits.acheck(ctx) is None
+    with redis_server.client() as client:
+        assert len(client.keys("*")) == 1  # an admission writes no cursor
+        last = (await _refusals(limits, ctx, 4))[-1]
+        (cursor,) = [key for key in client.keys("*") if key.endswith(b":p")]
+        assert 0 < client.pttl(cursor) <= round((last.retry_after + 0.05) * 1000) + 1
+        await anyio.sleep(last.retry_after + 0.06)  # nobody comes back: every promise passes
+        assert client.keys("*") == []
+    assert await limits.acheck(ctx) is None
+    (fresh,) = await _refusals(limits, ctx, 1)
+    assert fresh.retry_after == pytest.approx(0.05, abs=CLOSE)  # the budget's own opening
+    await backend.aclose()
+
+
+async def test_composed_limits_advise_the_latest_opening(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    server = RateLimiter(2, 1.0, 1, name="server")  # every 0.5 s
+    tool = RateLimiter(1, 2.0, 1, scope="tool", name="tool")  # every 2 s
+    limits = RateLimits([server, tool], backend=backend)
+    assert await limits.acheck(CallContext("a")) is None
+    (both,) = await _refusals(limits, CallContext("a"), 1)
+    assert (both.scope, both.retry_after) == ("tool", pytest.approx(2.0, abs=CLOSE))
+    (tool_only,) = await _refusals(limits, CallContext("a"), 1)
+    assert tool_only.retry_after == pytest.approx(4.0, abs=CLOSE)
+    (other_tool,) = await _refusals(limits, CallContext("b"), 1)
+    assert (other_tool.scope, other_tool.retry_after) == ("global", pytest.approx(4.5, abs=CLOSE))
+    await backend.aclose()
+
+
+async def test_a_fleet_shares_the_promises(redis_url: str) -> None:
+    """Two replicas (two backends, as two processes would have): their refusals interleave on
+    one cursor, so no two callers are told the same opening."""
+    replicas = [RedisRateLimitBackend(redis_url, timeout=1.0) for _ in range(2)]
+    fleet = [RateLimits([RateLimiter(1, 10.0, 1)], backend=backend) for backend in replicas]
+    ctx = CallContext("t")
+    assert await fleet[0].acheck(ctx) is None
+    start = time.monotonic()
+    promised = []
+    for i in range(6):
+        (refusal,) = await _refusals(fleet[i % 2], ctx, 1)
+        promised.append(refusal.retry_after + (time.monotonic() - start))
+    assert promised == pytest.approx([10.0 * k for k in range(1, 7)], abs=CLOSE)
+    for backend in replicas:
+        await backend.aclose()
+
+
+async def test_at_most_31_limits_in_one_decision(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    limiters = [RateLimiter(1, 10.0, 1, name=f"l{i}") for i in range(32)]
+    assert await RateLimits(limiters[:31], backend=backend).acheck(CallContext("t")) is None
+    with pytest.raises(ConfigurationError, match="at most 31"):
+        await RateLimits(limiters, backend=backend).acheck(CallContext("t"))
+    await backend.aclose()
