@@ -1,4 +1,5 @@
-"""Bounded state: idle keys are dropped once back to full, whatever the number of keys."""
+"""Bounded state: idle keys are dropped once back to full and promise cursors once past, whatever
+the number of keys."""
 
 from __future__ import annotations
 
@@ -59,3 +60,22 @@ def test_key_digest_is_stable_short_and_hides_the_key() -> None:
     assert int(digest, 16) >= 0
     assert "alice" not in digest
     assert len(key_digest("\ud800 lone surrogate")) == 16
+
+
+def test_promise_cursors_are_dropped_once_their_time_has_passed() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock)
+    limiter = RateLimiter(10, burst=1, scope="client", backend=backend)
+    for i in range(100_000):  # every key admitted once, then refused twice: two promises each
+        limiter.try_acquire(str(i))
+        limiter.try_acquire(str(i))
+        limiter.try_acquire(str(i))
+    assert len(backend) == 200_000  # a TAT and a cursor per key
+
+    clock.advance(2 * limiter.emission_interval)  # the TATs are past, the cursors not yet
+    assert limiter.try_acquire("next").allowed
+    assert len(backend) > 100_000  # live promises are kept (nothing is due: no sweep yet)
+
+    clock.advance(limiter.emission_interval)  # every promise has passed
+    assert limiter.try_acquire("last").allowed
+    assert len(backend) == 1
