@@ -42,6 +42,11 @@ def render_seed() -> ToolResponse:
     )
 
 
+def seed_text() -> str:
+    """End to end: the arguments checked, the envelope rendered and its text read."""
+    return render_seed().text
+
+
 def build_seed() -> ToolResponse:
     return (
         error(SEED["code"], SEED["message"])
@@ -87,15 +92,15 @@ def limited() -> ToolResponse:
 
 
 def test_the_baseline_builds_the_same_text() -> None:
-    assert render_seed().text == SEED_TEXT
+    assert seed_text() == SEED_TEXT
     assert build_seed().text == SEED_TEXT
     assert etree_seed() == SEED_TEXT
 
 
 def test_figure_render_seed_vs_elementtree(figures: Figures, benchmark: BenchmarkFixture) -> None:
-    benchmark(render_seed)
+    benchmark(seed_text)
     ours, baseline = time_batches(
-        sync_batch(render_seed), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
+        sync_batch(seed_text), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
     )
     figures.faster_by("render the seed envelope (tool_error) vs ElementTree", ours, baseline, 6)
 
@@ -118,7 +123,7 @@ def test_figure_shed_envelopes_are_the_cheapest(
 
 
 def test_bench_render_seed(benchmark: BenchmarkFixture) -> None:
-    assert benchmark(render_seed).text == SEED_TEXT
+    assert benchmark(seed_text) == SEED_TEXT
 
 
 def test_bench_elementtree_seed(benchmark: BenchmarkFixture) -> None:

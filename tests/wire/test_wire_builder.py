@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import copy
+import math
 import pickle
+from types import MappingProxyType
 
 import pytest
 
 import fusion_guard.wire._builder as builder_module
-from fusion_guard import ErrorBuilder, ErrorCode, ToolResponse, error, parse_tool_error, tool_error
+from fusion_guard import (
+    ErrorBuilder,
+    ErrorCode,
+    Severity,
+    ToolResponse,
+    error,
+    parse_tool_error,
+    tool_error,
+)
 
 
 @pytest.fixture
@@ -167,3 +177,62 @@ def test_responses_and_builders_copy_and_pickle() -> None:
                 response.is_error,
                 "CONFLICT",
             )
+
+
+class _Text(str):
+    """A str subclass: accepted wherever a str is, through the checks instead of the fast path."""
+
+
+class _Seconds(float):
+    """A float subclass (as numpy.float64 is): converted by the checks to a plain float."""
+
+
+def test_tool_error_fast_path_and_checks_agree() -> None:
+    plain = tool_error(
+        "NOT_FOUND",
+        "m",
+        suggestion="s",
+        available_actions=["a.b", "c"],
+        details={"k": "v", "n": 2},
+        retry_after=30,
+        severity="critical",
+    )
+    others = tool_error(
+        ErrorCode.NOT_FOUND,
+        _Text("m"),
+        suggestion=_Text("s"),
+        available_actions=(name for name in ("a.b", _Text("c"))),
+        details=MappingProxyType({_Text("k"): "v", "n": 2.0}),
+        retry_after=_Seconds(30),
+        severity=Severity.CRITICAL,
+    )
+    assert (others.text, others.is_error, others.code) == (plain.text, True, "NOT_FOUND")
+    assert type(others.code) is str
+    assert tool_error("X", "m", available_actions=["a", _Text("b")]).text == (
+        tool_error("X", "m", available_actions=("a", "b")).text
+    )
+    with pytest.raises(TypeError, match="details keys must be str"):
+        tool_error("X", "m", details={"k": 1, 2: 3})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="entries must be str"):
+        tool_error("X", "m", available_actions=["a", _Text("b"), 3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [
+        (1, "1"),
+        (30, "30"),
+        (30.0, "30"),
+        (600, "600"),
+        (601, "601"),
+        (2.5, "2.5"),
+        (1e7, "10000000"),
+    ],
+)
+def test_whole_and_fractional_seconds_read_the_same_in_and_beyond_the_prepared_texts(
+    seconds: float, written: str
+) -> None:
+    for built in (tool_error("X", "m", retry_after=seconds), error("X", "m").retry_after(seconds)):
+        assert f"<retry_after>{written} seconds</retry_after>" in built.text
+    for nothing in (0, 0.0, -30, -30.0, math.nan, math.inf):
+        assert "<retry_after>" not in tool_error("X", "m", retry_after=nothing).text

