@@ -58,9 +58,12 @@ async def test_retry_after_uses_the_prior_before_any_sample(clock: FakeClock) ->
 
 async def test_promises_fall_back_to_the_queue_drain_once_time_passes(clock: FakeClock) -> None:
     guard = ConcurrencyGuard(1, max_queue=0, expected_service_time=0.1, clock=clock)
-    guard.acquire_nowait()
+    holder = guard.acquire_nowait()
     assert await refusals(guard, 3) == pytest.approx([0.1, 0.2, 0.3])
+    clock.advance(0.1)
+    holder.release()  # a 0.1 s hold, as the prior said
     clock.advance(10)  # the burst is long over: no stale promises linger
+    guard.acquire_nowait()
     assert await refusals(guard, 1) == pytest.approx([0.1])
 
 
@@ -221,7 +224,8 @@ async def test_observer_hears_admissions_with_queue_wait_sheds_and_ends(clock: F
     assert waits == [0.25]
     assert observer.events == [
         ("admitted", 0.0),
-        ("shed", "queue_full", 1, 1, pytest.approx(1.0)),
+        # On the prior alone the promise does not wait out the queue ahead: the next opening
+        ("shed", "queue_full", 1, 1, pytest.approx(0.5)),
         ("finished", "ok", 0.25),  # the holder, 0.25 s after it took the slot
         ("admitted", 0.25),
         ("finished", "ok", 0.0),

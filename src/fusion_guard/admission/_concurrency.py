@@ -5,9 +5,18 @@ How a call is admitted (``async with guard.slot():``):
 1. A free slot is taken at once, without yielding to the event loop (the uncontended path costs
    about as much as a bare ``asyncio.Semaphore``).
 2. Otherwise the caller queues, unless the queue is full (shed ``queue_full``) or its expected
-   wait, ``position * mean_hold / max_active``, already exceeds ``queue_timeout`` (shed
+   wait, ``position * hold / max_active``, already exceeds ``queue_timeout`` (shed
    ``queue_timeout`` at once, detail ``predicted``: waiting would be for nothing). Prediction
-   starts once a hold time has been observed.
+   rests on what has been measured, never on the prior alone: the mean of finished holds, or the
+   age of the youngest call in flight if longer (every call in flight has held its slot at least
+   that long), so a cold guard predicts as soon as its first calls have run for a while.
+   Waiters are *re-judged* as that knowledge grows and as they wait: once the time a waiter has
+   waited plus its expected wait exceeds ``queue_timeout``, it is shed then (``queue_timeout``,
+   ``predicted``), not at the end of its timeout. The judging starts from the tail of the (FIFO)
+   queue, where the expected wait is longest, and stops at the first waiter still in time: each
+   look costs O(1) plus O(1) per waiter shed. The tail's own wait wakes at the moment it would
+   be predicted to miss (no slot having opened meanwhile, the calls in flight ageing), and every
+   queued arrival looks too.
    Under *sustained overload* the queue is held to ``standing_limit`` waiters (shed
    ``queue_full``, detail ``standing``): a queue that absorbs a burst is useful, a queue that
    never drains only adds latency to every call, so admitted calls then wait a few service times,
@@ -53,7 +62,7 @@ from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outc
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._overload import OverloadDetector
-from ._service_time import RetryPromises, ServiceTimeEstimator
+from ._service_time import RetryPromises, ServiceTimeEstimator, expected_wait
 
 __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
 
@@ -61,6 +70,11 @@ __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
 STANDING_AFTER = 0.1
 #: A standing queue is held to this many waiters per slot (unless standing_limit is given).
 STANDING_SLOTS_FACTOR = 4
+#: The soonest a queued waiter wakes to judge the queue again (seconds): a floor against rounding.
+MIN_JUDGE_DELAY = 0.001
+#: A start expected within this many drain steps (mean hold / max_active) of a waiter's deadline
+#: counts as a miss.
+LATE_MARGIN_STEPS = 0.5
 #: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
 #: Guard passes its tool's), but per-call timeouts may vary without bound.
 TIMEOUT_TEMPLATES = 8
@@ -92,13 +106,15 @@ class ConcurrencyStatistics:
 
 
 class _Waiter:
-    """One queued caller; ``granted`` is set when a release hands it the slot."""
+    """One queued caller; ``granted`` is set when a release hands it the slot, ``shed`` when a
+    re-judgement takes it out of the queue (its task then raises the refusal)."""
 
-    __slots__ = ("event", "granted", "since")
+    __slots__ = ("event", "granted", "shed", "since")
 
     def __init__(self, since: float) -> None:
         self.event = anyio.Event()
         self.granted = False
+        self.shed = False
         self.since = since
 
 
@@ -152,7 +168,11 @@ class Slot:
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "admitted", failure)
         self._held = True
-        self._start = guard._clock()
+        # The guard keeps the latest start and the sum of the starts in flight: the youngest
+        # call's age bounds every hold in flight from below (what a cold guard knows before any
+        # call finishes), and their mean age says how near their end the calls in flight are.
+        self._start = guard._latest_start = start = guard._clock()
+        guard._start_sum += start
         if self._timeout is not None:
             self._enter_deadline(self._timeout)
         return self
@@ -178,7 +198,9 @@ class Slot:
         if self._held:
             self._held = False
             guard = self._guard
-            held = guard._clock() - self._start
+            start = self._start
+            held = guard._clock() - start
+            guard._start_sum -= start
             guard._service.observe(held)
             if guard._waiters:
                 guard._hand_off()
@@ -245,6 +267,7 @@ class ConcurrencyGuard:
         "_ends",
         "_handler_timeouts",
         "_last_empty",
+        "_latest_start",
         "_lifo",
         "_max_active",
         "_max_queue",
@@ -256,6 +279,7 @@ class ConcurrencyGuard:
         "_predictive",
         "_promises",
         "_queue_timeout",
+        "_rejudging",
         "_reports_finished",
         "_service",
         "_shed_full",
@@ -264,6 +288,7 @@ class ConcurrencyGuard:
         "_standing_after",
         "_standing_busy",
         "_standing_limit",
+        "_start_sum",
         "_timeout_templates",
         "_waiters",
     )
@@ -311,6 +336,11 @@ class ConcurrencyGuard:
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
         self._clock = clock
+        self._latest_start = clock()
+        self._start_sum = 0.0
+        # Waiters are re-judged while they wait (tail first, FIFO order only: under LIFO a
+        # position says nothing about a wait) when there is a finite timeout to miss.
+        self._rejudging = self._predictive and not self._lifo and self._queue_timeout < math.inf
         self._overload = OverloadDetector(clock())
         self._observer = observer
         # Where slots report how calls ended: the observer, unless a caller reports the ends
@@ -447,6 +477,8 @@ class ConcurrencyGuard:
             raise self._refuse("queue_full", queued, self._busy)
         now = self._clock()
         overloaded = self._overloaded(now)
+        if queued and self._rejudging:  # an arrival is a moment to look (after the rates)
+            queued = self._rejudge(now)
         if not queued:
             self._last_empty = now
         elif overloaded and queued >= self._standing_limit and self._standing(now):
@@ -460,8 +492,11 @@ class ConcurrencyGuard:
         waiter = _Waiter(now)
         waiters[waiter] = None
         try:
-            with anyio.move_on_after(self._queue_timeout):
-                await waiter.event.wait()
+            if self._rejudging:
+                await self._wait_judged(waiter)
+            else:
+                with anyio.move_on_after(self._queue_timeout):
+                    await waiter.event.wait()
             # Cancelled at the very moment the slot was handed over (trio resumes a woken task
             # without delivering the cancellation): give the slot on rather than run the body.
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -469,30 +504,108 @@ class ConcurrencyGuard:
             self._abandon(waiter)
             self._left_queue(outcome_of(exc))
             raise
-        if not waiter.granted:  # the deadline passed first
-            del waiters[waiter]
+        if not waiter.granted:
+            if waiter.shed:  # re-judged: it would not be served in time (already dequeued)
+                raise self._refuse("queue_timeout", len(waiters), self._predicted_busy)
+            del waiters[waiter]  # the deadline passed first
             raise self._refuse("queue_timeout", len(waiters), self._busy)
         return self._clock() - now
 
-    def _would_time_out(self, position: int, now: float) -> bool:
-        """Predictive early shedding: is the expected wait at ``position`` past the timeout?
+    async def _wait_judged(self, waiter: _Waiter) -> None:
+        """Wait for the slot until ``queue_timeout``; meanwhile wake whenever this waiter, as
+        the tail of the queue, would be predicted to miss it, and judge the queue then."""
+        event = waiter.event
+        deadline = anyio.current_time() + self._queue_timeout
+        while not event.is_set():  # set by a hand-off, or by a re-judgement shedding it
+            wake = anyio.current_time() + self._judge_delay(waiter)
+            with anyio.CancelScope(deadline=min(wake, deadline)):
+                await event.wait()
+            if event.is_set() or anyio.current_time() >= deadline:
+                return
+            self._rejudge(self._clock())
 
-        Only on observed service times, and not while LIFO serves newcomers first (a newcomer's
-        position then says nothing about its wait).
+    def _would_time_out(self, position: int, now: float) -> bool:
+        """Predictive early shedding: would a newcomer at ``position`` miss ``queue_timeout``?
+
+        Not while LIFO serves newcomers first (a newcomer's position then says nothing about
+        its wait).
         """
-        service = self._service
-        if not (self._predictive and service.samples):
+        if not self._predictive:
             return False
         if self._lifo and self._standing(now):
             return False
-        return position * service.mean > self._queue_timeout * self._max_active
+        hold = self._service.evidence(now - self._latest_start)
+        return self._expected_start(position, now, hold) > now + self._queue_timeout
+
+    def _expected_start(self, position: int, now: float, hold: float) -> float:
+        """When the caller at ``position`` is expected to get a slot, on the evidence ``hold``
+        (``expected_wait``), plus half a drain step: waiting the whole timeout for a refusal is
+        the worst outcome a caller can have, so a start expected that close to the deadline
+        counts as a miss (the openings are not known more precisely than that)."""
+        youngest = now - self._latest_start
+        active = self._active
+        mean_age = now - self._start_sum / active if active else youngest
+        if mean_age < youngest:  # rounding in the sum
+            mean_age = youngest
+        slots = self._max_active
+        wait = expected_wait(position, slots, hold, youngest, mean_age)
+        return now + wait + LATE_MARGIN_STEPS * hold / slots
+
+    def _rejudge(self, now: float) -> int:
+        """Shed the waiters that can no longer expect a slot in time, from the tail, and return
+        how many remain queued.
+
+        The test is the arrival test, against each waiter's own deadline. The tail is the last
+        to be served, so the look stops at the first waiter in time: O(1), plus O(1) per waiter
+        shed (each is shed once). The shed waiter's own task raises the refusal, so that a
+        caller cancelled meanwhile counts as cancelled, once.
+        """
+        waiters = self._waiters
+        queued = len(waiters)
+        hold = self._service.evidence(now - self._latest_start)
+        timeout = self._queue_timeout
+        while queued:
+            tail = next(reversed(waiters))
+            if self._expected_start(queued, now, hold) <= tail.since + timeout:
+                break
+            del waiters[tail]
+            tail.shed = True
+            tail.event.set()
+            queued -= 1
+        return queued
+
+    def _judge_delay(self, waiter: _Waiter) -> float:
+        """Seconds until ``waiter``, if it is the tail, would be judged late (``_rejudge``)
+        should no slot open meanwhile; inf for a waiter with others behind it (the tail is
+        judged first, and every arrival behind it looks).
+
+        No opening means the calls in flight age: the expected start stays put while they are
+        younger than the mean hold, then moves with the clock; and once the youngest outlives
+        the mean (or before any call has finished) the evidence of the hold grows with it.
+        Openings only move the moment later, so a wake then misses nothing.
+        """
+        waiters = self._waiters
+        if next(reversed(waiters)) is not waiter:
+            return math.inf
+        now = self._clock()
+        slots = self._max_active
+        rounds = (len(waiters) - 1) // slots
+        slack = waiter.since + self._queue_timeout - now
+        margin = LATE_MARGIN_STEPS / slots
+        youngest = now - self._latest_start
+        # The hold grows with the youngest call in flight (the calls in flight are then all due).
+        delay = (slack - (rounds + margin) * youngest) / (1.0 + rounds + margin)
+        service = self._service
+        if service.samples:  # the mean hold: late once the calls in flight are overdue
+            delay = min(delay, slack - (rounds + margin) * service.mean)
+        return max(delay, MIN_JUDGE_DELAY)
 
     def _abandon(self, waiter: _Waiter) -> None:
         """The waiter was cancelled: leave the queue, or pass on a slot handed to it meanwhile."""
         self._cancelled_queued += 1
         if waiter.granted:
             self._release()
-        else:
+        elif not waiter.shed:  # a re-judged waiter has left the queue already
             del self._waiters[waiter]
 
     def _left_queue(self, outcome: Outcome) -> None:
@@ -544,8 +657,17 @@ class ConcurrencyGuard:
 
     def _refuse(self, reason: ShedReason, queued: int, template: ServerBusyTemplate) -> ServerBusy:
         active = self._active
-        step = self._service.mean / self._max_active
-        retry_after = self._promises.promise(self._clock(), queued, step)
+        now = self._clock()
+        service = self._service
+        in_flight = now - self._latest_start
+        step = service.hold(in_flight) / self._max_active
+        # While the hold is the prior alone, the promise does not wait out the queue ahead: a
+        # caller back too early waits in the queue, whose timeout absorbs a prior that was too
+        # long, whereas one sent away for the whole queue's drain on such a prior comes back to
+        # idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took 1.94x the
+        # ideal drain time). Once measured, the k-th refusal waits for the queue ahead.
+        ahead = 0 if service.guessing(in_flight) else queued
+        retry_after = self._promises.promise(now, ahead, step)
         if reason == "queue_full":
             self._shed_full += 1
             self._shed_standing += template is self._standing_busy

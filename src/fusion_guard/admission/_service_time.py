@@ -11,13 +11,23 @@ seconds on average (Little's law), which is the *drain step*. Two things are der
   the advice come back spread out at the drain rate, not all at once into a second refusal. A
   *promise cursor* holds the time of the last opening promised; every refusal advances it by one
   step, and it never lags behind ``now + (queued + 1) * step`` (the queue ahead drains first).
+
+Before any call has finished, the mean is only a prior. The calls in flight say more as they age:
+every one of them has held its slot at least as long as the youngest (the guard passes that age
+in, ``in_flight``), so a cold guard whose calls have been running for 0.8 s plans with 0.8 s, not
+with the prior. Two readings of the hold follow:
+
+- :meth:`ServiceTimeEstimator.hold`, for advice: the mean (the prior until a call finishes),
+  raised to ``in_flight``;
+- :meth:`ServiceTimeEstimator.evidence`, for shedding: the same without the prior (0.0 when
+  nothing is known), because nobody is shed on a guess.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["ServiceTimeEstimator", "RetryPromises"]
+__all__ = ["RetryPromises", "ServiceTimeEstimator", "expected_wait"]
 
 #: Weight of the newest sample in the moving average. Handler times are heavy-tailed
 #: (log-normal), so a long memory (about 20 samples) keeps one slow call from swinging the mean.
@@ -32,7 +42,8 @@ class ServiceTimeEstimator:
 
     The first observation replaces the prior outright (the prior is a guess, not a sample); later
     ones move the mean by ``EWMA_ALPHA``. The guard updates ``mean`` and ``samples`` inline on its
-    release path through :meth:`observe`.
+    release path through :meth:`observe`. ``in_flight`` (seconds) is the age of the youngest call
+    holding a slot: a lower bound on the hold of every call in flight.
     """
 
     __slots__ = ("mean", "samples")
@@ -47,6 +58,46 @@ class ServiceTimeEstimator:
         else:
             self.mean = duration
         self.samples += 1
+
+    def hold(self, in_flight: float) -> float:
+        """The hold time to plan advice with: the mean (or prior), or ``in_flight`` if longer."""
+        mean = self.mean
+        return in_flight if in_flight > mean else mean
+
+    def evidence(self, in_flight: float) -> float:
+        """The hold time known from measurements alone (finished holds, calls in flight): what
+        predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight."""
+        if self.samples and self.mean > in_flight:
+            return self.mean
+        return in_flight
+
+    def guessing(self, in_flight: float) -> bool:
+        """Whether the hold is the prior alone: no call has finished, none in flight outlived it."""
+        return not self.samples and in_flight <= self.mean
+
+
+def expected_wait(
+    position: int, slots: int, hold: float, youngest: float, mean_age: float
+) -> float:
+    """Seconds until the ``position``-th coming opening of ``slots`` busy slots.
+
+    Each call holds its slot ``hold`` seconds, so a call in flight ends ``hold`` after it started
+    (at once if it is overdue) and its slot's next call ``hold`` later. The ages of the calls in
+    flight are taken as spread evenly from ``youngest`` to ``2 * mean_age - youngest``: slots
+    that have been serving a queue are staggered and one opens every ``hold / slots`` (the
+    position-th opening comes at ``position * hold / slots``), while calls that all started
+    together end together (a burst drains in whole rounds). Time passing without an opening
+    then reads as what it is: the calls in flight are nearer their end, not late, until they
+    outlive ``hold``.
+    """
+    rounds, nth = divmod(position - 1, slots)
+    age = mean_age
+    if slots > 1:
+        spread = 2.0 * (mean_age - youngest)  # oldest - youngest
+        if spread > 0.0:
+            age = youngest + spread * (1.0 - nth / (slots - 1))
+    rest = hold - age
+    return (rest if rest > 0.0 else 0.0) + rounds * hold
 
 
 class RetryPromises:
