@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
@@ -149,3 +150,53 @@ def test_acquire_release_with_10000_queued(
     assert long.guard.queued == 10_000 - 1  # one caller holds (or is being handed) the slot
     figures.at_most("acquire+release, 10,000 queued vs 10 queued", candidate, baseline, 1.2)
     benchmark(short.batch(), 1_000)
+
+
+# -- cold start (issue 14): the SERVER_BUSY bursts, on the real clock ---------------------------
+
+
+async def _burst(guard: ConcurrencyGuard, calls: int, hold: float, follow: bool) -> list[float]:
+    """``calls`` at once, each holding ``hold`` s; refused callers retry at exactly their
+    ``retry_after`` when ``follow``. Returns [last call done, then each refusal's time]."""
+    start = time.monotonic()
+    done = [0.0]
+
+    async def agent() -> None:
+        while True:
+            try:
+                async with guard.slot():
+                    await asyncio.sleep(hold)
+            except ServerBusy as busy:
+                done.append(time.monotonic() - start)
+                if not follow:
+                    return
+                await asyncio.sleep(busy.retry_after or 0.0)
+            else:
+                done[0] = max(done[0], time.monotonic() - start)
+                return
+
+    await asyncio.gather(*(agent() for _ in range(calls)))
+    return done
+
+
+def test_cold_and_warm_burst_drain_time(figures: Figures) -> None:
+    """30 calls of 50 ms at a fresh 2-slot guard (queue of 20), refused callers following the
+    advice: done vs the ideal drain time (30 * 50 ms / 2), cold then warm."""
+
+    async def run() -> tuple[float, float]:
+        guard = ConcurrencyGuard(2, queue_timeout=2.0)
+        cold = (await _burst(guard, 30, 0.05, True))[0]
+        warm = (await _burst(guard, 30, 0.05, True))[0]
+        return cold, warm
+
+    cold, warm = asyncio.run(run())
+    ideal = 30 * 0.05 / 2
+    figures.at_most("cold 30-call burst (50 ms, 2 slots) done vs ideal", cold, ideal, 1.5)
+    figures.at_most("warm 30-call burst (50 ms, 2 slots) done vs ideal", warm, ideal, 1.1)
+
+
+def test_cold_long_tool_refusals_are_prompt(figures: Figures) -> None:
+    """20 calls of 1 s at a fresh 2-slot guard (queue_timeout 5 s): the last refusal vs 1.5 s."""
+    refusals = asyncio.run(_burst(ConcurrencyGuard(2, queue_timeout=5.0), 20, 1.0, False))[1:]
+    assert len(refusals) == 10
+    figures.at_most("cold 1 s tool: last of 10 refusals vs 1.5 s", max(refusals), 1.5, 1.0)

@@ -7,6 +7,7 @@ every call must be accounted for exactly once, by the test and by the guard's st
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -38,6 +39,7 @@ class Call:
     done: anyio.Event = field(default_factory=anyio.Event)
     fail: bool = False
     entered: bool = False
+    started: float = 0.0
 
 
 @dataclass
@@ -75,6 +77,7 @@ class World:
 
     def admitted(self, call: Call) -> None:
         call.entered = True
+        call.started = time.monotonic()  # just after the guard's own stamp
         self.waiting.discard(call.index)
         self.just_admitted.append(call.index)
 
@@ -91,6 +94,17 @@ class World:
         assert guard.queued == len(self.waiting)
         if guard.queued:
             assert guard.active == guard.max_active  # a free slot never coexists with waiters
+        # Re-judged waiters leave the queue as they are marked; granted ones as they are handed.
+        assert not any(w.shed or w.granted for w in guard._waiters)
+        # The in-flight bookkeeping: the starts of the calls holding a slot, each counted once
+        # (the sum is back to zero when none is), and none later than the latest start.
+        running = [c.started for c in self.calls if c.entered and c.index not in self.outcomes]
+        if guard.active == 0:
+            assert abs(guard._start_sum) < 1e-6
+        else:
+            mean_start = guard._start_sum / guard.active
+            assert mean_start <= guard._latest_start + 1e-6  # float sums
+            assert not running or mean_start <= max(running) + 1e-6
 
 
 async def drive(world: World, program: list[tuple[str, int, bool]]) -> None:
