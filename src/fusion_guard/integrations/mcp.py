@@ -186,7 +186,7 @@ def _lowlevel_server(server: object, sdk: _SDK) -> Server[Any]:
             return lowlevel
         raise ConfigurationError(
             "install(server, guard): this MCPServer exposes no low-level server; the installed"
-            " mcp version is not supported (mcp>=2,<3 is)"
+            " mcp version is not supported (mcp>=2.3,<2.4 is)"
         )
     raise ConfigurationError(
         f"install(server, guard): server must be an mcp MCPServer or a low-level mcp Server,"
