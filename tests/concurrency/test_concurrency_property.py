@@ -96,15 +96,11 @@ class World:
             assert guard.active == guard.max_active  # a free slot never coexists with waiters
         # Re-judged waiters leave the queue as they are marked; granted ones as they are handed.
         assert not any(w.shed or w.granted for w in guard._waiters)
-        # The in-flight bookkeeping: the starts of the calls holding a slot, each counted once
-        # (the sum is back to zero when none is), and none later than the latest start.
+        # The in-flight bound: no call holding a slot started after the latest start (its
+        # record here comes a moment after the guard's stamp).
         running = [c.started for c in self.calls if c.entered and c.index not in self.outcomes]
-        if guard.active == 0:
-            assert abs(guard._start_sum) < 1e-6
-        else:
-            mean_start = guard._start_sum / guard.active
-            assert mean_start <= guard._latest_start + 1e-6  # float sums
-            assert not running or mean_start <= max(running) + 1e-6
+        assert not running or guard._latest_start >= max(running) - 1e-3
+        assert guard._handoffs >= 0
 
 
 async def drive(world: World, program: list[tuple[str, int, bool]]) -> None:

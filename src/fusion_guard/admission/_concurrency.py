@@ -168,11 +168,9 @@ class Slot:
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "admitted", failure)
         self._held = True
-        # The guard keeps the latest start and the sum of the starts in flight: the youngest
-        # call's age bounds every hold in flight from below (what a cold guard knows before any
-        # call finishes), and their mean age says how near their end the calls in flight are.
-        self._start = guard._latest_start = start = guard._clock()
-        guard._start_sum += start
+        # The guard keeps the latest start: the youngest call's age bounds every hold in flight
+        # from below (what a cold guard knows before any call finishes).
+        self._start = guard._latest_start = guard._clock()
         if self._timeout is not None:
             self._enter_deadline(self._timeout)
         return self
@@ -198,9 +196,7 @@ class Slot:
         if self._held:
             self._held = False
             guard = self._guard
-            start = self._start
-            held = guard._clock() - start
-            guard._start_sum -= start
+            held = guard._clock() - self._start
             guard._service.observe(held)
             if guard._waiters:
                 guard._hand_off()
@@ -266,6 +262,7 @@ class ConcurrencyGuard:
         "_clock",
         "_ends",
         "_handler_timeouts",
+        "_handoffs",
         "_last_empty",
         "_latest_start",
         "_lifo",
@@ -288,7 +285,6 @@ class ConcurrencyGuard:
         "_standing_after",
         "_standing_busy",
         "_standing_limit",
-        "_start_sum",
         "_timeout_templates",
         "_waiters",
     )
@@ -337,7 +333,7 @@ class ConcurrencyGuard:
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
         self._clock = clock
         self._latest_start = clock()
-        self._start_sum = 0.0
+        self._handoffs = 0  # since the queue last formed (at _last_empty)
         # Waiters are re-judged while they wait (tail first, FIFO order only: under LIFO a
         # position says nothing about a wait) when there is a finite timeout to miss.
         self._rejudging = self._predictive and not self._lifo and self._queue_timeout < math.inf
@@ -481,6 +477,7 @@ class ConcurrencyGuard:
             queued = self._rejudge(now)
         if not queued:
             self._last_empty = now
+            self._handoffs = 0
         elif overloaded and queued >= self._standing_limit and self._standing(now):
             raise self._refuse("queue_full", queued, self._standing_busy)
         if self._would_time_out(queued + 1, now):
@@ -543,13 +540,20 @@ class ConcurrencyGuard:
         the worst outcome a caller can have, so a start expected that close to the deadline
         counts as a miss (the openings are not known more precisely than that)."""
         youngest = now - self._latest_start
-        active = self._active
-        mean_age = now - self._start_sum / active if active else youngest
-        if mean_age < youngest:  # rounding in the sum
-            mean_age = youngest
         slots = self._max_active
-        wait = expected_wait(position, slots, hold, youngest, mean_age)
+        wait = expected_wait(position, slots, hold, youngest, self._mean_age(youngest))
         return now + wait + LATE_MARGIN_STEPS * hold / slots
+
+    def _mean_age(self, youngest: float) -> float:
+        """The mean age of the calls in flight, from the slow path alone (tracking every start
+        would cost the uncontended path a sixth). While a queue stands every start is a
+        hand-off, so the calls in flight started about one hand-off interval apart; before the
+        queue's first hand-off, they are taken to have started together (a burst)."""
+        handoffs = self._handoffs
+        if not (handoffs and self._waiters):
+            return youngest
+        interval = (self._latest_start - self._last_empty) / handoffs
+        return youngest + 0.5 * (self._max_active - 1) * max(interval, 0.0)
 
     def _rejudge(self, now: float) -> int:
         """Shed the waiters that can no longer expect a slot in time, from the tail, and return
@@ -629,6 +633,7 @@ class ConcurrencyGuard:
         waiters = self._waiters
         newest = self._lifo and self._standing(self._clock())
         waiter, _ = waiters.popitem(last=newest)
+        self._handoffs += 1
         waiter.granted = True
         waiter.event.set()
 
