@@ -12,17 +12,9 @@ import sys
 from typing import Any
 
 import anyio
+from stdio_guarded_server import SECRET, _release_event  # this script's folder is on sys.path
 
 from fusion_guard import error, tool_error
-
-SECRET = "secret-token-4242"
-_released: list[anyio.Event] = []
-
-
-def _release_event() -> anyio.Event:
-    if not _released:  # made inside the server's event loop
-        _released.append(anyio.Event())
-    return _released[0]
 
 
 def _conflict() -> Any:
