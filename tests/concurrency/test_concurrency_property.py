@@ -7,7 +7,6 @@ every call must be accounted for exactly once, by the test and by the guard's st
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -61,8 +60,8 @@ class World:
         outcome = "cancelled"
         with call.scope:
             try:
-                async with self.guard.slot(deadline):
-                    self.admitted(call)
+                async with self.guard.slot(deadline) as slot:
+                    self.admitted(call, slot._start)
                     await call.done.wait()
                     if call.fail:
                         raise RuntimeError("handler failed")
@@ -75,9 +74,9 @@ class World:
                 outcome = "error"
         self.settle_outcome(call, outcome)
 
-    def admitted(self, call: Call) -> None:
+    def admitted(self, call: Call, started: float) -> None:
         call.entered = True
-        call.started = time.monotonic()  # just after the guard's own stamp
+        call.started = started  # the guard's own stamp (a scheduler's delay away from now)
         self.waiting.discard(call.index)
         self.just_admitted.append(call.index)
 
@@ -96,10 +95,9 @@ class World:
             assert guard.active == guard.max_active  # a free slot never coexists with waiters
         # Re-judged waiters leave the queue as they are marked; granted ones as they are handed.
         assert not any(w.shed or w.granted for w in guard._waiters)
-        # The in-flight bound: no call holding a slot started after the latest start (its
-        # record here comes a moment after the guard's stamp).
+        # The in-flight bound: no call holding a slot started after the latest start.
         running = [c.started for c in self.calls if c.entered and c.index not in self.outcomes]
-        assert not running or guard._latest_start >= max(running) - 1e-3
+        assert not running or guard._latest_start >= max(running)
         assert guard._handoffs >= 0
 
 
