@@ -2,7 +2,7 @@
 
 Each figure test measures the project's operation and its baseline interleaved (so machine noise
 hits both alike), keeps the best batch of each, and reports the ratio through the ``figures``
-fixture. ``make bench`` (benchmarks enabled) checks every target as written in benchmarks.md;
+fixture. ``make bench`` (benchmarks enabled) checks every target as written in docs/benchmarks.md;
 ``make test`` runs the same code with ``--benchmark-disable`` as a smoke test and only fails on a
 gross regression (a wide margin), because shared CI machines are noisy.
 """

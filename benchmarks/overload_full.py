@@ -1,4 +1,4 @@
-"""The full-length overload run of benchmarks.md: ``fusion-guard demo`` with 20 s windows.
+"""The full-length overload run of docs/benchmarks.md: ``fusion-guard demo`` with 20 s windows.
 
 Run with ``make overload`` (about three minutes). It writes ``benchmarks/results/overload.json``
 and ``benchmarks/results/overload.png``, the figures and chart quoted in README.md, and exits 1

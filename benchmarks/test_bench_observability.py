@@ -1,10 +1,10 @@
 """Observability figures: what metrics and logs add to a guarded call.
 
 The uncontended ``async with guard.slot()`` with metrics on must cost at most 3x a bare
-``asyncio.Semaphore`` acquire + release (benchmarks.md), measured side by side in one run, with
+``asyncio.Semaphore`` acquire + release (docs/benchmarks.md), measured side by side in one run, with
 the PrometheusObserver alone and with the default observers (metrics + sampled logs). The shed
 figure shows that reporting a refusal (metrics, and a log event sampled away under a storm)
-costs no more than the refusal itself (observability.md: logging never costs more than the
+costs no more than the refusal itself (docs/observability.md: logging never costs more than the
 shedding it reports).
 """
 

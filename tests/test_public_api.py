@@ -7,7 +7,7 @@ import sys
 
 import fusion_guard
 
-# api.md's names are a promise (never renamed or dropped); additions are pinned here on purpose.
+# The public names are a promise (never renamed or dropped); additions are pinned here on purpose.
 PUBLIC_NAMES = {
     "BackendError", "CallContext", "ChangeSeverity", "ConcurrencyGuard", "ConcurrencyStatistics",
     "ConfigurationError", "ContractAwareness", "ContractChange", "ContractDiff",

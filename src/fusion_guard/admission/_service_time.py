@@ -6,7 +6,7 @@ seconds on average (Little's law), which is the *drain step*. Two things are der
 
 - the expected wait of a caller at queue position ``p``: ``p * step``, which drives predictive
   early shedding;
-- ``retry_after`` for a refused caller. Each refusal is a small promise (wire contract section 6):
+- ``retry_after`` for a refused caller. Each refusal is a small promise:
   the k-th refused caller is told when the k-th coming opening is expected, so callers who follow
   the advice come back spread out at the drain rate, not all at once into a second refusal. A
   *promise cursor* holds the time of the last opening promised; every refusal advances it by one

@@ -1,4 +1,4 @@
-"""``fusion-guard demo``: the overload scenario of benchmarks.md, in about a minute.
+"""``fusion-guard demo``: the overload scenario of docs/benchmarks.md, in about a minute.
 
 The same scarce tool (2 hidden workers, log-normal 20 ms service) under no guard, a plain
 unbounded ``asyncio.Semaphore``, and fusion_guard (FIFO and LIFO-under-overload), across offered
@@ -108,7 +108,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when fusion_guard misses a target of benchmarks.md",
+        help="exit 1 when fusion_guard misses a target of docs/benchmarks.md",
     )
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,4 @@
-"""The ``<contract_awareness>`` section of a validation error (wire contract section 7).
+"""The ``<contract_awareness>`` section of a validation error.
 
 When a tool's contract changed since the known-good lockfile, a model calling it from memory sends
 arguments the tool no longer accepts. The validation error then also says what changed::

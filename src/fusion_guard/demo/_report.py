@@ -1,5 +1,5 @@
 """Turning a demo's figures into what people read: a table per policy, the targets of
-benchmarks.md checked against fusion_guard's line, a JSON file and a PNG chart."""
+docs/benchmarks.md checked against fusion_guard's line, a JSON file and a PNG chart."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _levels(demo: DemoResult, policy: str, lo: float, hi: float) -> list[LevelRe
 
 
 def check_targets(demo: DemoResult, policy: str = "fusion_guard") -> list[Target]:
-    """The targets of benchmarks.md, for the levels this run measured."""
+    """The targets of docs/benchmarks.md, for the levels this run measured."""
     targets: list[Target] = []
     overload = _levels(demo, policy, 1.5, 10.0)
     if overload:
@@ -124,7 +124,7 @@ def check_targets(demo: DemoResult, policy: str = "fusion_guard") -> list[Target
 
 
 def format_targets(targets: list[Target], policy: str = "fusion_guard") -> str:
-    lines = [f"targets for {policy} (benchmarks.md):"]
+    lines = [f"targets for {policy} (docs/benchmarks.md):"]
     lines += [f"  [{'PASS' if t.met else 'FAIL'}] {t.name}: {t.observed}" for t in targets]
     return "\n".join(lines)
 

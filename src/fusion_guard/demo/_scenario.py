@@ -1,5 +1,5 @@
 """One scenario run: warm-up, an overload window at a multiple of capacity, then a recovery
-phase at half capacity; and the figures of benchmarks.md computed from the calls' records."""
+phase at half capacity; and the figures of docs/benchmarks.md computed from the calls' records."""
 
 from __future__ import annotations
 

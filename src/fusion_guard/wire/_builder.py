@@ -1,4 +1,4 @@
-"""The fluent builder ``error(code, message)`` (wire contract sections 2 and 5).
+"""The fluent builder ``error(code, message)``.
 
 The builder *is* a ``ToolResponse``: a handler may return or raise it unbuilt, and it still
 reaches the model as the error envelope it describes (never as a success). The text is rendered

@@ -1,4 +1,4 @@
-"""The client side of the wire contract (section 8): an error result back into an exception.
+"""The client side of the wire contract: an error result back into an exception.
 
 The text comes from a remote server, so it is parsed with expat directly and refused at the first
 sign of a DTD: a ``<!DOCTYPE`` (and with it every entity declaration, the entity-expansion bomb

@@ -1,4 +1,4 @@
-"""What a handler's outcome becomes on the wire (wire contract section 5): raise or return.
+"""What a handler's outcome becomes on the wire: raise or return.
 
 Handler dispatch (the guard, the MCP integrations, middleware) calls ``as_response`` on what a
 handler returned and ``response_from_exception`` on what it raised, so both paths give the model

@@ -1,4 +1,4 @@
-"""Pure text rendering of the ``<tool_error>`` envelope (wire contract section 2).
+"""Pure text rendering of the ``<tool_error>`` envelope.
 
 No I/O and no XML library: the envelope is assembled from pre-escaped pieces, because it is
 sent most when the server is busiest. ``xml.etree`` is only used by the client-side parser.

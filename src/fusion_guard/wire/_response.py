@@ -1,7 +1,7 @@
-"""``ToolResponse``: the MCP tool result a guarded call answers with (wire contract section 1).
+"""``ToolResponse``: the MCP tool result a guarded call answers with.
 
 A response is also an exception, so a handler may ``raise`` an error envelope as well as return
-it (section 5): both reach the model identically.
+it: both reach the model identically.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ._render import render_tool_error
 __all__ = ["ToolResponse", "make_response", "success", "tool_error"]
 
 
-class ToolResponse(Exception):  # a result first; raising it is a convenience (section 5)
+class ToolResponse(Exception):  # a result first; raising it is a convenience
     """An MCP tool result: one text content block and the ``isError`` flag.
 
     ``code`` is the envelope's error code, or None for a plain success.

@@ -1,4 +1,4 @@
-"""The load-shedding envelopes (wire contract section 6), prepared per tool.
+"""The load-shedding envelopes, prepared per tool.
 
 They are sent most when the server is busiest, so everything that does not change between two
 refusals (escaped tool name, limits, recovery advice) is rendered once when a template is made;

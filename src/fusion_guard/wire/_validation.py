@@ -1,4 +1,4 @@
-"""Validation errors that heal (wire contract section 7).
+"""Validation errors that heal.
 
 A pydantic ``ValidationError`` becomes a ``<validation_error>`` envelope: one ``<field>`` per
 problem, each line saying what was sent and what was expected, worded per error type, and a last
