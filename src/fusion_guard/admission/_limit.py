@@ -1,0 +1,74 @@
+"""Concurrency limits: what *decides* how many calls of a tool may run at once.
+
+A limit is separate from the limiter that enforces it (Netflix concurrency-limits' shape): the
+limiter holds the slots, the waiters and the hand-off; the limit only answers "how many slots now?"
+and learns from one sample per finished call. A limit does no I/O, reads no clock of its own and
+holds no lock: every sample carries its own timestamps, so a limit is tested with a ``FakeClock``
+(or plain numbers) alone.
+
+The limiter feeds a sample when a call that held a slot ends, then reads :attr:`Limit.limit`; a
+limit changes only inside :meth:`Limit.on_sample`, so the limiter always knows the limit in force.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from .._exceptions import ConfigurationError
+
+__all__ = ["FixedLimit", "Limit"]
+
+
+@runtime_checkable
+class Limit(Protocol):
+    """Decides the number of slots from the calls that finished.
+
+    Implementations keep ``min_limit <= limit <= max_limit`` (for a fixed limit the three are the
+    same) and never return NaN or a number below 1.
+    """
+
+    @property
+    def limit(self) -> int:
+        """The number of calls that may run at once now."""
+        ...
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        """Learn from one finished call.
+
+        Args:
+            start: when the call took its slot (seconds on the limiter's monotonic clock).
+            duration: how long it held the slot, in seconds.
+            inflight: calls holding a slot when it took its own, itself included.
+            dropped: it ended by its handler deadline (TIMEOUT): a sign of overload, whatever
+                the duration says.
+        """
+        ...
+
+
+class FixedLimit:
+    """A limit that never moves: ``FixedLimit(10)`` is ``max_active=10``."""
+
+    __slots__ = ("_limit",)
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit must be a whole number >= 1, got {limit!r}")
+        self._limit = limit
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def min_limit(self) -> int:
+        return self._limit
+
+    @property
+    def max_limit(self) -> int:
+        return self._limit
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        """A fixed limit learns nothing."""
+
+    def __repr__(self) -> str:
+        return f"FixedLimit({self._limit})"
