@@ -21,7 +21,6 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -33,6 +32,7 @@ from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_to
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
+from .admission._deadline import Deadline
 from .admission._distributed import concurrency_guard, rate_backend_failure
 from .admission._rate import RateLimiter, RateLimits
 from .backends._base import RateBackend
@@ -124,10 +124,10 @@ class Ticket:
 
     __slots__ = (
         "_client",
+        "_deadline",
         "_done",
         "_gate",
         "_request",
-        "_scope",
         "_slot",
         "_start",
         "outcome",
@@ -139,7 +139,7 @@ class Ticket:
         self._client = client
         self._request = request
         self._slot: Slot | None = None
-        self._scope: AbstractContextManager[anyio.CancelScope] | None = None
+        self._deadline: Deadline | None = None
         self._start = 0.0
         self._done = False
         self.outcome: Outcome | str = "ok"
@@ -166,8 +166,8 @@ class Ticket:
             self.queue_wait = self._slot.queue_wait
         else:
             gate.observer.admitted(0.0)
-            if gate.deadline is not None:
-                self._enter_deadline(gate.limits.timeout or math.inf)
+            if gate.deadline is not None:  # without slots the deadline is the ticket's own
+                self._deadline = Deadline(gate.limits.timeout or math.inf)
         self._start = time.perf_counter()
         return self
 
@@ -180,8 +180,8 @@ class Ticket:
         try:
             if self._slot is not None:  # frees the slot; HandlerTimeout past the deadline
                 swallowed = await self._slot.__aexit__(exc_type, exc, tb)
-            elif self._scope is not None:
-                swallowed = self._leave_deadline(self._scope, exc_type, exc, tb)
+            elif self._deadline is not None:
+                swallowed = self._leave_deadline(self._deadline, exc_type, exc, tb)
             else:
                 swallowed = False
         except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
@@ -216,27 +216,20 @@ class Ticket:
             gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, context.client)
             raise refusal
 
-    def _enter_deadline(self, timeout: float) -> None:
-        # A tool without slots keeps its deadline here (with slots, the Slot applies it).
-        deadline = anyio.fail_after(timeout)
-        deadline.__enter__()
-        self._scope = deadline
-
     def _leave_deadline(
         self,
-        deadline: AbstractContextManager[anyio.CancelScope],
+        deadline: Deadline,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        self._scope = None
-        try:
-            return bool(deadline.__exit__(exc_type, exc, tb))
-        except TimeoutError:  # ours: the body's own exceptions come back as a False return
+        self._deadline = None
+        if deadline.expired(exc_type, exc, tb):
             template = self._gate.deadline
             if template is None:  # pragma: no cover (a deadline is entered only with one)
-                raise
+                raise TimeoutError
             raise HandlerTimeout(template.render()) from None
+        return False
 
 
 def _response_outcome(response: ToolResponse) -> Outcome:

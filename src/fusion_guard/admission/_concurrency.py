@@ -61,6 +61,7 @@ from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
 from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outcome_of
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
+from ._deadline import Deadline
 from ._overload import OverloadDetector
 from ._service_time import RetryPromises, ServiceTimeEstimator, expected_wait
 
@@ -139,12 +140,12 @@ class Slot:
     :class:`~fusion_guard.HandlerTimeout` raised. ``release()`` is idempotent.
     """
 
-    __slots__ = ("_guard", "_held", "_scope", "_start", "_timeout", "queue_wait")
+    __slots__ = ("_deadline", "_guard", "_held", "_start", "_timeout", "queue_wait")
 
     def __init__(self, guard: ConcurrencyGuard, timeout: float | None) -> None:
         self._guard = guard
         self._timeout = timeout
-        self._scope: anyio.CancelScope | None = None
+        self._deadline: Deadline | None = None
         self._held = False
         self.queue_wait = 0.0
 
@@ -172,7 +173,7 @@ class Slot:
         # from below (what a cold guard knows before any call finishes).
         self._start = guard._latest_start = guard._clock()
         if self._timeout is not None:
-            self._enter_deadline(self._timeout)
+            self._deadline = Deadline(self._timeout)
         return self
 
     async def __aexit__(
@@ -181,8 +182,17 @@ class Slot:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if self._scope is not None:
-            return self._exit_deadline(self._scope, exc_type, exc, tb)
+        deadline = self._deadline
+        if deadline is not None:
+            self._deadline = None
+            try:
+                expired = deadline.expired(exc_type, exc, tb)
+            except BaseException as raised:
+                self._end(outcome_of(raised))
+                raise
+            if expired:  # our deadline cancelled the body
+                self._end("timeout")  # freed before the envelope is even built
+                raise self._guard._handler_timeout(self._timeout or 0.0) from None
         self._end("ok" if exc is None else outcome_of(exc))
         return False
 
@@ -208,30 +218,6 @@ class Slot:
                     ends.finished(outcome, held)
                 except Exception as failure:  # observers never change an outcome
                     observer_failed(ends, "finished", failure)
-
-    def _enter_deadline(self, timeout: float) -> None:
-        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
-        scope.__enter__()
-        self._scope = scope
-
-    def _exit_deadline(
-        self,
-        scope: anyio.CancelScope,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        self._scope = None
-        try:
-            swallowed = scope.__exit__(exc_type, exc, tb)
-        except BaseException as raised:
-            self._end(outcome_of(raised))
-            raise
-        if scope.cancelled_caught:  # our deadline cancelled the body
-            self._end("timeout")  # freed before the envelope is even built
-            raise self._guard._handler_timeout(self._timeout or 0.0) from None
-        self._end("ok" if exc is None else outcome_of(exc))
-        return bool(swallowed)
 
 
 class ConcurrencyGuard:
