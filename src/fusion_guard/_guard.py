@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 import anyio
 
-from ._exceptions import BackendError, ConfigurationError, HandlerTimeout, Rejected
+from ._exceptions import (
+    BackendError,
+    ConfigurationError,
+    HandlerTimeout,
+    RateLimited,
+    Rejected,
+)
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool, outcome_of
 from ._policy import PolicyTable, ToolLimits, specificity
@@ -152,11 +158,16 @@ class Ticket:
     async def __aenter__(self) -> Ticket:
         gate = self._gate
         try:
-            if gate.rates is not None:  # a shared backend's decision may be cancelled too
-                await self._check_rates(gate, gate.rates)
+            rates = gate.rates
+            if rates is not None:
+                if rates.is_sync:  # in memory: decided without a coroutine
+                    self._refused(gate, rates.check(self._context(gate)))
+                else:  # a shared backend's decision may be cancelled too
+                    await self._check_rates(gate, rates)
             if gate.slots is not None:
                 slot = gate.slots.slot(gate.limits.timeout)
-                await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
+                if not slot.take_free():
+                    await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
                 self._slot = slot
         except anyio.get_cancelled_exc_class():
             self._done = True
@@ -178,8 +189,12 @@ class Ticket:
         tb: TracebackType | None,
     ) -> bool:
         try:
-            if self._slot is not None:  # frees the slot; HandlerTimeout past the deadline
-                swallowed = await self._slot.__aexit__(exc_type, exc, tb)
+            slot = self._slot
+            if slot is not None:  # frees the slot; HandlerTimeout past the deadline
+                if slot.leaves_at_once:
+                    swallowed = slot.leave(exc_type, exc, tb)
+                else:
+                    swallowed = await slot.__aexit__(exc_type, exc, tb)
             elif self._deadline is not None:
                 swallowed = self._leave_deadline(self._deadline, exc_type, exc, tb)
             else:
@@ -197,13 +212,15 @@ class Ticket:
             end = outcome or self.outcome
             self._gate.observer.finished(end, time.perf_counter() - self._start)  # type: ignore[arg-type]
 
-    async def _check_rates(self, gate: _Gate, rates: RateLimits) -> None:
+    def _context(self, gate: _Gate) -> CallContext:
         if self._client is None and self._request is None:
-            context = gate.context
-        else:
-            context = CallContext(gate.tool, self._client, self._request)
+            return gate.context
+        return CallContext(gate.tool, self._client, self._request)
+
+    async def _check_rates(self, gate: _Gate, rates: RateLimits) -> None:
+        context = self._context(gate)
         try:
-            refusal = rates.check(context) if rates.is_sync else await rates.acheck(context)
+            refusal = await rates.acheck(context)
         except BackendError as exc:
             # The tool's failure policy: admit (None) or shed with SERVER_BUSY.
             busy = rate_backend_failure(
@@ -212,8 +229,11 @@ class Ticket:
             if busy is not None:
                 raise busy from exc
             return
+        self._refused(gate, refusal)
+
+    def _refused(self, gate: _Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:
-            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, context.client)
+            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
             raise refusal
 
     def _leave_deadline(

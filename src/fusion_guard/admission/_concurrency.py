@@ -52,7 +52,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import ClassVar, Self
 
 import anyio
 import anyio.lowlevel
@@ -149,12 +149,26 @@ class Slot:
         self._held = False
         self.queue_wait = 0.0
 
+    #: Whether ``leave`` ends the hold (a fleet slot must also give its lease back, awaited).
+    leaves_at_once: ClassVar[bool] = True
+
     async def __aenter__(self) -> Slot:
         guard = self._guard
         if guard._active < guard._max_active:  # free slot: take it without yielding
             guard._active += 1
             return self._hold(0.0)
         return self._hold(await guard._wait())
+
+    def take_free(self) -> bool:
+        """Take a free slot without a coroutine: True when taken (held as after ``async with``),
+        False when the caller must enter with ``await slot.__aenter__()`` (it would queue).
+        The Guard's tickets use it so an uncontended call costs one coroutine less."""
+        guard = self._guard
+        if guard._active < guard._max_active:
+            guard._active += 1
+            self._hold(0.0)
+            return True
+        return False
 
     def _hold(self, queue_wait: float) -> Self:
         """The slot is ours after ``queue_wait`` seconds: count it, report it, start the clock
@@ -182,6 +196,16 @@ class Slot:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        return self.leave(exc_type, exc, tb)
+
+    def leave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """``__aexit__`` without a coroutine, for slots that ``leaves_at_once``: end the hold
+        and the deadline; raises ``HandlerTimeout`` when the deadline cancelled the body."""
         deadline = self._deadline
         if deadline is not None:
             self._deadline = None

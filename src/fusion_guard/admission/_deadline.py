@@ -1,11 +1,15 @@
 """The handler deadline: one implementation for a slot's body and for a tool without slots.
 
 Every admitted call runs under a deadline (50 s by default) that almost never fires, so entering
-and leaving it is on the hot path. anyio's ``CancelScope`` costs about 5 us on asyncio (it tracks
-the host task and retries delivery); a timer handle on the event loop that cancels the task, undone
-with ``Task.uncancel`` as the standard library's ``asyncio.timeout`` does, costs about 1 us. So on
-asyncio the deadline is that timer; elsewhere (trio) it is an anyio ``CancelScope``, which trio
-makes cheap.
+and leaving it is on the hot path. anyio's ``CancelScope`` costs about 5 us on asyncio, and even
+a timer handle per call (what ``asyncio.timeout`` does) costs 2-4 us inside a busy server (a
+handle, a context copy, a heap push and a cancellation each time). So on asyncio the deadlines of
+one length share one timer: they expire in the order they were set, so a queue in start order
+with one timer armed for its oldest live entry finds every expiry, and setting or clearing a
+deadline is an append or a flag. When the timer fires it cancels the task of each entry past its
+deadline (undone with ``Task.uncancel`` once the task has seen it, as ``asyncio.timeout`` does)
+and re-arms for the next live entry. Elsewhere (trio) the deadline is an anyio ``CancelScope``,
+which trio makes cheap.
 
 The asyncio form is edge-triggered like ``asyncio.timeout``: the body receives one
 ``CancelledError`` at the deadline. A body that swallows it and carries on keeps its slot until
@@ -16,10 +20,81 @@ later checkpoint).
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 
 import anyio
 
 __all__ = ["Deadline"]
+
+#: Queues kept per thread, one per distinct deadline length: a guard uses one or a few, but
+#: per-call timeouts may vary without bound (a forgotten queue still serves its own entries).
+MAX_QUEUES = 64
+#: A queue whose finished entries outnumber its live ones by this much (stuck behind a long
+#: call at its head) is compacted, so memory follows the calls in flight.
+COMPACT_SLACK = 64
+
+
+class _Queue:
+    """The deadlines of one length on one event loop, in start order, under one timer."""
+
+    __slots__ = ("_entries", "_live", "_timer", "loop", "timeout")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self.loop = loop
+        self.timeout = timeout
+        self._entries: deque[Deadline] = deque()
+        self._live = 0  # deadlines in the deque whose body still runs
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        """Deadlines held, finished ones not yet dropped included (memory follows this)."""
+        return len(self._entries)
+
+    def add(self, deadline: Deadline, at: float) -> None:
+        self._entries.append(deadline)
+        self._live += 1
+        if self._timer is None:
+            self._timer = self.loop.call_at(at, self._fire)
+
+    def remove(self, deadline: Deadline) -> None:
+        """``deadline``'s body ended before it fired (its task is cleared already)."""
+        self._live -= 1
+        entries = self._entries
+        while entries and entries[0].task is None:
+            entries.popleft()
+        if len(entries) > 2 * self._live + COMPACT_SLACK:
+            self._entries = deque(each for each in entries if each.task is not None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        entries = self._entries
+        while entries:
+            head = entries[0]
+            if head.task is not None and head.at > now:
+                self._timer = self.loop.call_at(head.at, self._fire)
+                return
+            entries.popleft()
+            if head.task is not None:
+                self._live -= 1
+                head.fire()
+
+
+_per_thread = threading.local()
+
+
+def _queue(loop: asyncio.AbstractEventLoop, timeout: float) -> _Queue:
+    try:
+        queues: dict[float, _Queue] = _per_thread.queues
+    except AttributeError:
+        queues = _per_thread.queues = {}
+    queue = queues.get(timeout)
+    if queue is None or queue.loop is not loop:
+        if len(queues) >= MAX_QUEUES:
+            queues.clear()
+        queue = queues[timeout] = _Queue(loop, timeout)
+    return queue
 
 
 class Deadline:
@@ -31,11 +106,12 @@ class Deadline:
     the body's own ending (its result, its exception, an outer cancellation) stands.
     """
 
-    __slots__ = ("_cancelling", "_fired", "_handle", "_scope", "_task")
+    __slots__ = ("_cancelling", "_fired", "_queue", "_scope", "at", "task")
 
     def __init__(self, timeout: float) -> None:
         loop = asyncio._get_running_loop()
         task = None if loop is None else asyncio.current_task(loop)
+        self.task = task  # None once the body has ended (on asyncio)
         if task is None:  # not asyncio (trio), or no task to cancel
             scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
             scope.__enter__()
@@ -43,14 +119,17 @@ class Deadline:
             return
         assert loop is not None  # for the type checker: a task runs on a loop
         self._scope = None
-        self._task = task
         self._cancelling = task.cancelling()
         self._fired = False
-        self._handle = loop.call_at(loop.time() + timeout, self._fire)
+        self.at = at = loop.time() + timeout
+        self._queue = queue = _queue(loop, timeout)
+        queue.add(self, at)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
+        """The deadline has passed (called by its queue's timer): cancel the body."""
         self._fired = True
-        self._task.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
     def expired(
         self,
@@ -63,11 +142,14 @@ class Deadline:
             # The scope swallows only its own cancellation; anything else propagates from here.
             scope.__exit__(exc_type, exc, tb)  # type: ignore[arg-type]
             return scope.cancelled_caught
-        self._handle.cancel()
+        task = self.task
+        self.task = None
         if not self._fired:
+            self._queue.remove(self)
             return False
-        # Ours when no other cancellation was requested since the deadline was entered.
-        outstanding = self._task.uncancel()
+        assert task is not None  # set until this first and only call
+        # Ours when no other cancellation was requested since the deadline was set.
+        outstanding = task.uncancel()
         return (
             outstanding <= self._cancelling
             and exc_type is not None

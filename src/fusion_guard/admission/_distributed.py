@@ -33,7 +33,7 @@ import logging
 import random
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
@@ -162,6 +162,7 @@ class FleetSlot(Slot):
     """One call's hold on a fleet slot: a local slot plus a Redis lease (see the module)."""
 
     __slots__ = ("_fleet", "_holder")
+    leaves_at_once: ClassVar[bool] = False  # the lease is given back (awaited) first
 
     def __init__(self, guard: DistributedConcurrencyGuard, timeout: float | None) -> None:
         super().__init__(guard, timeout)
@@ -183,6 +184,9 @@ class FleetSlot(Slot):
             guard._release()
             raise
         return self._hold(guard._clock() - arrival)
+
+    def take_free(self) -> bool:
+        return False  # a local slot is not enough: the lease is awaited (``__aenter__``)
 
     async def __aexit__(
         self,
