@@ -2,8 +2,9 @@
 
 A real client session (in-process) calls a trivial tool on the same server with and without the
 guard; the session is opened outside the timed region, so the figure is the cost of one
-``tools/call`` round trip. The guard has the default limits (a concurrency limit and a handler
-deadline) plus a rate limit, all admitting every call, so it pays for the full admission path.
+``tools/call`` round trip. The guard has the default limits (what ``Guard()`` gives: a
+concurrency limit and a handler deadline), admitting every call, so it pays for the whole
+admission path of an untuned server; a second figure adds a rate limit.
 """
 
 from __future__ import annotations
@@ -26,31 +27,35 @@ from fusion_guard.integrations.mcp import install
 
 OPS = 200
 ROUNDS = 15
-TARGET = 1.3  # the SDK round trip in process is 150-800 us; the guard adds 20-50 us (noisy machine)
-LIMITS: dict[str, Any] = {"rate": 100_000, "burst": 100_000}
+#: The guard's overhead per call through each SDK, as installed with ``Guard()``: within 10 % of
+#: the SDK alone (the round trip in process is 150-800 us; the guard adds about 15 us).
+TARGET = 1.1
+#: With an in-memory rate limit as well (one GCRA decision more, about 4 us): within 15 %.
+RATE_LIMITED_TARGET = 1.15
+RATE_LIMITED: dict[str, Any] = {"rate": 100_000, "burst": 100_000}
 
 
-def _mcpserver(guarded: bool) -> MCPServer[Any]:
+def _mcpserver(guarded: dict[str, Any] | None) -> MCPServer[Any]:
     app: MCPServer[Any] = MCPServer("bench", log_level="CRITICAL")
 
     @app.tool()
     async def ping() -> str:
         return "pong"
 
-    if guarded:
-        install(app, Guard(**LIMITS))
+    if guarded is not None:
+        install(app, Guard(**guarded))
     return app
 
 
-def _fastmcp(guarded: bool) -> FastMCP:
+def _fastmcp(guarded: dict[str, Any] | None) -> FastMCP:
     app = FastMCP("bench")
 
     @app.tool
     async def ping() -> str:
         return "pong"
 
-    if guarded:
-        app.add_middleware(GuardMiddleware(Guard(**LIMITS)))
+    if guarded is not None:
+        app.add_middleware(GuardMiddleware(Guard(**guarded)))
     return app
 
 
@@ -72,12 +77,12 @@ def _session_batch(
     return lambda ops: asyncio.run(timed(ops))
 
 
-def _mcp_batch(guarded: bool) -> Callable[[int], float]:
+def _mcp_batch(guarded: dict[str, Any] | None) -> Callable[[int], float]:
     app = _mcpserver(guarded)
     return _session_batch(lambda: Client(app), lambda c: c.call_tool("ping", {}))
 
 
-def _fastmcp_batch(guarded: bool) -> Callable[[int], float]:
+def _fastmcp_batch(guarded: dict[str, Any] | None) -> Callable[[int], float]:
     from fastmcp import Client as FastMCPClient
 
     app = _fastmcp(guarded)
@@ -85,13 +90,21 @@ def _fastmcp_batch(guarded: bool) -> Callable[[int], float]:
 
 
 @pytest.mark.parametrize(("sdk", "batch"), [("MCPServer", _mcp_batch), ("FastMCP", _fastmcp_batch)])
+@pytest.mark.parametrize(
+    ("limits", "label", "target"),
+    [({}, "Guard()", TARGET), (RATE_LIMITED, "with a rate limit", RATE_LIMITED_TARGET)],
+)
 def test_guarded_tool_call_vs_unguarded(
     benchmark: pytest.FixtureRequest,
     figures: Figures,
     sdk: str,
-    batch: Callable[[bool], Callable[[int], float]],
+    batch: Callable[[dict[str, Any] | None], Callable[[int], float]],
+    limits: dict[str, Any],
+    label: str,
+    target: float,
 ) -> None:
     rounds = ROUNDS if figures.strict else 3  # the smoke run (make test) stays short
-    candidate, baseline = time_batches(batch(True), batch(False), ops=OPS, rounds=rounds)
-    figures.at_most(f"guarded tools/call vs unguarded ({sdk})", candidate, baseline, TARGET)
-    benchmark.pedantic(batch(True), args=(OPS,), rounds=1, iterations=1)
+    candidate, baseline = time_batches(batch(limits), batch(None), ops=OPS, rounds=rounds)
+    name = f"guarded tools/call, {label}, vs unguarded ({sdk})"
+    figures.at_most(name, candidate, baseline, target)
+    benchmark.pedantic(batch(limits), args=(OPS,), rounds=1, iterations=1)

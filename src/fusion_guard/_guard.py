@@ -173,6 +173,32 @@ class Ticket:
             self._done = True
             gate.observer.finished("cancelled", None)
             raise
+        self._admitted(gate)
+        return self
+
+    def enter_at_once(self) -> bool:
+        """``__aenter__`` without a coroutine, when nothing needs awaiting (no shared rate
+        backend; a free local slot, or no slots): True when admitted, as after ``async with``;
+        False when nothing was done and the caller enters with ``await ticket.__aenter__()``.
+        Raises ``RateLimited`` as ``__aenter__`` would. Adapters use it to keep the usual call
+        one coroutine shorter."""
+        gate = self._gate
+        rates = gate.rates
+        slots = gate.slots
+        if (rates is not None and not rates.is_sync) or (
+            slots is not None and not slots.free_at_once()
+        ):
+            return False
+        if rates is not None:
+            self._refused(gate, rates.check(self._context(gate)))
+        if slots is not None:
+            slot = slots.slot(gate.limits.timeout)
+            slot.take_free()  # free_at_once: taken
+            self._slot = slot
+        self._admitted(gate)
+        return True
+
+    def _admitted(self, gate: _Gate) -> None:
         if self._slot is not None:
             self.queue_wait = self._slot.queue_wait
         else:
@@ -180,7 +206,6 @@ class Ticket:
             if gate.deadline is not None:  # without slots the deadline is the ticket's own
                 self._deadline = Deadline(gate.limits.timeout or math.inf)
         self._start = time.perf_counter()
-        return self
 
     async def __aexit__(
         self,
@@ -188,13 +213,34 @@ class Ticket:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        slot = self._slot
+        if slot is None or slot.leaves_at_once:
+            return self.leave(exc_type, exc, tb)
+        try:
+            swallowed = await slot.__aexit__(exc_type, exc, tb)
+        except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
+            self.complete(outcome_of(raised))
+            raise
+        self.complete(self.outcome if exc is None else outcome_of(exc))
+        return swallowed
+
+    @property
+    def leaves_at_once(self) -> bool:
+        """Whether ``leave`` can end the call (a fleet slot's lease is given back, awaited)."""
+        return self._slot is None or self._slot.leaves_at_once
+
+    def leave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """``__aexit__`` without a coroutine, when ``leaves_at_once``: frees the slot, reports
+        the end; raises ``HandlerTimeout`` when the deadline cancelled the body."""
         try:
             slot = self._slot
             if slot is not None:  # frees the slot; HandlerTimeout past the deadline
-                if slot.leaves_at_once:
-                    swallowed = slot.leave(exc_type, exc, tb)
-                else:
-                    swallowed = await slot.__aexit__(exc_type, exc, tb)
+                swallowed = slot.leave(exc_type, exc, tb)
             elif self._deadline is not None:
                 swallowed = self._leave_deadline(self._deadline, exc_type, exc, tb)
             else:

@@ -369,6 +369,11 @@ class ConcurrencyGuard:
 
     # -- public surface -------------------------------------------------------------------------
 
+    def free_at_once(self) -> bool:
+        """Whether ``slot().take_free()`` would take a slot now (a free local slot, and no
+        permit to await besides)."""
+        return self._active < self._max_active
+
     def slot(self, timeout: float | None = None) -> Slot:
         """``async with guard.slot():`` runs the body holding a slot.
 

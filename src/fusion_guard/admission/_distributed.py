@@ -251,6 +251,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             outage=self._conn.outage,
         )
 
+    def free_at_once(self) -> bool:
+        return False  # a local slot is not enough: the lease is awaited
+
     def slot(self, timeout: float | None = None) -> FleetSlot:
         """``async with guard.slot():`` runs the body holding a fleet slot; raises
         :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds) the body is

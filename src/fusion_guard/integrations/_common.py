@@ -142,7 +142,12 @@ async def admit_call(
     deferred: BaseException | None = None
     try:
         client = None if client_key is None else await _client_of(client_key, request)
-        async with guard.admit(gate or tool, client=client, request=request) as ticket:
+        # ``async with guard.admit(...)`` spelled out, so that the usual call (admitted at once,
+        # left at once) costs no coroutine for the ticket; a ticket never swallows.
+        ticket = guard.admit(gate or tool, client=client, request=request)
+        if not ticket.enter_at_once():
+            await ticket.__aenter__()
+        try:
             token = _current_ticket.set(ticket)
             try:
                 result = await call()
@@ -153,6 +158,16 @@ async def admit_call(
                 _current_ticket.reset(token)
             if deferred is None:
                 _record(ticket, result, failed)
+        except BaseException as exc:
+            if ticket.leaves_at_once:
+                ticket.leave(type(exc), exc, exc.__traceback__)
+            else:
+                await ticket.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        if ticket.leaves_at_once:
+            ticket.leave(None, None, None)
+        else:
+            await ticket.__aexit__(None, None, None)
     except Rejected as exc:
         mark_span(exc.response, exc.retry_after)
         return exc.response

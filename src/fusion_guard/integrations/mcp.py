@@ -43,6 +43,7 @@ This module imports the SDK only when ``install`` runs; without it, ``install`` 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -195,7 +196,15 @@ def _lowlevel_server(server: object, sdk: _SDK) -> Server[Any]:
     )
 
 
+#: ``gate_now``'s answer when only ``gate_for`` (awaited) can tell.
+_ASK = "\0ask"
+
+
 class _ToolNames(Protocol):
+    def gate_now(self, tool: str) -> str | None:
+        """``gate_for``'s answer when it is known without a coroutine (the usual case: a tool
+        seen before), else ``_ASK``."""
+
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         """The gate a call of ``tool`` goes through, or None when the SDK answers it itself
         (no such tool) without the guard."""
@@ -214,8 +223,11 @@ class _RegisteredTools:
         self._schema_of = schema_of
         self._output_schemas: dict[str, Mapping[str, Any] | None] = {}
 
-    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+    def gate_now(self, tool: str) -> str | None:
         return tool if self._schema_of(tool) is not None else None
+
+    async def gate_for(self, tool: str, ctx: Any) -> str | None:
+        return self.gate_now(tool)
 
     async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
         if tool not in self._output_schemas:
@@ -238,6 +250,9 @@ class _ListedTools:
         self._list = list_handler
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._next_read = -math.inf
+
+    def gate_now(self, tool: str) -> str | None:
+        return tool if tool in self._schemas else _ASK
 
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         if tool in self._schemas:
@@ -274,6 +289,9 @@ class _EveryName:
     guard itself bounds the gates it keeps)."""
 
     __slots__ = ()
+
+    def gate_now(self, tool: str) -> str | None:
+        return tool
 
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         return tool
@@ -313,13 +331,15 @@ class _Adapter:
 
         async def guarded(ctx: Any, params: Any) -> Any:
             tool: str = params.name
-            gate = await self._tools.gate_for(tool, ctx)
+            gate = self._tools.gate_now(tool)
+            if gate is _ASK:
+                gate = await self._tools.gate_for(tool, ctx)
             if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
                 return await handler(ctx, params)
             result = await admit_call(
                 self._guard,
                 tool,
-                lambda: _run_handler(handler, ctx, params),
+                functools.partial(handler, ctx, params),
                 request=ctx,
                 client_key=self._client_key,
                 failed=_is_error,
@@ -327,7 +347,9 @@ class _Adapter:
                 gate=gate,
             )
             if isinstance(result, ToolResponse):
-                return to_call_tool_result(result, await self._tools.output_schema(tool, ctx))
+                # Refused, failed, or a low-level handler's own envelope (or builder).
+                response = as_response(result)
+                return to_call_tool_result(response, await self._tools.output_schema(tool, ctx))
             return result
 
         setattr(guarded, _GUARDED, True)
@@ -373,12 +395,6 @@ class _Adapter:
             # its own making stays the tool's message).
             return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
         return None
-
-
-async def _run_handler(handler: Handler, ctx: Any, params: Any) -> Any:
-    result = await handler(ctx, params)
-    # A low-level handler may answer with an envelope (or builder) instead of a CallToolResult.
-    return as_response(result) if isinstance(result, ToolResponse) else result
 
 
 def _texts(result: Any) -> list[str]:
