@@ -11,9 +11,10 @@ import fusion_guard
 PUBLIC_NAMES = {
     "BackendError", "CallContext", "ChangeSeverity", "ConcurrencyGuard", "ConcurrencyStatistics",
     "ConfigurationError", "ContractAwareness", "ContractChange", "ContractDiff",
-    "DistributedConcurrencyGuard", "ErrorBuilder", "ErrorCode", "FusionClientError",
+    "DistributedConcurrencyGuard", "ErrorBuilder", "ErrorCode", "FixedLimit", "FusionClientError",
     "FusionGuardError", "Guard", "GuardSettings", "HandlerTimeout", "InvalidSettings", "Lockfile",
-    "LogEventObserver", "MemoryBackend", "MetricsServer", "PrometheusObserver", "RateDecision",
+    "Limit", "LogEventObserver", "MemoryBackend", "MetricsServer", "PrometheusObserver",
+    "RateDecision",
     "RateLimited", "RateLimiter", "RateLimits", "RedisRateLimitBackend", "Rejected", "ServerBusy",
     "Severity", "Slot", "Ticket", "ToolContract", "ToolLimits", "ToolPolicy", "ToolResponse",
     "diff_contracts", "error", "format_validation_error", "internal_error", "parse_tool_error",

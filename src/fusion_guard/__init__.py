@@ -17,6 +17,7 @@ from ._policy import ToolLimits
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
 from .admission._context import CallContext
 from .admission._distributed import DistributedConcurrencyGuard
+from .admission._limit import FixedLimit, Limit
 from .admission._rate import RateDecision, RateLimiter, RateLimits
 from .backends._memory import MemoryBackend
 from .backends._redis import RedisRateLimitBackend
@@ -45,12 +46,14 @@ __all__ = [
     "DistributedConcurrencyGuard",
     "ErrorBuilder",
     "ErrorCode",
+    "FixedLimit",
     "FusionClientError",
     "FusionGuardError",
     "Guard",
     "GuardSettings",
     "HandlerTimeout",
     "InvalidSettings",
+    "Limit",
     "Lockfile",
     "LogEventObserver",
     "MemoryBackend",

@@ -62,6 +62,7 @@ from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outc
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._deadline import Deadline
+from ._limit import FixedLimit, Limit
 from ._overload import OverloadDetector
 from ._service_time import RetryPromises, ServiceTimeEstimator, expected_wait
 
@@ -79,6 +80,8 @@ LATE_MARGIN_STEPS = 0.5
 #: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
 #: Guard passes its tool's), but per-call timeouts may vary without bound.
 TIMEOUT_TEMPLATES = 8
+#: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
+MAX_LIMIT_TEMPLATES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +143,7 @@ class Slot:
     :class:`~fusion_guard.HandlerTimeout` raised. ``release()`` is idempotent.
     """
 
-    __slots__ = ("_deadline", "_guard", "_held", "_start", "_timeout", "queue_wait")
+    __slots__ = ("_deadline", "_guard", "_held", "_inflight", "_start", "_timeout", "queue_wait")
 
     def __init__(self, guard: ConcurrencyGuard, timeout: float | None) -> None:
         self._guard = guard
@@ -183,6 +186,7 @@ class Slot:
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "admitted", failure)
         self._held = True
+        self._inflight = guard._active  # itself included: what an adaptive limit learns from
         # The guard keeps the latest start: the youngest call's age bounds every hold in flight
         # from below (what a cold guard knows before any call finishes).
         self._start = guard._latest_start = guard._clock()
@@ -232,7 +236,10 @@ class Slot:
             guard = self._guard
             held = guard._clock() - self._start
             guard._service.observe(held)
-            if guard._waiters:
+            if guard._adaptive is not None:
+                guard._learn(self._start, held, self._inflight, outcome == "timeout")
+            # Above a lowered limit the slot is not handed on: the calls in flight drain first.
+            if guard._waiters and guard._active <= guard._max_active:
                 guard._hand_off()
             else:
                 guard._active -= 1
@@ -266,6 +273,7 @@ class ConcurrencyGuard:
     __slots__ = (
         "__weakref__",
         "_active",
+        "_adaptive",
         "_admitted",
         "_busy",
         "_cancelled_queued",
@@ -294,14 +302,16 @@ class ConcurrencyGuard:
         "_shed_timeout",
         "_standing_after",
         "_standing_busy",
+        "_standing_derived",
         "_standing_limit",
+        "_templates_by_limit",
         "_timeout_templates",
         "_waiters",
     )
 
     def __init__(
         self,
-        max_active: int,
+        max_active: int | None = None,
         max_queue: int | None = None,
         queue_timeout: float = 2.0,
         *,
@@ -314,8 +324,9 @@ class ConcurrencyGuard:
         max_retry_after: float = 60.0,
         predictive: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        limit: Limit | None = None,
     ) -> None:
-        self._max_active = _check_int("max_active", max_active, 1)
+        self._adaptive, self._max_active = _limit_of(max_active, limit)
         self._max_queue = (
             10 * self._max_active if max_queue is None else _check_int("max_queue", max_queue, 0)
         )
@@ -328,6 +339,7 @@ class ConcurrencyGuard:
             if standing_after is None
             else _check_seconds("standing_after", standing_after)
         )
+        self._standing_derived = standing_limit is None  # follows the limit in force
         self._standing_limit = min(
             self._max_queue,
             STANDING_SLOTS_FACTOR * self._max_active
@@ -355,13 +367,10 @@ class ConcurrencyGuard:
         self._reports_finished = True
         self._active = 0
         self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
-        self._busy = ServerBusyTemplate(self._name, self._max_active, self._max_queue)
-        self._predicted_busy = _FlaggedBusyTemplate(
-            self._name, self._max_active, self._max_queue, "predicted"
-        )
-        self._standing_busy = _FlaggedBusyTemplate(
-            self._name, self._max_active, self._max_queue, "standing"
-        )
+        self._busy, self._predicted_busy, self._standing_busy = self._templates(self._max_active)
+        self._templates_by_limit: dict[
+            int, tuple[ServerBusyTemplate, _FlaggedBusyTemplate, _FlaggedBusyTemplate]
+        ] = {}
         self._timeout_templates: dict[float, TimeoutTemplate] = {}
         self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
         self._shed_standing = 0
@@ -419,7 +428,19 @@ class ConcurrencyGuard:
 
     @property
     def max_active(self) -> int:
+        """The limit in force (it moves with an adaptive ``limit``)."""
         return self._max_active
+
+    @property
+    def limit(self) -> int:
+        """The number of calls that may run at once now: ``max_active``, or what the adaptive
+        ``limit`` last decided."""
+        return self._max_active
+
+    @property
+    def adaptive_limit(self) -> Limit | None:
+        """The adaptive limit deciding the slots, or None for a fixed ``max_active``."""
+        return self._adaptive
 
     @property
     def max_queue(self) -> int:
@@ -638,10 +659,50 @@ class ConcurrencyGuard:
                 observer_failed(ends, "finished", failure)
 
     def _release(self) -> None:
-        if self._waiters:
+        if self._waiters and self._active <= self._max_active:
             self._hand_off()
         else:
             self._active -= 1
+
+    def _learn(self, start: float, held: float, inflight: int, dropped: bool) -> None:
+        """Feed one finished call to the adaptive limit and apply the limit it then gives."""
+        adaptive = self._adaptive
+        assert adaptive is not None  # called only with one
+        try:
+            adaptive.on_sample(start, held, inflight, dropped)
+            limit = adaptive.limit
+        except Exception as failure:  # a limit's bug never changes a call's answer
+            observer_failed(adaptive, "on_sample", failure)
+            return
+        if limit != self._max_active and isinstance(limit, int) and limit >= 1:
+            self._set_limit(limit)
+
+    def _set_limit(self, limit: int) -> None:
+        """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
+        (the calls in flight drain, and no slot is handed on above the limit)."""
+        self._max_active = limit
+        templates = self._templates_by_limit.get(limit)
+        if templates is None:
+            if len(self._templates_by_limit) >= MAX_LIMIT_TEMPLATES:
+                self._templates_by_limit.clear()
+            templates = self._templates_by_limit[limit] = self._templates(limit)
+        self._busy, self._predicted_busy, self._standing_busy = templates
+        if self._standing_derived:
+            self._standing_limit = min(self._max_queue, STANDING_SLOTS_FACTOR * limit)
+        waiters = self._waiters
+        while waiters and self._active < limit:
+            self._active += 1
+            self._hand_off()
+
+    def _templates(
+        self, limit: int
+    ) -> tuple[ServerBusyTemplate, _FlaggedBusyTemplate, _FlaggedBusyTemplate]:
+        """The SERVER_BUSY envelopes for ``limit`` slots (details report the limit in force)."""
+        return (
+            ServerBusyTemplate(self._name, limit, self._max_queue),
+            _FlaggedBusyTemplate(self._name, limit, self._max_queue, "predicted"),
+            _FlaggedBusyTemplate(self._name, limit, self._max_queue, "standing"),
+        )
 
     def _hand_off(self) -> None:
         """Give the released slot to the next waiter; ``active`` is unchanged (no barging)."""
@@ -729,6 +790,27 @@ def _server_busy(response: ToolResponse, retry_after: float, reason: str) -> Ser
 
 
 # -- configuration checks ---------------------------------------------------------------------
+
+
+def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:
+    """(the adaptive limit or None, the initial slot count) from ``max_active`` / ``limit``."""
+    if limit is None:
+        if max_active is None:
+            raise ConfigurationError(
+                "ConcurrencyGuard needs max_active=<whole number >= 1> or limit=<a Limit>"
+            )
+        return None, _check_int("max_active", max_active, 1)
+    if max_active is not None:
+        raise ConfigurationError(
+            f"ConcurrencyGuard(max_active={max_active!r}, limit={limit!r}): give one of the two"
+        )
+    if not isinstance(limit, Limit):
+        raise ConfigurationError(
+            f"limit must be a Limit (a .limit property and on_sample(start, duration, inflight,"
+            f" dropped)), got {limit!r}"
+        )
+    initial = _check_int("limit.limit", limit.limit, 1)
+    return (None if isinstance(limit, FixedLimit) else limit), initial
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:

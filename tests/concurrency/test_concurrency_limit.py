@@ -1,0 +1,243 @@
+"""A limit that moves: ``ConcurrencyGuard(limit=...)`` enforces what a ``Limit`` decides.
+
+The limit is read after every finished call (the sample it learns from); raising it admits
+waiters at once, lowering it cancels nothing (the calls in flight drain, no slot is handed on above
+the limit). Checked directly and by random programs on asyncio and trio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from concurrency_support import envelope_details as details
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy
+from fusion_guard.admission._limit import FixedLimit
+
+pytestmark = pytest.mark.anyio
+
+
+class SteeredLimit:
+    """A limit the test sets; it takes effect at the next finished call, like a learned one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.next = limit
+        self.samples: list[tuple[float, float, int, bool]] = []
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        self.samples.append((start, duration, inflight, dropped))
+        self.limit = self.next
+
+
+class BrokenLimit(SteeredLimit):
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        raise RuntimeError("a bug in the limit")
+
+
+async def _hold(guard: ConcurrencyGuard, release: anyio.Event, started: list[int]) -> None:
+    async with guard.slot():
+        started.append(guard.active)
+        await release.wait()
+
+
+async def test_raising_the_limit_admits_waiters_at_once() -> None:
+    limit = SteeredLimit(1)
+    guard = ConcurrencyGuard(limit=limit, queue_timeout=10)
+    assert (guard.limit, guard.max_active, guard.adaptive_limit) == (1, 1, limit)
+    first, rest = anyio.Event(), anyio.Event()
+    started: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_hold, guard, first, started)
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(4):
+            tg.start_soon(_hold, guard, rest, started)
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (1, 4)
+        limit.next = 3
+        first.set()  # one call ends: the limit learns, 3 slots, so 3 waiters run at once
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.limit, guard.active, guard.queued) == (3, 3, 1)
+        rest.set()
+    assert (guard.active, guard.queued) == (0, 0)
+    assert limit.samples[0][2] == 1  # in flight when the first call started: itself
+
+
+async def test_lowering_the_limit_lets_the_calls_in_flight_drain() -> None:
+    limit = SteeredLimit(4)
+    guard = ConcurrencyGuard(limit=limit, queue_timeout=10)
+    releases = [anyio.Event() for _ in range(4)]
+    later = anyio.Event()
+    started: list[int] = []
+    async with anyio.create_task_group() as tg:
+        for release in releases:
+            tg.start_soon(_hold, guard, release, started)
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(3):
+            tg.start_soon(_hold, guard, later, started)
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (4, 3)
+        limit.next = 1
+        releases[0].set()  # the limit drops to 1; three calls still run and are not cancelled
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.limit, guard.active, guard.queued) == (1, 3, 3)
+        releases[1].set()
+        releases[2].set()
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (1, 3)  # drained to the limit, nobody handed on
+        releases[3].set()  # now a slot is handed to the first waiter
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (1, 2)
+        assert max(started[4:]) == 1  # every later call ran alone
+        later.set()
+    assert (guard.active, guard.queued) == (0, 0)
+
+
+async def test_a_refusal_reports_the_limit_in_force() -> None:
+    limit = SteeredLimit(2)
+    guard = ConcurrencyGuard(limit=limit, max_queue=0, name="t")
+    release = anyio.Event()
+    started: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_hold, guard, release, started)
+        await anyio.wait_all_tasks_blocked()
+        limit.next = 1
+        async with guard.slot():  # the second slot; ending it teaches the limit 1
+            pass
+        with pytest.raises(ServerBusy) as refused:
+            async with guard.slot():
+                pass
+        release.set()
+    assert details(refused.value.response.text)["max_active"] == "1"
+
+
+async def test_a_failing_limit_never_changes_an_answer() -> None:
+    guard = ConcurrencyGuard(limit=BrokenLimit(2))
+    for _ in range(3):
+        async with guard.slot():
+            pass
+    assert (guard.limit, guard.active) == (2, 0)
+    assert guard.statistics().admitted == 3
+
+
+def test_a_fixed_limit_is_max_active() -> None:
+    guard = ConcurrencyGuard(limit=FixedLimit(3))
+    assert (guard.limit, guard.max_active, guard.adaptive_limit) == (3, 3, None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "needs max_active="),
+        ({"max_active": 2, "limit": FixedLimit(2)}, "give one of the two"),
+        ({"limit": 3}, "limit must be a Limit"),
+        ({"limit": SteeredLimit(0)}, "limit.limit must be"),
+    ],
+)
+def test_bad_limits_are_refused_at_construction(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        ConcurrencyGuard(**kwargs)  # type: ignore[arg-type]
+
+
+# -- random programs ----------------------------------------------------------------------------
+
+ARRIVE, FINISH, CANCEL, STEER = "arrive", "finish", "cancel", "steer"
+
+programs = st.lists(
+    st.tuples(
+        st.sampled_from([ARRIVE] * 4 + [FINISH] * 3 + [CANCEL, STEER, STEER]),
+        st.integers(0, 1000),
+    ),
+    min_size=30,
+    max_size=150,
+)
+
+
+@dataclass
+class Call:
+    index: int
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    entered: bool = False
+
+
+@dataclass
+class World:
+    guard: ConcurrencyGuard
+    limit: SteeredLimit
+    calls: list[Call] = field(default_factory=list)
+    outcomes: dict[int, str] = field(default_factory=dict)
+    active_before: int = 0
+    entered_before: int = 0
+
+    async def run_call(self, call: Call) -> None:
+        outcome = "cancelled"
+        with call.scope:
+            try:
+                async with self.guard.slot():
+                    call.entered = True
+                    await call.done.wait()
+                    outcome = "ok"
+            except ServerBusy:
+                outcome = "shed"
+        assert call.index not in self.outcomes, "a call ended twice"
+        self.outcomes[call.index] = outcome
+
+    def check(self) -> None:
+        guard = self.guard
+        running = sum(c.entered and c.index not in self.outcomes for c in self.calls)
+        assert guard.active == running  # no permit leaks, none is made up
+        assert guard.limit == self.limit.limit  # the limit in force is the one decided
+        # Never more than the limit in force, except calls admitted before a decrease (their
+        # number only falls): nothing is admitted while the guard is at or above its limit.
+        assert guard.active <= max(guard.limit, self.active_before)
+        if guard.queued:
+            assert guard.active >= guard.limit  # a waiter never coexists with a free slot
+        entered = sum(c.entered for c in self.calls)
+        if entered > self.entered_before:  # someone was admitted: only up to the limit
+            assert guard.active <= guard.limit
+        self.active_before, self.entered_before = guard.active, entered
+
+
+async def drive(world: World, program: list[tuple[str, int]]) -> None:
+    async with anyio.create_task_group() as tg:
+        for action, pick in program:
+            live = [c for c in world.calls if c.index not in world.outcomes]
+            holders = [c for c in live if c.entered]
+            if action == ARRIVE:
+                call = Call(len(world.calls))
+                world.calls.append(call)
+                tg.start_soon(world.run_call, call)
+            elif action == FINISH and holders:
+                holders[pick % len(holders)].done.set()
+            elif action == CANCEL and live:
+                live[pick % len(live)].scope.cancel()
+            elif action == STEER:
+                world.limit.next = 1 + pick % 5  # applied when the next call ends
+            await anyio.wait_all_tasks_blocked()
+            world.check()
+        for call in world.calls:
+            call.scope.cancel()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(program=programs, initial=st.integers(1, 4), max_queue=st.integers(0, 8))
+async def test_random_programs_under_a_moving_limit(
+    program: list[tuple[str, int]], initial: int, max_queue: int
+) -> None:
+    limit = SteeredLimit(initial)
+    guard = ConcurrencyGuard(limit=limit, max_queue=max_queue, queue_timeout=60)
+    world = World(guard, limit)
+    await drive(world, program)
+    assert (guard.active, guard.queued) == (0, 0)
+    assert sorted(world.outcomes) == list(range(len(world.calls)))  # each call exactly once
+    assert guard.statistics().admitted == sum(c.entered for c in world.calls)
+    assert len(limit.samples) == sum(c.entered for c in world.calls)  # one sample per call
