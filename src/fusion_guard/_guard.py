@@ -43,7 +43,6 @@ from .admission._distributed import concurrency_guard, rate_backend_failure
 from .admission._rate import RateLimiter, RateLimits
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
-from .config._settings import GuardSettings
 from .observability._defaults import default_observers
 from .wire._codes import ErrorCode
 from .wire._internal import as_response, response_from_exception
@@ -52,6 +51,8 @@ from .wire._shedding import TimeoutTemplate
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
+
+    from .config._settings import GuardSettings
 
 __all__ = ["Guard", "Ticket"]
 
@@ -360,6 +361,8 @@ class Guard:
         **overrides: Any,
     ) -> Guard:
         """A guard configured by the ``FUSION_GUARD_*`` variables, ``overrides`` winning."""
+        from .config._settings import GuardSettings  # the settings model loads on first use
+
         return cls(
             GuardSettings(**overrides),
             registry=registry,
@@ -530,6 +533,8 @@ class Guard:
 
 
 def _settings(settings: GuardSettings | None, limits: dict[str, Any]) -> GuardSettings:
+    from .config._settings import GuardSettings  # the settings model loads on first use
+
     if settings is None:
         return GuardSettings.from_values(**limits)
     if not isinstance(settings, GuardSettings):

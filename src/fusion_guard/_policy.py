@@ -22,11 +22,13 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._log import log_event
-from .config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
-from .config._settings import GuardSettings
+from ._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
+
+if TYPE_CHECKING:
+    from .config._settings import GuardSettings
 
 __all__ = ["IgnoredSetting", "PolicyTable", "ToolLimits", "ignored_settings", "specificity"]
 

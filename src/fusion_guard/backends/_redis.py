@@ -36,11 +36,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._secrets import redact_url
+from .._setting_names import FailurePolicy
 from ..admission._concurrency import _check_seconds
 from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
@@ -66,7 +67,6 @@ __all__ = [
 Arg: TypeAlias = bytes | str | int
 """A script key or argument; bytes go out as they are (the hot path encodes once, ahead)."""
 
-FailurePolicy: TypeAlias = Literal["open", "closed"]
 """What a limit does when Redis fails: ``open`` admits the call (counted and logged),
 ``closed`` sheds it with SERVER_BUSY."""
 

@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_core import CoreSchema, core_schema
 
 from .._secrets import redact_url
+from .._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, SECRET_FIELDS, FailurePolicy
 
 __all__ = [
     "ACCEPTED",
@@ -70,7 +71,6 @@ RatePer = Seconds
 Burst = Annotated[Annotated[int, Ge(1)] | None, BeforeValidator(_auto_to_none)]
 RateScope = Literal["global", "tool", "client"]
 Backend = Literal["memory", "redis"]
-FailurePolicy = Literal["open", "closed"]
 RedisPrefix = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^{}]+$")]
 
 
@@ -139,27 +139,6 @@ def _redis_url(url: SecretUrl) -> SecretUrl:
 
 
 RedisUrl = Annotated[SecretUrl, AfterValidator(_redis_url)]
-
-SECRET_FIELDS = frozenset({"redis_url"})
-"""Fields whose values never appear in text as given (errors show them through ``redact_url``)."""
-
-LIMIT_FIELDS = (
-    "max_active",
-    "max_queue",
-    "queue_timeout",
-    "timeout",
-    "rate",
-    "rate_per",
-    "burst",
-    "rate_scope",
-    "lifo",
-    "failure_policy",
-)
-"""The fields a per-tool override may set, in the order they are printed."""
-
-GLOBAL_FIELDS: dict[str, str] = {"failure_policy": "redis_failure_policy"}
-"""The global setting a per-tool key defaults to, where their names differ (the global one is
-``REDIS_``-prefixed, as the other Redis settings are)."""
 
 _OFF = "or 'off'"
 _FAILURE_POLICY = (

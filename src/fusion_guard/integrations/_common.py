@@ -20,7 +20,7 @@ from pydantic_core import PydanticSerializationError
 
 from .._exceptions import Rejected
 from .._log import is_enabled, log_event
-from ..config._fields import LIMIT_FIELDS
+from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
 from ..wire._internal import response_from_exception
