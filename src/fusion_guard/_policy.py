@@ -119,10 +119,6 @@ class PolicyTable:
             for ignored in ignored_settings(settings, self):
                 ignored.log()
 
-    def matching(self, tool: str) -> tuple[str, ...]:
-        """The patterns that match ``tool``, least specific first."""
-        return tuple(pattern.text for pattern in self._patterns if pattern.matches(tool))
-
     def defaults(self) -> ToolLimits:
         """The limits of a tool no pattern matches (named ``""``)."""
         return ToolLimits(tool="", **self._defaults)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fusion_guard import ConfigurationError, GuardSettings, InvalidSettings, ToolPolicy
+from fusion_guard import ConfigurationError, Guard, GuardSettings, InvalidSettings, ToolPolicy
 from fusion_guard.config._fields import SecretUrl
 
 # -- each variable ---------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def test_variable_names_ignore_case(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_documented_defaults() -> None:
     settings = GuardSettings()
     assert settings.max_active == 10
-    assert settings.max_queue is None  # auto: 4 x max_active
+    assert settings.max_queue is None  # auto: 10 x max_active
     assert settings.queue_timeout == 5.0
     assert settings.timeout == 50.0
     assert settings.rate is None
@@ -78,6 +78,13 @@ def test_documented_defaults() -> None:
     assert (settings.lifo, settings.metrics, settings.expose_exceptions) == (False, True, False)
     assert (settings.backend, settings.redis_url, settings.tools) == ("memory", None, {})
     assert settings.origin("max_active") == "default"
+
+
+def test_the_automatic_queue_is_ten_per_slot_as_documented() -> None:
+    for max_active in (10, 3):
+        slots = Guard(GuardSettings(max_active=max_active)).concurrency("t")
+        assert slots is not None
+        assert (slots.max_active, slots.max_queue) == (max_active, 10 * max_active)
 
 
 # -- precedence -----------------------------------------------------------------------------

@@ -236,10 +236,6 @@ class RateLimiter:
         """``10 calls per 1 second``: how envelopes name this limit."""
         return describe_rate(self.rate, self.per)
 
-    def key_for(self, ctx: CallContext) -> str:
-        """The caller's key within this limit (private: never echo it, log ``key_digest``)."""
-        return self._key(ctx)
-
     def request(self, key: str = "") -> GcraRequest:
         """This limit's part of a backend decision for ``key``."""
         return (self._prefix + key, self._interval, self._tolerance)

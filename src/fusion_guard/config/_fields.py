@@ -148,7 +148,7 @@ _FAILURE_POLICY = (
 ACCEPTED: dict[str, str] = {
     "max_active": f"a whole number >= 1 (calls running at once per tool), {_OFF} for no limit",
     "max_queue": "a whole number >= 0 (calls waiting for a slot; 0 sheds at once when all"
-    " slots are taken), or 'auto' (4 x MAX_ACTIVE)",
+    " slots are taken), or 'auto' (10 x MAX_ACTIVE)",
     "queue_timeout": f"a number of seconds > 0 (longest wait for a slot), {_OFF} to wait as long"
     " as the call itself is allowed to",
     "timeout": f"a number of seconds > 0 (the handler's deadline), {_OFF} for no deadline",
