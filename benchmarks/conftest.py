@@ -21,4 +21,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{f.name:<58} {f.candidate_s * 1e6:9.3f} us vs {f.baseline_s * 1e6:9.3f} us"
             f"  ratio {f.ratio:6.3f}  (speed-up {1 / f.ratio:6.2f}x)  target {f.target}"
+            + ("" if f.met else "  << MISSED")
         )

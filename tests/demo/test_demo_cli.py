@@ -45,6 +45,40 @@ def test_bad_values_exit_2_naming_the_problem(
     assert complaint in capsys.readouterr().err
 
 
+def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "``" not in capsys.readouterr().out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("fusion-guard ")
+
+
+@pytest.mark.parametrize(
+    ("chart", "complaint"),
+    [
+        ("out.txt", "unknown file type '.txt'; expected one of .png, .svg, .pdf"),
+        ("out", "unknown file type '(none)'"),
+        (".", "is a directory"),
+        ("blocked/sub/out.png", "cannot write in"),
+    ],
+)
+def test_a_bad_chart_path_is_refused_before_the_run(
+    chart: str, complaint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "blocked").write_text("a file where a folder should be")
+    started = time.monotonic()
+    assert main(["demo", "--chart", str(tmp_path / chart)]) == 2
+    err = capsys.readouterr().err
+    assert complaint in err
+    assert "[1/" not in err  # no load was run
+    assert time.monotonic() - started < 5
+
+
 def test_short_run_writes_json_and_chart(tmp_path: Path) -> None:
     figures, chart = tmp_path / "figures.json", tmp_path / "chart.png"
     done = subprocess.run(
@@ -59,6 +93,10 @@ def test_short_run_writes_json_and_chart(tmp_path: Path) -> None:
     assert "== fusion_guard" in done.stdout
     assert "targets for fusion_guard" in done.stdout
     assert "[2/2] load 2x capacity" in done.stderr  # progress goes to stderr
+    assert "--duration 0.6 s is too short for the figures to mean much" in done.stderr
+    half_load_rows = [line for line in done.stdout.splitlines() if line.lstrip().startswith("0.5x")]
+    assert half_load_rows
+    assert all(row.rstrip().endswith("n/a") for row in half_load_rows)  # nothing to recover from
     data = json.loads(figures.read_text())
     assert data["capacity_rps"] == pytest.approx(100.0)
     assert data["uncontended_p99_ms"] == pytest.approx(124.0, abs=1.0)

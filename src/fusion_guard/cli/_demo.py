@@ -21,6 +21,8 @@ from ..demo._policies import POLICY_NAMES, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
 
 _DEFAULT_CHART = Path("demo-output/overload.png")
+#: Below this many seconds per load the figures are mostly noise (a few dozen calls at 1x).
+MEANINGFUL_DURATION_S = 2.0
 
 
 def _positive_float(text: str) -> float:
@@ -65,7 +67,7 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "demo",
         help="run the overload demo",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),  # plain text on a terminal
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -124,9 +126,27 @@ def _progress(load: float, index: int, count: int, elapsed: float, remaining: fl
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
-    from ..demo._report import check_targets, format_tables, format_targets, write_chart, write_json
+    from ..demo._report import (
+        chart_path_problem,
+        check_targets,
+        format_tables,
+        format_targets,
+        write_chart,
+        write_json,
+    )
     from ..demo._run import run_demo
     from ..observability import serve_metrics
+
+    problem = None if args.no_chart else chart_path_problem(args.chart)
+    if problem is not None:  # refused before the run, not after a minute of it
+        sys.stderr.write(f"fusion-guard demo: {problem}\n")
+        return 2
+    if args.duration < MEANINGFUL_DURATION_S:
+        sys.stderr.write(
+            f"fusion-guard demo: warning: --duration {args.duration:g} s is too short for the"
+            f" figures to mean much (a few dozen calls per load); use {MEANINGFUL_DURATION_S:g} s"
+            " or more\n"
+        )
 
     # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
     # terminal unless the user configured logging.
@@ -172,8 +192,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         write_json(demo, args.json)
         out.append(f"\nfigures written to {args.json}")
+    chart_failed = None
     if not args.no_chart:
-        write_chart(demo, args.chart)
-        out.append(f"chart written to {args.chart}")
+        try:
+            write_chart(demo, args.chart)
+            out.append(f"chart written to {args.chart}")
+        except OSError as exc:  # the disk filled up or the folder went away during the run
+            chart_failed = f"fusion-guard demo: chart not written to {args.chart}: {exc.strerror}"
     sys.stdout.write("\n".join(out) + "\n")
+    if chart_failed is not None:
+        sys.stderr.write(chart_failed + "\n")
+        return 2
     return 1 if args.check and not all(t.met for t in targets) else 0

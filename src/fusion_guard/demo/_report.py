@@ -4,6 +4,7 @@ docs/benchmarks.md checked against fusion_guard's line, a JSON file and a PNG ch
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,18 @@ from pathlib import Path
 from ._run import DemoResult
 from ._scenario import LevelResult
 
-__all__ = ["Target", "check_targets", "format_tables", "write_chart", "write_json"]
+__all__ = [
+    "CHART_FORMATS",
+    "Target",
+    "chart_path_problem",
+    "check_targets",
+    "format_tables",
+    "write_chart",
+    "write_json",
+]
+
+#: File types the chart can be written as (matplotlib's Agg backend writes these).
+CHART_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 _COLUMNS = (
     ("load", 6),
@@ -40,8 +52,16 @@ def _row(r: LevelResult) -> list[str]:
         _cell(r.shed_rate * 100, ".1f") + "%",
         _cell(r.timeout_rate * 100, ".1f") + "%",
         _cell(r.shed_p99_ms, ".2f"),
-        _cell(r.recovery_s, ".1f") if r.load > 1 else "",
+        _recovery(r),
     ]
+
+
+def _recovery(r: LevelResult) -> str:
+    """Seconds until latency was back after the overload ended; ``n/a`` below capacity (nothing
+    to recover from), ``never`` when it did not come back within the run."""
+    if r.load <= 1:
+        return "n/a"
+    return "never" if r.recovery_s is None else format(r.recovery_s, ".1f")
 
 
 def format_tables(demo: DemoResult) -> str:
@@ -139,41 +159,88 @@ def _series(demo: DemoResult) -> Iterator[tuple[str, list[LevelResult]]]:
         yield policy, [r for r in demo.results if r.policy == policy]
 
 
-def write_chart(demo: DemoResult, path: Path) -> None:
-    """Goodput and p99 against offered load, one line per policy (needs matplotlib: the
-    ``demo`` extra)."""
+def chart_path_problem(path: Path) -> str | None:
+    """Why the chart could not be written to ``path`` (checked before a run, so that a minute of
+    demo is not lost to a typo), or None when it can."""
+    if path.is_dir():
+        return f"--chart {path}: is a directory; give a file name such as {path / 'overload.png'}"
+    if path.suffix.lower() not in CHART_FORMATS:
+        return (
+            f"--chart {path}: unknown file type {path.suffix or '(none)'!r}; expected one of"
+            f" {', '.join(CHART_FORMATS)}"
+        )
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return 'the chart needs matplotlib: pip install "fusion-guard[demo]" (or pass --no-chart)'
+    try:  # the folder is made now (the run would make it anyway) and a file tried in it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        return (
+            f"--chart {path}: cannot write in {path.parent} ({exc.strerror or exc}); choose"
+            " another path or --no-chart"
+        )
+    return None
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            'the chart needs matplotlib: pip install "fusion-guard[demo]" (or pass --no-chart)'
-        ) from exc
-    fig, (ax_goodput, ax_p99) = plt.subplots(1, 2, figsize=(11, 4.2))
+
+def write_chart(demo: DemoResult, path: Path) -> None:
+    """The table's "in SLO" column and the p99 of admitted calls against offered load, one line
+    per policy, with the SLO, the clients' timeout and the scenario in the caption (needs
+    matplotlib: the ``demo`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
+
+    scenario = demo.scenario
+    slo_ms, timeout_ms = scenario.slo_s * 1000, scenario.client_timeout_s * 1000
+    fig, (ax_goodput, ax_p99) = plt.subplots(1, 2, figsize=(11, 4.6))
+    loads: list[float] = []
     for policy, levels in _series(demo):
         loads = [r.load for r in levels]
         ax_goodput.plot(loads, [r.goodput_slo for r in levels], marker="o", label=policy)
         ax_p99.plot(loads, [r.p99_ms or float("nan") for r in levels], marker="o", label=policy)
+    ax_goodput.axhline(0.9, color="grey", linestyle=":", label="target 0.9")
     ax_goodput.set(
         xscale="log",
         xlabel="offered load (x capacity)",
-        ylabel="goodput within SLO / capacity",
-        title="Goodput (OK within 200 ms)",
+        ylabel="OK within the SLO, per second / capacity",
+        title=f'"in SLO": answered OK within {slo_ms:.0f} ms',
         ylim=(0, 1.1),
+    )
+    ax_p99.axhline(slo_ms, color="grey", linestyle=":", label=f"SLO {slo_ms:.0f} ms")
+    ax_p99.axhline(
+        timeout_ms, color="grey", linestyle="--", label=f"client timeout {timeout_ms:.0f} ms"
     )
     ax_p99.set(
         xscale="log",
         yscale="log",
         xlabel="offered load (x capacity)",
         ylabel="p99 latency of admitted calls (ms)",
-        title="p99 latency",
+        title="p99 latency of admitted calls",
     )
+    # Milliseconds as numbers (50, 100, 200 ...), not 10^2, 10^3.
+    ax_p99.yaxis.set_major_locator(FixedLocator([20, 50, 100, 200, 500, 1000, 2000, 5000]))
+    ax_p99.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax_p99.yaxis.set_minor_locator(NullLocator())
     for ax in (ax_goodput, ax_p99):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
+        ax.set_xticks(loads, [f"{load:g}x" for load in loads])  # the loads, not 10^0, 10^1
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.text(
+        0.5,
+        0.01,
+        f"capacity {scenario.model.capacity_rps:.0f} calls/s ({scenario.model.workers} workers,"
+        f" {scenario.model.mean_service_s * 1000:.0f} ms mean service); {scenario.duration_s:g} s"
+        f" per load; seed {scenario.seed}",
+        ha="center",
+        fontsize="small",
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
