@@ -7,12 +7,32 @@ here and the model loads on first use (``Guard()``, ``GuardSettings``, ``fusion-
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
-__all__ = ["GLOBAL_FIELDS", "LIMIT_FIELDS", "SECRET_FIELDS", "FailurePolicy"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_LEASE",
+    "DEFAULT_PREFIX",
+    "DEFAULT_TIMEOUT",
+    "GLOBAL_FIELDS",
+    "LIMIT_FIELDS",
+    "SECRET_FIELDS",
+    "FailurePolicy",
+]
 
-#: What happens to a call when a shared backend (Redis) fails: run it or refuse it.
 FailurePolicy: TypeAlias = Literal["open", "closed"]
+"""What a limit does when Redis fails: ``open`` admits the call (counted and logged),
+``closed`` sheds it with SERVER_BUSY."""
+
+# The Redis backend's defaults, which the settings model shows and the backend applies.
+DEFAULT_TIMEOUT: Final = 0.05
+"""Seconds one Redis call may take before the failure policy applies."""
+DEFAULT_CONNECT_TIMEOUT: Final = 1.0
+"""Seconds setting up a connection (and loading the scripts) may take."""
+DEFAULT_PREFIX: Final = "fusion_guard"
+"""The namespace of every key (and the cluster hash tag)."""
+DEFAULT_LEASE: Final = 10.0
+"""Seconds a fleet slot's lease lives without a refresh (a crashed holder's slot comes back)."""
 
 LIMIT_FIELDS = (
     "max_active",

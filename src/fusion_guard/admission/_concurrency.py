@@ -57,6 +57,7 @@ from typing import ClassVar, Self
 import anyio
 import anyio.lowlevel
 
+from .._checks import check_bool, check_int, check_name, check_seconds
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
 from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outcome_of
 from ..wire._response import ToolResponse
@@ -328,29 +329,29 @@ class ConcurrencyGuard:
     ) -> None:
         self._adaptive, self._max_active = _limit_of(max_active, limit)
         self._max_queue = (
-            10 * self._max_active if max_queue is None else _check_int("max_queue", max_queue, 0)
+            10 * self._max_active if max_queue is None else check_int("max_queue", max_queue, 0)
         )
-        self._queue_timeout = _check_seconds("queue_timeout", queue_timeout, allow_inf=True)
-        self._name = _check_name(name)
-        self._lifo = _check_bool("lifo", lifo)
+        self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
+        self._name = check_name(name)
+        self._lifo = check_bool("lifo", lifo)
         default_after = min(STANDING_AFTER, self._queue_timeout / 4)
         self._standing_after = (
             default_after
             if standing_after is None
-            else _check_seconds("standing_after", standing_after)
+            else check_seconds("standing_after", standing_after)
         )
         self._standing_derived = standing_limit is None  # follows the limit in force
         self._standing_limit = min(
             self._max_queue,
             STANDING_SLOTS_FACTOR * self._max_active
             if standing_limit is None
-            else _check_int("standing_limit", standing_limit, 1),
+            else check_int("standing_limit", standing_limit, 1),
         )
         self._last_empty = -math.inf
-        self._predictive = _check_bool("predictive", predictive)
-        prior = _check_seconds("expected_service_time", expected_service_time)
+        self._predictive = check_bool("predictive", predictive)
+        prior = check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
-        self._promises = RetryPromises(_check_seconds("max_retry_after", max_retry_after))
+        self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
         self._clock = clock
@@ -390,7 +391,7 @@ class ConcurrencyGuard:
         is cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised.
         """
         if timeout is not None:
-            timeout = _check_seconds("timeout", timeout, allow_inf=True)
+            timeout = check_seconds("timeout", timeout, allow_inf=True)
         if self._active >= self._max_active:
             queued = len(self._waiters)
             if queued >= self._max_queue:
@@ -468,7 +469,7 @@ class ConcurrencyGuard:
 
     @reports_finished.setter
     def reports_finished(self, value: bool) -> None:
-        self._reports_finished = _check_bool("reports_finished", value)
+        self._reports_finished = check_bool("reports_finished", value)
         self._ends = self._observer if value else None
 
     def statistics(self) -> ConcurrencyStatistics:
@@ -799,7 +800,7 @@ def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:
             raise ConfigurationError(
                 "ConcurrencyGuard needs max_active=<whole number >= 1> or limit=<a Limit>"
             )
-        return None, _check_int("max_active", max_active, 1)
+        return None, check_int("max_active", max_active, 1)
     if max_active is not None:
         raise ConfigurationError(
             f"ConcurrencyGuard(max_active={max_active!r}, limit={limit!r}): give one of the two"
@@ -809,33 +810,5 @@ def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:
             f"limit must be a Limit (a .limit property and on_sample(start, duration, inflight,"
             f" dropped)), got {limit!r}"
         )
-    initial = _check_int("limit.limit", limit.limit, 1)
+    initial = check_int("limit.limit", limit.limit, 1)
     return (None if isinstance(limit, FixedLimit) else limit), initial
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
-    accepted = "a positive number of seconds" + (" (inf for no limit)" if allow_inf else "")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be {accepted}, got {value!r}")
-    seconds = float(value)
-    if not seconds > 0 or (seconds == math.inf and not allow_inf):  # NaN fails `> 0`
-        raise ConfigurationError(f"{name} must be {accepted}, got {value!r}")
-    return seconds
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def _check_name(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"name must be a non-empty string, got {value!r}")
-    return value

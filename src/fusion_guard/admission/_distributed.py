@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
+from .._checks import check_seconds
 from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
 from .._observer import ToolObserver, ToolObservers
@@ -54,7 +55,7 @@ from ..backends._redis import (
 )
 from ..wire._render import escape_content
 from ..wire._shedding import ServerBusyTemplate
-from ._concurrency import ConcurrencyGuard, Slot, _check_seconds
+from ._concurrency import ConcurrencyGuard, Slot
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -238,7 +239,7 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         **local: Any,
     ) -> None:
         super().__init__(max_active, max_queue, queue_timeout, **local)
-        self.lease = _check_seconds("lease", lease)
+        self.lease = check_seconds("lease", lease)
         self._conn = _connection(redis, timeout, prefix, connect_timeout)
         self._semaphore = FleetSemaphore(self._conn, self.name, limit=max_active, lease=self.lease)
         self._failure = BackendFailure(

@@ -38,11 +38,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+from .._checks import check_seconds
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._secrets import redact_url
-from .._setting_names import FailurePolicy
-from ..admission._concurrency import _check_seconds
+from .._setting_names import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LEASE,
+    DEFAULT_PREFIX,
+    DEFAULT_TIMEOUT,
+    FailurePolicy,
+)
 from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
 
 if TYPE_CHECKING:
@@ -67,16 +73,9 @@ __all__ = [
 Arg: TypeAlias = bytes | str | int
 """A script key or argument; bytes go out as they are (the hot path encodes once, ahead)."""
 
-"""What a limit does when Redis fails: ``open`` admits the call (counted and logged),
-``closed`` sheds it with SERVER_BUSY."""
-
-DEFAULT_TIMEOUT: Final = 0.05
-DEFAULT_CONNECT_TIMEOUT: Final = 1.0
 RECOVERY_GRACE: Final = 0.5
 """Seconds new leases wait after Redis lost the holders (a restart), while running calls'
 replicas register their leases again: each refreshes at least twice in that time."""
-DEFAULT_PREFIX: Final = "fusion_guard"
-DEFAULT_LEASE: Final = 10.0
 _US = 1_000_000  # the scripts count in integer microseconds
 _INDEX_BASE = 64  # gcra.lua's reply: retry_after * 64 + the refusing limit's index
 _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
@@ -291,8 +290,8 @@ class RedisConnection:
         prefix: str = DEFAULT_PREFIX,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        self.timeout = _check_seconds("timeout", timeout)
-        self.connect_timeout = _check_seconds("connect_timeout", connect_timeout)
+        self.timeout = check_seconds("timeout", timeout)
+        self.connect_timeout = check_seconds("connect_timeout", connect_timeout)
         self.prefix = _check_prefix(prefix)
         self.key_prefix = "{" + self.prefix + "}:"
         self._started = False  # no connection set up (URL) or call answered (ready-made) yet

@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _PydanticSettingsError
 
-from ..backends._redis import (
+from .._setting_names import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
     DEFAULT_PREFIX,
