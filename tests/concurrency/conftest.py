@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from concurrency_support import FakeClock
+
+from fusion_guard.testing import FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)  # well past the instants a fresh guard starts from

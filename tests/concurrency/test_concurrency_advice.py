@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from concurrency_support import FakeClock, RecordingObserver, envelope_details, serve_order
+from concurrency_support import envelope_details, serve_order
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
+from fusion_guard.testing import FakeClock, ToolRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -203,7 +204,7 @@ async def test_waiter_cancelled_as_handed_with_nobody_behind_frees_the_slot() ->
 
 
 async def test_observer_hears_admissions_with_queue_wait_sheds_and_ends(clock: FakeClock) -> None:
-    observer = RecordingObserver()
+    observer = ToolRecorder()
     guard = ConcurrencyGuard(
         1, max_queue=1, queue_timeout=30, expected_service_time=0.5, observer=observer, clock=clock
     )

@@ -7,10 +7,11 @@ import math
 import anyio
 import anyio.lowlevel
 import pytest
-from concurrency_support import FakeClock, serve_order
 from concurrency_support import envelope_details as details
+from concurrency_support import serve_order
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, HandlerTimeout, ServerBusy
+from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

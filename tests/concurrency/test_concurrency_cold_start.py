@@ -10,10 +10,11 @@ import time
 
 import anyio
 import pytest
-from concurrency_support import FakeClock, envelope_details
+from concurrency_support import envelope_details
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
 from fusion_guard.admission._service_time import expected_wait
+from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

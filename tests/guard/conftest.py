@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from guard_recorder import RecordingObserver
+
+from fusion_guard.testing import RecordingObserver
 
 
 @pytest.fixture

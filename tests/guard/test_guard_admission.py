@@ -3,14 +3,10 @@ checks, shedding, deadlines, cancellation, and what the observer is told."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import anyio
 import pytest
-from guard_recorder import RecordingObserver
 
 from fusion_guard import (
-    BackendError,
     ErrorCode,
     Guard,
     HandlerTimeout,
@@ -20,7 +16,7 @@ from fusion_guard import (
     tool_error,
 )
 from fusion_guard._policy import PolicyTable
-from fusion_guard.backends import GcraRequest, GcraResult
+from fusion_guard.testing import FailingBackend, RecordingObserver
 
 pytestmark = pytest.mark.anyio
 
@@ -263,13 +259,6 @@ async def test_client_scope_keys_on_the_client_and_never_shows_it() -> None:
         async with guard.admit("a", client="tenant-42"):
             pass  # pragma: no cover
     assert "tenant-42" not in refused.value.response.text
-
-
-class FailingBackend:
-    failure_policy = "open"
-
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        raise BackendError("redis unreachable")
 
 
 async def test_a_failing_backend_fails_open_and_is_reported(observer: RecordingObserver) -> None:

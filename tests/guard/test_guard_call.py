@@ -6,7 +6,6 @@ import inspect
 import logging
 
 import pytest
-from guard_recorder import RecordingObserver
 
 from fusion_guard import (
     ConfigurationError,
@@ -18,6 +17,7 @@ from fusion_guard import (
     success,
     tool_error,
 )
+from fusion_guard.testing import RecordingObserver
 
 pytestmark = pytest.mark.anyio
 

@@ -3,22 +3,12 @@ shared by every tool of the Guard, so its own ``failure_policy`` attribute is no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
-from guard_recorder import RecordingObserver
 
-from fusion_guard import BackendError, ErrorCode, Guard
-from fusion_guard.backends import GcraRequest, GcraResult
+from fusion_guard import ErrorCode, Guard
+from fusion_guard.testing import FailingBackend, RecordingObserver
 
 pytestmark = pytest.mark.anyio
-
-
-class FailingBackend:
-    failure_policy = "closed"  # ignored by the Guard: the tools' policies decide
-
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        raise BackendError("redis unreachable")
 
 
 async def _ok() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import anyio
@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fusion_guard import (
-    BackendError,
     ConcurrencyGuard,
     ErrorCode,
     Guard,
@@ -32,8 +31,7 @@ from fusion_guard import (
 )
 from fusion_guard._log import log_event
 from fusion_guard._observer import Outcome, ShedReason, ToolObserver
-from fusion_guard.backends import GcraRequest, GcraResult
-from fusion_guard.testing import FakeClock
+from fusion_guard.testing import FailingBackend, FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -339,11 +337,6 @@ async def test_an_observer_raising_everywhere_changes_no_outcome(
     failures = [r for r in caplog.records if getattr(r, "event", None) == "observer_failed"]
     assert all(r.levelno == logging.ERROR and r.exc_info is not None for r in failures)
     assert capfd.readouterr().out == ""
-
-
-class FailingBackend:
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        raise BackendError("redis unreachable")
 
 
 async def test_an_observer_raising_on_backend_errors_changes_no_policy(

@@ -7,11 +7,11 @@ from collections import Counter
 
 import anyio
 import anyio.lowlevel
-from guard_recorder import RecordingObserver
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusion_guard import ErrorCode, Guard, ToolResponse, tool_error
+from fusion_guard.testing import RecordingObserver
 
 BEHAVIOURS = ("return", "return_error", "raise_error", "crash", "hang", "cancelled")
 EXPECTED_OUTCOME = {

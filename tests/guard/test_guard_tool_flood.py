@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
-from guard_recorder import RecordingObserver
 
 from fusion_guard import Guard
 from fusion_guard.backends import GcraRequest, GcraResult
+from fusion_guard.testing import RecordingObserver
 
 pytestmark = pytest.mark.anyio
 
