@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LOWEST := .venv-lowest
 
-.PHONY: demo test lint typecheck unit test-lowest test-lowest-all test-lowest-core bench overload clean
+.PHONY: demo test lint typecheck unit test-lowest test-lowest-all test-lowest-core bench overload docs docs-check clean
 
 # pip >= 25.1 reads the PEP 735 dependency group (`--group dev`): upgrade pip first.
 $(STAMP): pyproject.toml
@@ -48,6 +48,20 @@ test-lowest-all test-lowest-core: test-lowest-%:
 	PYTHONPATH=ci FG_ABSENT_MODULES=$(LOWEST)-$*/absent-modules \
 	  $(LOWEST)-$*/bin/pytest tests -q -p no:cacheprovider -p absent_extras
 
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --group docs
+	touch $(DOCS_STAMP)
+
+## The documentation site, served at http://127.0.0.1:8000 (MkDocs with Material).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+## The site built strictly (a broken link, a missing page or a bad docstring fails), into site/.
+docs-check: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 ## Benchmarks with figures (ratios measured side by side in one run).
 bench: $(STAMP)
 	$(BIN)/pytest benchmarks -q --benchmark-only --benchmark-columns=min,median,mean,ops --benchmark-sort=name
@@ -57,4 +71,4 @@ overload: $(STAMP)
 	$(BIN)/python benchmarks/overload_full.py | tee benchmarks/results/overload.txt
 
 clean:
-	rm -rf $(VENV) $(LOWEST)-all $(LOWEST)-core .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) $(LOWEST)-all $(LOWEST)-core .pytest_cache .mypy_cache .ruff_cache .benchmarks site
