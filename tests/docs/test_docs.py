@@ -78,3 +78,37 @@ def test_every_readme_program_runs_and_answers_through_the_guard(block: str) -> 
         return str(result.content[0].text)
 
     assert anyio.run(call) == "invoice 7: 42.00 EUR"
+
+
+ROW = re.compile(r"^\| `FUSION_GUARD_([A-Z_]+)` \| ([^|]+) \|", re.MULTILINE)
+
+
+def _documented_defaults() -> dict[str, str]:
+    rows: dict[str, str] = {}
+    for page in DOCS.glob("*.md"):
+        for name, default in ROW.findall(page.read_text(encoding="utf-8")):
+            rows[name.lower()] = default.strip()
+    return rows
+
+
+def _shown(default: object) -> set[str]:
+    """How the docs may write ``default``: the first backticked word, or a bare word."""
+    if default is None:
+        return {"off", "auto", "unset"}
+    if isinstance(default, bool):
+        return {str(default).lower()}
+    if isinstance(default, float) and default.is_integer():
+        return {str(default), str(int(default))}
+    return {str(default)}
+
+
+def test_the_configuration_reference_lists_every_variable_with_its_default() -> None:
+    from fusion_guard import GuardSettings
+
+    documented = _documented_defaults()
+    fields = GuardSettings.model_fields
+    assert set(documented) == set(fields)  # none missing, none invented
+    for name, field in fields.items():
+        shown = documented[name]
+        word = shown.split("`")[1] if "`" in shown else shown.split()[0]
+        assert word in _shown(field.get_default(call_default_factory=True)), (name, shown)
