@@ -101,12 +101,12 @@ def ceil_millis(seconds: float) -> int:
     the same float. Otherwise the float product may have rounded across a boundary either way,
     so the candidate is checked against ``seconds`` itself.
     """
-    scaled = seconds * 1000.0
-    millis = round(scaled)
-    if millis / 1000.0 == seconds:
-        return millis
-    millis = math.ceil(scaled)
-    return millis + 1 if millis / 1000.0 < seconds else millis
+    millis = math.ceil(seconds * 1000.0)
+    if (millis - 1) / 1000.0 >= seconds:  # the product rounded up past a boundary (0.29 * 1000)
+        return millis - 1
+    if millis / 1000.0 < seconds:  # ... or down below one
+        return millis + 1
+    return millis
 
 
 def format_detail_value(value: object) -> str:

@@ -7,9 +7,7 @@ a refusal formats only the live figures.
 
 from __future__ import annotations
 
-import math
-
-from ._render import MILLIS_TEXT, escape_content, format_detail_value
+from ._render import MILLIS_TEXT, ceil_millis, escape_content, format_detail_value
 from ._response import ToolResponse, make_response
 
 __all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
@@ -20,13 +18,14 @@ _MAX_RETRY_AFTER = 86400.0
 
 def _retry_after_text(seconds: float) -> str:
     """A shed envelope always promises a positive, finite retry time: the estimate is clamped
-    to [1 ms, 1 day] (NaN counts as 1 ms) and rounded up to the millisecond of its float value.
-    This runs for most calls when the server is busiest, so sub-second texts come from a table."""
+    to [1 ms, 1 day] (NaN counts as 1 ms) and rounded up to the millisecond as every envelope
+    rounds it (``ceil_millis``: 0.29 is 290 ms, not 291). This runs for most calls when the
+    server is busiest, so sub-second texts come from a table."""
     if not seconds >= _MIN_RETRY_AFTER:  # also NaN
         return "0.001"
     if seconds > _MAX_RETRY_AFTER:
         seconds = _MAX_RETRY_AFTER
-    millis = math.ceil(seconds * 1000.0)
+    millis = ceil_millis(seconds)
     if millis < 1000:
         return _SUBSECOND_TEXT[millis]
     whole, frac = divmod(millis, 1000)
@@ -65,7 +64,7 @@ class ServerBusyTemplate:
         """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
         # The common sub-second advice is looked up inline: this runs for most calls under load.
         if 0.001 <= retry_after < 0.999:
-            retry = _SUBSECOND_TEXT[math.ceil(retry_after * 1000.0)]
+            retry = _SUBSECOND_TEXT[ceil_millis(retry_after)]
         else:
             retry = _retry_after_text(retry_after)
         text = (
