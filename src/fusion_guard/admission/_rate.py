@@ -236,6 +236,27 @@ class RateLimiter:
         """``10 calls per 1 second``: how envelopes name this limit."""
         return describe_rate(self.rate, self.per)
 
+    @property
+    def key_function(self) -> KeyFunction:
+        """The caller's key within this limit, from the call's context (private: never echo
+        what it returns, log ``key_digest``)."""
+        return self._key
+
+    @property
+    def namespace(self) -> str:
+        """The prefix of this limit's keys in a backend it shares with other limits."""
+        return self._namespace
+
+    @property
+    def given_backend(self) -> RateBackend | None:
+        """The backend this limit was explicitly given, if any (a composition must agree)."""
+        return self._backend if self._backend_given else None
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock this limit was given for its default in-memory backend, if any."""
+        return self._clock
+
     def request(self, key: str = "") -> GcraRequest:
         """This limit's part of a backend decision for ``key``."""
         return (self._prefix + key, self._interval, self._tolerance)
@@ -304,7 +325,7 @@ class RateLimits:
         )
         # Per limit, what the per-call path needs, without attribute look-ups.
         self._hot = tuple(
-            (lim._key, "" if alone else lim._namespace, lim._interval, lim._tolerance)
+            (lim.key_function, "" if alone else lim.namespace, lim.emission_interval, lim.tolerance)
             for lim in self._limiters
         )
         # One limit in memory (the common case): the backend's one-limit path, no request list.
@@ -386,7 +407,7 @@ def _shared_backend(
     limiters: tuple[RateLimiter, ...], backend: RateBackend | None, clock: Clock | None
 ) -> tuple[RateBackend, bool]:
     """The backend of a composition, and whether it is a private one made here."""
-    given = [lim._backend for lim in limiters if lim._backend_given]
+    given = [lim.given_backend for lim in limiters if lim.given_backend is not None]
     if backend is None and given:
         backend = given[0]
     if any(other is not backend for other in given):
@@ -395,7 +416,7 @@ def _shared_backend(
             " pass the same backend= to every RateLimiter (or to RateLimits)"
         )
     if clock is None and backend is None:
-        clocks = {id(lim._clock): lim._clock for lim in limiters if lim._clock is not None}
+        clocks = {id(lim.clock): lim.clock for lim in limiters if lim.clock is not None}
         if len(clocks) > 1:
             raise ConfigurationError("the limits were given different clocks: pass one clock=")
         clock = next(iter(clocks.values()), None)
