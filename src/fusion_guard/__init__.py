@@ -18,6 +18,7 @@ from ._exceptions import (
 )
 from ._guard import Guard, Ticket
 from ._policy import ToolLimits
+from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
 from .admission._context import CallContext
 from .admission._distributed import DistributedConcurrencyGuard
@@ -86,6 +87,7 @@ __all__ = [
     "FixedLimit",
     "FusionClientError",
     "FusionGuardError",
+    "GradientLimit",
     "Guard",
     "GuardSettings",
     "HandlerTimeout",

@@ -36,6 +36,7 @@ from ._exceptions import (
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool, outcome_of
 from ._policy import PolicyTable, ToolLimits, specificity
+from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
 from .admission._deadline import Deadline
@@ -489,23 +490,53 @@ class Guard:
 
     def _make_gate(self, limits: ToolLimits) -> _Gate:
         tool = limits.tool
-        observer = self._observer_for(tool, limits.max_active)
+        adaptive = self._adaptive_limit() if limits.max_active == "auto" else None
+        initial = adaptive.limit if adaptive is not None else limits.max_active
+        assert initial != "auto"  # for the type checker: "auto" became the adaptive limit
+        observer = self._observer_for(tool, initial)
         slots = None
-        if limits.max_active is not None:
+        queue_timeout = math.inf if limits.queue_timeout is None else limits.queue_timeout
+        local_observer = None if observer is _NULL_OBSERVER else observer
+        if adaptive is not None:
+            # The slot count follows the tool's latency; a fleet cap needs a number (refused
+            # with BACKEND=redis at start-up), so these slots are this process's own.
+            slots = ConcurrencyGuard(
+                limit=adaptive,
+                # "auto" queue: 10 per slot the limit starts from (it starts lower, probing).
+                max_queue=(
+                    10 * self._settings.auto_initial_active
+                    if limits.max_queue is None
+                    else limits.max_queue
+                ),
+                queue_timeout=queue_timeout,
+                name=tool,
+                lifo=limits.lifo,
+                observer=local_observer,
+            )
+        elif initial is not None:
             # Fleet-wide slots (Redis leases) with BACKEND=redis, else this process's own.
             slots = concurrency_guard(
                 self._settings,
                 self._rate_backend(),
-                limits.max_active,
+                initial,
                 limits.max_queue,
-                math.inf if limits.queue_timeout is None else limits.queue_timeout,
+                queue_timeout,
                 failure_policy=limits.failure_policy,
                 name=tool,
                 lifo=limits.lifo,
-                observer=None if observer is _NULL_OBSERVER else observer,
+                observer=local_observer,
             )
+        if slots is not None:
             _watch(observer, slots)
         return _Gate(limits, observer, slots, self._rates_for(limits))
+
+    def _adaptive_limit(self) -> GradientLimit:
+        settings = self._settings
+        return GradientLimit(
+            min_limit=settings.auto_min_active,
+            max_limit=settings.auto_max_active,
+            initial_limit=settings.auto_initial_active,
+        )
 
     def _observer_for(self, tool: str, max_active: int | None) -> ToolObserver:
         # Contained (ToolObservers): what an observer raises never reaches a call.

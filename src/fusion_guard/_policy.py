@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._log import log_event
 from ._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
@@ -46,7 +46,7 @@ class ToolLimits:
     """
 
     tool: str
-    max_active: int | None
+    max_active: int | Literal["auto"] | None
     max_queue: int | None
     queue_timeout: float | None
     timeout: float | None

@@ -23,6 +23,9 @@ from ..config._settings import GuardSettings
 
 _INVALID = 2
 _GLOBAL_ONLY = (
+    "auto_min_active",
+    "auto_max_active",
+    "auto_initial_active",
     "metrics",
     "expose_exceptions",
     "backend",

@@ -70,8 +70,11 @@ def translate_validation_error(exc: ValidationError, arguments: Mapping[str, Any
 
 def _sentence(error: Any, arguments: Mapping[str, Any]) -> str:
     loc = tuple(error["loc"])
-    if not loc:  # a check across fields (BACKEND needs REDIS_URL)
-        return f"{_where('redis_url', arguments)}: {_reason(error)}"
+    if not loc:  # a check across fields: it names its variables, or it is BACKEND's REDIS_URL
+        reason = _reason(error)
+        if reason.startswith(_PREFIX):
+            return reason
+        return f"{_where('redis_url', arguments)}: {reason}"
     field = str(loc[0])
     where = _where(field, arguments)
     if field == "tools" and len(loc) > 1:

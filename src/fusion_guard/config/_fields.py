@@ -16,6 +16,7 @@ from pydantic import (
     AllowInfNan,
     BeforeValidator,
     GetCoreSchemaHandler,
+    PlainValidator,
     StringConstraints,
 )
 from pydantic_core import CoreSchema, core_schema
@@ -31,6 +32,7 @@ __all__ = [
     "Backend",
     "Burst",
     "FailurePolicy",
+    "AutoBound",
     "MaxActive",
     "MaxQueue",
     "Rate",
@@ -60,9 +62,32 @@ def _auto_to_none(value: object) -> object:
     return value
 
 
+def _max_active(value: object) -> int | Literal["auto"] | None:
+    """A whole number >= 1, ``auto`` (an adaptive limit) or ``off`` (any case, blanks ignored);
+    one check, so that a bad value gets one sentence rather than one per form it could take."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word == "auto":
+            return "auto"
+        if word in _OFF_WORDS:
+            return None
+        if word.isdigit():
+            value = int(word)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("not a whole number, 'auto' or 'off'")
+    if value < 1:
+        raise ValueError("a number of slots must be at least 1")
+    return value
+
+
 _Off = BeforeValidator(_off_to_none)
 
-MaxActive = Annotated[Annotated[int, Ge(1)] | None, _Off]
+MaxActive = Annotated[int | Literal["auto"] | None, PlainValidator(_max_active)]
+AutoBound = Annotated[int, Ge(1)]
 MaxQueue = Annotated[Annotated[int, Ge(0)] | None, BeforeValidator(_auto_to_none)]
 Seconds = Annotated[float, Gt(0), AllowInfNan(False)]
 SecondsOrOff = Annotated[Seconds | None, _Off]
@@ -146,7 +171,11 @@ _FAILURE_POLICY = (
     " with SERVER_BUSY)"
 )
 ACCEPTED: dict[str, str] = {
-    "max_active": f"a whole number >= 1 (calls running at once per tool), {_OFF} for no limit",
+    "max_active": f"a whole number >= 1 (calls running at once per tool), 'auto' (found from"
+    f" the tool's latency, within AUTO_MIN_ACTIVE..AUTO_MAX_ACTIVE), {_OFF} for no limit",
+    "auto_min_active": "a whole number >= 1 (the least an automatic max_active goes to)",
+    "auto_max_active": "a whole number >= 1 (the most an automatic max_active goes to)",
+    "auto_initial_active": "a whole number >= 1 (where an automatic max_active starts)",
     "max_queue": "a whole number >= 0 (calls waiting for a slot; 0 sheds at once when all"
     " slots are taken), or 'auto' (10 x MAX_ACTIVE)",
     "queue_timeout": f"a number of seconds > 0 (longest wait for a slot), {_OFF} to wait as long"

@@ -45,6 +45,7 @@ from ._errors import (
 from ._fields import (
     ACCEPTED,
     LIMIT_FIELDS,
+    AutoBound,
     Backend,
     Burst,
     FailurePolicy,
@@ -142,6 +143,10 @@ class GuardSettings(BaseSettings):
 
     # Defaults for a typical MCP server; the README's configuration table gives the reasoning.
     max_active: MaxActive = 10
+    # Bounds of an automatic max_active ("auto"), for every tool that has one.
+    auto_min_active: AutoBound = 1
+    auto_max_active: AutoBound = 200
+    auto_initial_active: AutoBound = 4
     max_queue: MaxQueue = None
     queue_timeout: SecondsOrOff = 5.0
     timeout: SecondsOrOff = 50.0
@@ -203,6 +208,27 @@ class GuardSettings(BaseSettings):
         if self.backend == "redis" and self.redis_url is None:
             raise ValueError("BACKEND is 'redis' but no REDIS_URL is set")
         return self
+
+    @model_validator(mode="after")
+    def _auto_bounds_in_order(self) -> Self:
+        low, start, high = self.auto_min_active, self.auto_initial_active, self.auto_max_active
+        if not low <= start <= high:
+            raise ValueError(
+                f"{ENV_PREFIX}AUTO_MIN_ACTIVE ({low}) <= {ENV_PREFIX}AUTO_INITIAL_ACTIVE ({start})"
+                f" <= {ENV_PREFIX}AUTO_MAX_ACTIVE ({high}) must hold"
+            )
+        if self.backend == "redis" and self._uses_auto():
+            raise ValueError(
+                f"{ENV_PREFIX}MAX_ACTIVE 'auto' with {ENV_PREFIX}BACKEND 'redis': a fleet's limit"
+                " is a hard cap shared through Redis and needs a number (an automatic limit"
+                " works within one process)"
+            )
+        return self
+
+    def _uses_auto(self) -> bool:
+        return self.max_active == "auto" or any(
+            policy.max_active == "auto" for policy in self.tools.values()
+        )
 
     def _origins_of(self, values: Mapping[str, Any], origin: str) -> dict[tuple[str, str], str]:
         origins = {("", name): origin for name in values if name != "tools"}

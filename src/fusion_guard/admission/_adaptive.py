@@ -1,0 +1,193 @@
+"""An adaptive concurrency limit: the slot count found from the latency of the calls themselves.
+
+``GradientLimit`` compares the latency of recent calls with the latency the tool has when it is
+not crowded, in the manner of Envoy's adaptive-concurrency gradient controller, and moves the
+limit in seconds:
+
+- **The uncrowded latency** (the baseline) is the median of the last ``QUIET_SAMPLES`` calls
+  that started with at most a quarter of the limit in flight: calls so few that the tool queues
+  none of them. When none has come for ``probe_every`` seconds (a busy tool runs at its limit),
+  the limit drops to that quarter until ``probe_samples`` such calls have finished, so the
+  baseline follows a tool that slows down or speeds up; more workers do not change it.
+- **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
+  median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
+- **The gradient** ``tolerance * baseline / window median``, clamped to [0.5, 2]. Above 1.25
+  the tool answers as fast as uncrowded: the limit grows by one slot, but only if the calls
+  reached the limit in that window (otherwise nothing says a larger one is needed). Below
+  1 / 1.25 the tool queues calls inside: the limit is multiplied by the gradient at once. In
+  between, the difference is within the noise of a median of a few calls, and the limit holds.
+- A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
+  overload there is.
+
+So the limit settles where the tool's latency is ``tolerance`` times its uncrowded latency: with
+the default 2, about twice the number of calls the tool truly serves in parallel, little queueing
+inside the tool, and headroom for bursts. Why this shape and these defaults (a multiplicative
+Gradient2-style increase was tried and wandered too much at steady load): docs/adaptive.md.
+
+The limit stays within [``min_limit``, ``max_limit``] and is never NaN. It learns only from the
+samples it is fed (no clock of its own, no I/O), so it is tested with plain numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+from .._checks import check_int, check_seconds
+from .._exceptions import ConfigurationError
+
+__all__ = ["GradientLimit"]
+
+#: A gradient within [1 / DEAD_BAND, DEAD_BAND] holds the limit (noise of a small median).
+DEAD_BAND = 1.25
+#: Uncrowded calls whose median is the baseline.
+QUIET_SAMPLES = 60
+#: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
+PROBE_SPACING_BASELINES = 200
+
+
+class GradientLimit:
+    """A limit that follows the tool's capacity (see the module):
+    ``ConcurrencyGuard(limit=GradientLimit())``, or ``max_active="auto"`` in the Guard.
+
+    ``min_limit`` / ``max_limit`` bound it; it starts at ``initial_limit`` (default 4, within the
+    bounds). ``tolerance`` (>= 1): how far above its uncrowded latency the tool may run before
+    the limit shrinks. ``window`` (seconds) / ``window_samples``: the least one decision rests
+    on. ``probe_every`` (seconds) / ``probe_samples``: how long the baseline may go without an
+    uncrowded call before the limit makes room for some, and how many it waits for.
+    """
+
+    __slots__ = (
+        "_estimate",
+        "_limit",
+        "_next_probe",
+        "_probe_taken",
+        "_probing",
+        "_quiet",
+        "_window",
+        "_window_end",
+        "_window_peak",
+        "max_limit",
+        "min_limit",
+        "probe_every",
+        "probe_samples",
+        "tolerance",
+        "window",
+        "window_samples",
+    )
+
+    def __init__(
+        self,
+        *,
+        min_limit: int = 1,
+        max_limit: int = 200,
+        initial_limit: int | None = None,
+        tolerance: float = 2.0,
+        window: float = 0.1,
+        window_samples: int = 20,
+        probe_every: float = 30.0,
+        probe_samples: int = 10,
+    ) -> None:
+        self.min_limit = check_int("min_limit", min_limit, 1)
+        self.max_limit = check_int("max_limit", max_limit, 1)
+        if self.min_limit > self.max_limit:
+            raise ConfigurationError(
+                f"min_limit ({min_limit}) must not exceed max_limit ({max_limit})"
+            )
+        if initial_limit is None:
+            initial = min(max(4, self.min_limit), self.max_limit)
+        else:
+            initial = check_int("initial_limit", initial_limit, 1)
+        if not self.min_limit <= initial <= self.max_limit:
+            raise ConfigurationError(
+                f"initial_limit ({initial}) must lie within min_limit ({min_limit}) and"
+                f" max_limit ({max_limit})"
+            )
+        if (
+            isinstance(tolerance, bool)
+            or not isinstance(tolerance, int | float)
+            or not 1 <= tolerance < math.inf
+        ):
+            raise ConfigurationError(f"tolerance must be a finite number >= 1, got {tolerance!r}")
+        self.tolerance = float(tolerance)
+        self.window = check_seconds("window", window)
+        self.window_samples = check_int("window_samples", window_samples, 1)
+        self.probe_every = check_seconds("probe_every", probe_every)
+        self.probe_samples = check_int("probe_samples", probe_samples, 1)
+        self._estimate = float(initial)  # the limit as a real number; ``limit`` rounds it
+        self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)
+        self._probe_taken = 0
+        self._probing = True  # the baseline is measured first
+        self._next_probe = math.inf
+        self._window: list[float] = []
+        self._window_end = -math.inf
+        self._window_peak = 0
+        self._limit = self._probe_limit()
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def baseline(self) -> float:
+        """The tool's uncrowded latency as last measured (seconds; NaN before any)."""
+        return statistics.median(self._quiet) if self._quiet else math.nan
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
+            return  # no clock gives such a sample: nothing to learn from it
+        end = start + duration
+        if dropped:
+            self._set(self._estimate / 2)
+            return
+        if inflight <= self._probe_limit():  # a quiet call: it tells the uncrowded latency
+            self._quiet.append(duration)
+            self._probe_taken += 1
+        if self._probing:
+            if self._probe_taken >= self.probe_samples:
+                self._probing = False
+                spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self.baseline)
+                self._next_probe = end + spacing
+                self._window.clear()
+                self._set(self._estimate)  # back to the limit held before the probe
+            return
+        if end >= self._next_probe:
+            self._probing = True
+            self._probe_taken = 0
+            self._limit = self._probe_limit()
+            return
+        if not self._window:
+            self._window_end = end + self.window
+            self._window_peak = 0
+        self._window.append(duration)
+        self._window_peak = max(self._window_peak, inflight)
+        if end >= self._window_end and len(self._window) >= self.window_samples:
+            self._decide(statistics.median(self._window))
+            self._window.clear()
+
+    def _decide(self, latency: float) -> None:
+        baseline = self.baseline
+        if not (latency > 0 and baseline > 0):
+            return
+        gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
+        if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
+            return  # within the noise of a median of a few calls: hold
+        if gradient < 1:
+            self._set(self._estimate * gradient)  # the tool queues calls inside: shrink at once
+        elif self._window_peak >= self._limit:
+            self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
+
+    def _probe_limit(self) -> int:
+        return max(self.min_limit, math.ceil(self._estimate / 4))
+
+    def _set(self, estimate: float) -> None:
+        self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))
+        if not self._probing:
+            self._limit = min(self.max_limit, max(self.min_limit, round(self._estimate)))
+
+    def __repr__(self) -> str:
+        return (
+            f"GradientLimit(limit={self._limit}, min_limit={self.min_limit},"
+            f" max_limit={self.max_limit})"
+        )

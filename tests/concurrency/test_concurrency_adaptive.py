@@ -1,0 +1,99 @@
+"""GradientLimit with plain numbers: bounds, bad settings, convergence on a deterministic tool,
+recovery after timeouts, and any stream of samples (hypothesis) keeping it in bounds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fusion_guard import ConfigurationError
+from fusion_guard.admission._adaptive import GradientLimit
+
+
+def _drive(limit: GradientLimit, workers: int, seconds: float, now: float = 0.0) -> float:
+    """A tool of ``workers`` workers with 10 ms calls, always offered more than the limit: calls
+    beyond the workers wait inside it, so each takes 10 ms x in-flight / workers. Returns the
+    simulated time reached."""
+    service = 0.010
+    end = now + seconds
+    while now < end:
+        inflight = limit.limit
+        latency = service * max(1.0, inflight / workers)
+        for _ in range(inflight):  # one round: every slot's call finishes
+            limit.on_sample(now, latency, inflight, False)
+        now += latency
+    return now
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8, 30])
+def test_the_limit_settles_near_the_tools_true_concurrency(workers: int) -> None:
+    limit = GradientLimit()
+    _drive(limit, workers, 10.0)
+    assert workers <= limit.limit <= limit.tolerance * workers + 1
+    assert limit.baseline == pytest.approx(0.010)
+
+
+def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 8, 10.0)
+    assert limit.limit >= 8
+    now = _drive(limit, 1, 2.0, now)
+    assert limit.limit <= 2  # down from about 16 within 2 s
+    _drive(limit, 4, 3.0, now)
+    assert 2 <= limit.limit <= 8 + 1
+
+
+def test_timeouts_halve_it_and_it_recovers() -> None:
+    limit = GradientLimit(min_limit=2)
+    now = _drive(limit, 8, 10.0)
+    for _ in range(20):
+        limit.on_sample(now, 50.0, limit.limit, True)
+    assert limit.limit == 2
+    _drive(limit, 8, 5.0, now + 50.0)
+    assert limit.limit >= 8
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(0, 10_000),
+            st.booleans(),
+        ),
+        max_size=300,
+    ),
+    st.integers(1, 5),
+    st.integers(5, 50),
+)
+def test_any_stream_of_samples_keeps_it_a_whole_number_in_bounds(
+    samples: list[tuple[float, float, int, bool]], low: int, high: int
+) -> None:
+    limit = GradientLimit(min_limit=low, max_limit=high, initial_limit=low)
+    for start, duration, inflight, dropped in samples:
+        limit.on_sample(start, duration, inflight, dropped)
+        assert isinstance(limit.limit, int)
+        assert low <= limit.limit <= high
+    assert not math.isnan(limit.limit)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_limit": 5, "max_limit": 2}, "min_limit \\(5\\) must not exceed max_limit \\(2\\)"),
+        ({"min_limit": 0}, "min_limit must be an integer >= 1, got 0"),
+        ({"max_limit": -3}, "max_limit must be an integer >= 1, got -3"),
+        ({"initial_limit": 300}, "initial_limit \\(300\\) must lie within"),
+        ({"min_limit": "automatic"}, "min_limit must be an integer >= 1, got 'automatic'"),
+        ({"tolerance": 0.5}, "tolerance must be a finite number >= 1, got 0.5"),
+        ({"window": 0}, "window must be"),
+    ],
+)
+def test_bad_settings_fail_with_one_line_naming_them(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        GradientLimit(**kwargs)  # type: ignore[arg-type]
