@@ -7,6 +7,7 @@ the limit). Checked directly and by random programs on asyncio and trio.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import anyio
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy
 from fusion_guard.admission._limit import FixedLimit
+from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +243,26 @@ async def test_random_programs_under_a_moving_limit(
     assert sorted(world.outcomes) == list(range(len(world.calls)))  # each call exactly once
     assert guard.statistics().admitted == sum(c.entered for c in world.calls)
     assert len(limit.samples) == sum(c.entered for c in world.calls)  # one sample per call
+
+
+async def test_a_move_by_half_or_more_is_logged_once_per_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="fusion_guard")
+    clock = FakeClock(1000.0)
+    limit = SteeredLimit(4)
+    guard = ConcurrencyGuard(limit=limit, name="search", clock=clock)
+
+    async def one_call_teaching(value: int) -> None:
+        limit.next = value
+        async with guard.slot():
+            pass
+
+    await one_call_teaching(5)  # +25 %: not logged
+    await one_call_teaching(2)  # half of 4: logged
+    await one_call_teaching(8)  # double, but within the second: held back
+    clock.advance(1.0)
+    await one_call_teaching(9)  # now logged, against the last logged value (2)
+    moved = [r for r in caplog.records if r.getMessage().startswith("concurrency_limit_moved")]
+    assert [(r.fields["limit"], r.fields["previous"]) for r in moved] == [(2, 4), (9, 2)]
+    assert all(r.fields["tool"] == "search" for r in moved)

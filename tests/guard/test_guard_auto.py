@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fusion_guard import ErrorCode, Guard
 
@@ -13,7 +14,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_an_automatic_limit_answers_every_call_and_leaks_nothing() -> None:
-    guard = Guard(max_active="auto", metrics=False, auto_max_active=16)
+    registry = CollectorRegistry()
+    guard = Guard(max_active="auto", registry=registry, auto_max_active=16)
     workers = anyio.CapacityLimiter(2)
     answers: list[str | None] = []
 
@@ -41,3 +43,6 @@ async def test_an_automatic_limit_answers_every_call_and_leaks_nothing() -> None
     assert (slots.active, slots.queued) == (0, 0)
     assert 1 <= slots.limit <= 16
     assert limit.baseline >= 0.002  # learnt from the calls that ran uncrowded
+    # The gauge follows the limit in force.
+    shown = registry.get_sample_value("fusion_guard_concurrency_limit", {"tool": "t"})
+    assert shown == slots.limit

@@ -46,6 +46,7 @@ takes its permit after the local admission and gives it back before the local re
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -59,6 +60,7 @@ import anyio.lowlevel
 
 from .._checks import check_bool, check_int, check_name, check_seconds
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
+from .._log import log_event
 from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outcome_of
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
@@ -83,6 +85,8 @@ LATE_MARGIN_STEPS = 0.5
 TIMEOUT_TEMPLATES = 8
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
 MAX_LIMIT_TEMPLATES = 64
+#: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
+LIMIT_LOG_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +289,8 @@ class ConcurrencyGuard:
         "_last_empty",
         "_latest_start",
         "_lifo",
+        "_limit_logged",
+        "_log_due",
         "_max_active",
         "_max_queue",
         "_name",
@@ -328,6 +334,8 @@ class ConcurrencyGuard:
         limit: Limit | None = None,
     ) -> None:
         self._adaptive, self._max_active = _limit_of(max_active, limit)
+        self._limit_logged = self._max_active  # the limit last reported in the log
+        self._log_due = -math.inf
         self._max_queue = (
             10 * self._max_active if max_queue is None else check_int("max_queue", max_queue, 0)
         )
@@ -681,6 +689,13 @@ class ConcurrencyGuard:
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
         (the calls in flight drain, and no slot is handed on above the limit)."""
+        logged = self._limit_logged
+        if (limit >= 2 * logged or 2 * limit <= logged) and self._clock() >= self._log_due:
+            # A move by half or more, at most once per LIMIT_LOG_SECONDS per tool.
+            self._limit_logged = limit
+            self._log_due = self._clock() + LIMIT_LOG_SECONDS
+            log_event(logging.INFO, "concurrency_limit_moved", tool=self._name, limit=limit,
+                      previous=logged)  # fmt: skip
         self._max_active = limit
         templates = self._templates_by_limit.get(limit)
         if templates is None:
