@@ -3,6 +3,7 @@ docs/benchmarks.md checked against fusion_guard's line, a JSON file and a PNG ch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tempfile
 from collections.abc import Iterator
@@ -169,9 +170,7 @@ def chart_path_problem(path: Path) -> str | None:
             f"--chart {path}: unknown file type {path.suffix or '(none)'!r}; expected one of"
             f" {', '.join(CHART_FORMATS)}"
         )
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:  # found, not imported (it is slow)
         return 'the chart needs matplotlib: pip install "fusion-guard[demo]" (or pass --no-chart)'
     try:  # the folder is made now (the run would make it anyway) and a file tried in it
         path.parent.mkdir(parents=True, exist_ok=True)
