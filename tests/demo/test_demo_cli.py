@@ -34,6 +34,7 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         (["--policies", "fifo"], "subset of none,semaphore,fusion_guard,fusion_guard_lifo"),
         (["--metrics-port", "70000"], "expected a TCP port"),
         (["--seed", "x"], "invalid int value"),
+        (["--max-active", "0"], "expected a whole number >= 1 or 'auto'"),
     ],
 )
 def test_bad_values_exit_2_naming_the_problem(
@@ -151,3 +152,18 @@ def test_metrics_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]
         port = taken.getsockname()[1]
         assert main(["demo", "--metrics-port", str(port), "--loads", "1"]) == 2
     assert f"cannot serve /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_the_guard_can_run_with_an_automatic_limit(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "fusion_guard", "demo", "--no-chart", "--max-active", "auto",
+            "--duration", "0.6", "--loads", "2", "--policies", "fusion_guard",
+            "--json", str(figures),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "fusion_guard's max_active: auto" in done.stderr
+    assert json.loads(figures.read_text())["results"][0]["policy"] == "fusion_guard"

@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -57,6 +57,14 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
+def _max_active(text: str) -> int | Literal["auto"]:
+    if text.strip().lower() == "auto":
+        return "auto"
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1 or 'auto'")
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port from 1 to 65535")
@@ -92,6 +100,13 @@ def register(commands: Any) -> None:
         help=f"policies to compare (default: {','.join(POLICY_NAMES)})",
     )
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
+    parser.add_argument(
+        "--max-active",
+        type=_max_active,
+        metavar="N|auto",
+        help="fusion_guard's max_active (default: the tool's worker count, 2; 'auto' to let the"
+        " adaptive limit find it)",
+    )
     parser.add_argument(
         "--chart",
         type=Path,
@@ -155,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = Scenario(duration_s=args.duration, seed=args.seed)
     sys.stderr.write(
         f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
-        f"{', '.join(f'{x:g}x' for x in args.loads)}\n"
+        f"{', '.join(f'{x:g}x' for x in args.loads)}; fusion_guard's max_active:"
+        f" {args.max_active or 'the worker count'}\n"
     )
     registry = CollectorRegistry()
     server = None
@@ -175,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             functools.partial(
                 run_demo,
                 scenario,
-                default_guard_factory(registry),
+                default_guard_factory(registry, args.max_active),
                 loads=args.loads,
                 policies=args.policies,
                 progress=_progress,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ._loadgen import Outcome
 from ._tool import SimulatedTool
@@ -70,14 +70,17 @@ class _ResponseLike(Protocol):
 GuardFactory = Callable[[int, bool], _GuardLike]
 
 
-def default_guard_factory(registry: CollectorRegistry | None = None) -> GuardFactory:
+def default_guard_factory(
+    registry: CollectorRegistry | None = None, max_active: int | Literal["auto"] | None = None
+) -> GuardFactory:
     """fusion_guard as the demo runs it: the Guard's defaults, with ``max_active`` set to the
-    tool's worker count (the one thing an operator knows about the pool behind a tool), metrics
-    in ``registry``."""
+    tool's worker count (the one thing an operator knows about the pool behind a tool) unless
+    ``max_active`` says otherwise (a number, or ``"auto"``), metrics in ``registry``."""
     from .._guard import Guard
 
     def make(workers: int, lifo: bool) -> Guard:
-        return Guard(max_active=workers, lifo=lifo, registry=registry)
+        limit = workers if max_active is None else max_active
+        return Guard(max_active=limit, lifo=lifo, registry=registry)
 
     return make
 
