@@ -1,10 +1,11 @@
 """ConcurrencyGuard figures against a bare ``asyncio.Semaphore``, side by side in one run.
 
 - uncontended: ``async with guard.slot()`` vs ``async with semaphore`` (acquire + release), with
-  metrics off (no observer) and on (the Prometheus observer);
+  metrics off (no observer) and on (the Prometheus observer), and with a client key (fair shares
+  keep a record of the client's calls while it has any);
 - shed path: a full guard refusing a call, the SERVER_BUSY envelope built and the exception caught;
 - a standing queue: one acquire + release (a queued caller handed the slot, which re-queues) with
-  10,000 callers queued vs with 10 queued.
+  10,000 callers queued vs with 10 queued, and with 100 queued vs 100 queued on a bare semaphore.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ def _semaphore_section() -> Callable[[], Awaitable[object]]:
     return section
 
 
-def _guard_section(guard: ConcurrencyGuard) -> Callable[[], Awaitable[object]]:
+def _guard_section(
+    guard: ConcurrencyGuard, client: str | None = None
+) -> Callable[[], Awaitable[object]]:
     async def section() -> None:
-        async with guard.slot():
+        async with guard.slot(client=client):
             pass
 
     return section
@@ -81,6 +84,19 @@ def test_uncontended_slot_vs_semaphore(
     _record(benchmark, _guard_section(guard))
 
 
+def test_uncontended_slot_with_a_client_key_vs_semaphore(
+    benchmark: pytest.FixtureRequest, figures: Figures
+) -> None:
+    guard = ConcurrencyGuard(1, name="billing.process_invoice")
+    keyed = _guard_section(guard, client="tenant-42")
+    candidate, baseline = time_batches(
+        async_batch(keyed), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
+    )
+    assert guard.statistics().clients == 0  # the record went with its last call
+    figures.at_most("async with guard.slot(client=...) vs Semaphore", candidate, baseline, 2.0)
+    _record(benchmark, keyed)
+
+
 def test_shed_path_vs_semaphore(benchmark: pytest.FixtureRequest, figures: Figures) -> None:
     candidate, baseline = time_batches(
         async_batch(_shed_section()), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
@@ -97,13 +113,16 @@ class _StandingQueue:
     One ``step()`` (a yield of the driving task) lets exactly one such acquire + release happen.
     """
 
-    def __init__(self, queued: int) -> None:
+    def __init__(self, queued: int, *, semaphore: bool = False) -> None:
         self.loop = asyncio.new_event_loop()
         # A realistic finite queue_timeout (every waiter arms a timer, as in production); no
         # early shedding and no standing-queue limit: this figure is about the queue itself.
         self.guard = ConcurrencyGuard(
             1, max_queue=queued, queue_timeout=600.0, standing_limit=queued, predictive=False
         )
+        # The baseline: the same circulation through a bare asyncio.Semaphore (fair since
+        # Python 3.11.1: a release hands on to the first waiter, as the guard does).
+        self.semaphore = asyncio.Semaphore(1) if semaphore else None
         self.tasks: list[asyncio.Task[None]] = []
         self.loop.run_until_complete(self._start(queued))
 
@@ -112,7 +131,19 @@ class _StandingQueue:
             async with self.guard.slot():
                 pass
 
+    async def _semaphore_caller(self) -> None:
+        assert self.semaphore is not None
+        while True:
+            async with self.semaphore:
+                pass
+
     async def _start(self, queued: int) -> None:
+        if self.semaphore is not None:
+            await self.semaphore.acquire()
+            self.tasks = [asyncio.create_task(self._semaphore_caller()) for _ in range(queued)]
+            await asyncio.sleep(0)
+            self.semaphore.release()
+            return
         held = self.guard.acquire_nowait()
         self.tasks = [asyncio.create_task(self._caller()) for _ in range(queued)]
         await asyncio.sleep(0)  # every new task runs once: each finds the slot held and queues
@@ -150,6 +181,20 @@ def test_acquire_release_with_10000_queued(
     assert long.guard.queued == 10_000 - 1  # one caller holds (or is being handed) the slot
     figures.at_most("acquire+release, 10,000 queued vs 10 queued", candidate, baseline, 1.2)
     benchmark(short.batch(), 1_000)
+
+
+def test_hand_off_with_100_queued_vs_semaphore(
+    benchmark: pytest.FixtureRequest, figures: Figures
+) -> None:
+    guarded, bare = _StandingQueue(100), _StandingQueue(100, semaphore=True)
+    try:
+        candidate, baseline = time_batches(guarded.batch(), bare.batch(), ops=OPS, rounds=ROUNDS)
+        assert guarded.guard.queued == 100 - 1  # still circulating: one hand-off per step
+        figures.at_most("hand-off per call, 100 queued vs Semaphore", candidate, baseline, 1.5)
+        benchmark(guarded.batch(), 1_000)
+    finally:
+        guarded.close()
+        bare.close()
 
 
 # -- cold start (issue 14): the SERVER_BUSY bursts, on the real clock ---------------------------

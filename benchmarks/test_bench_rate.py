@@ -19,7 +19,7 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from bench_support import Figures, async_batch, sync_batch, time_batches
-from fusion_guard import CallContext, RateLimiter, RateLimits
+from fusion_guard import CallContext, RateLimit, RateLimiter
 
 CLIENTS = [f"client-{i}" for i in range(10_000)]
 OPS = 10_000
@@ -54,8 +54,8 @@ def test_memory_decision_vs_limits_moving_window(
 def test_guard_path_one_limit_vs_limits_moving_window(
     benchmark: pytest.FixtureRequest, figures: Figures
 ) -> None:
-    # What the Guard calls per call: RateLimits.check(ctx), key function included.
-    limits = RateLimits([RateLimiter(100, per=1.0, burst=100, scope="client")])
+    # What the Guard calls per call: RateLimiter.check(ctx), key function included.
+    limits = RateLimiter(limits=[RateLimit(100, per=1.0, burst=100, scope="client")])
     theirs, item = MovingWindowRateLimiter(MemoryStorage()), RateLimitItemPerSecond(100)
     contexts = [CallContext("billing.pay", client=client) for client in CLIENTS]
 
@@ -65,7 +65,7 @@ def test_guard_path_one_limit_vs_limits_moving_window(
         ops=OPS,
         rounds=ROUNDS,
     )
-    figures.faster_by("RateLimits.check, 1 limit vs limits moving window", candidate, baseline, 10)
+    figures.faster_by("RateLimiter.check, 1 limit vs limits moving window", candidate, baseline, 10)
     benchmark(_cycling_contexts(contexts, limits.check))
 
 
@@ -73,8 +73,8 @@ def test_composed_decision_vs_limits_moving_window(
     benchmark: pytest.FixtureRequest, figures: Figures
 ) -> None:
     # A server-wide limit plus one per client; ``limits`` composes by hitting both (not atomic).
-    limits = RateLimits(
-        [RateLimiter(10**7, burst=10**7), RateLimiter(100, burst=100, scope="client")]
+    limits = RateLimiter(
+        limits=[RateLimit(10**7, burst=10**7), RateLimit(100, burst=100, scope="client")]
     )
     theirs = MovingWindowRateLimiter(MemoryStorage())
     server, per_client = RateLimitItemPerSecond(10**7), RateLimitItemPerSecond(100)
@@ -136,7 +136,8 @@ class _PerLoop:
 
 
 def test_async_acquire_vs_aiolimiter(benchmark: pytest.FixtureRequest, figures: Figures) -> None:
-    # One bucket with room for the whole run in both (aiolimiter has no keys): neither waits.
+    # Both wait for an opening when the budget is spent; here one bucket has room for the whole
+    # run in both (aiolimiter has no keys), so neither waits: the cost of the decision.
     ours = _PerLoop(lambda: RateLimiter(10**9, per=1.0, burst=10**9))
     theirs = _PerLoop(lambda: AsyncLimiter(max_rate=10**9, time_period=1.0))
 

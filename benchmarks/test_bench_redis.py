@@ -68,7 +68,7 @@ def test_redis_decision_vs_ping_and_limits_moving_window(
     ours = RateLimiter(1_000_000, per=1.0, burst=1_000_000, scope="client", backend=backend)
     storage = RedisStorage(f"async+{redis_server.url}", implementation="redispy")
     theirs, item = MovingWindowRateLimiter(storage), RateLimitItemPerSecond(1_000_000)
-    decide = _cycling(ours.acquire)
+    decide = _cycling(ours.decide)
     ping = backend.connection.client.ping
     limits_hit = _cycling(lambda key: theirs.hit(item, key))
     for op in (decide, ping, limits_hit):  # connect and load the scripts before timing

@@ -17,19 +17,19 @@ from ._exceptions import (
     ServerBusy,
 )
 from ._guard import Guard, Ticket
+from ._outcomes import internal_error
 from ._policy import ToolLimits
 from .admission._adaptive import GradientLimit
-from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Slot
+from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Permit, Slot
 from .admission._context import CallContext
 from .admission._distributed import DistributedConcurrencyGuard
 from .admission._limit import FixedLimit, Limit
-from .admission._rate import RateDecision, RateLimiter, RateLimits
+from .admission._rate import RateDecision, RateLimit, RateLimiter, RateLimits
 from .backends._memory import MemoryBackend
 from .observability import LogEventObserver, MetricsServer, PrometheusObserver, serve_metrics
 from .wire._builder import ErrorBuilder, error
 from .wire._client import FusionClientError, parse_tool_error, raise_for_tool_error
 from .wire._codes import ErrorCode, Severity
-from .wire._internal import internal_error
 from .wire._response import ToolResponse, success, tool_error
 from .wire._validation import format_validation_error
 
@@ -97,8 +97,10 @@ __all__ = [
     "LogEventObserver",
     "MemoryBackend",
     "MetricsServer",
+    "Permit",
     "PrometheusObserver",
     "RateDecision",
+    "RateLimit",
     "RateLimited",
     "RateLimiter",
     "RateLimits",

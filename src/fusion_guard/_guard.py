@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
@@ -33,22 +31,21 @@ from ._exceptions import (
     RateLimited,
     Rejected,
 )
+from ._gates import Gate, GateAssembly
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool, outcome_of
+from ._observer import GuardObserver, Outcome, outcome_of
+from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
-from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard, Slot
 from .admission._context import CallContext
 from .admission._deadline import Deadline
-from .admission._distributed import concurrency_guard, rate_backend_failure
-from .admission._rate import RateLimiter, RateLimits
+from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 from .observability._defaults import default_observers
 from .wire._codes import ErrorCode
-from .wire._internal import as_response, response_from_exception
+from .wire._internal import as_response
 from .wire._response import ToolResponse
-from .wire._shedding import TimeoutTemplate
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -65,59 +62,6 @@ name shares the gate of the names that match the same configured patterns, so it
 apply; a name configured exactly always gets its own gate."""
 OVERFLOW_TOOL = "(other tools)"
 """The shared gate of names past ``MAX_TOOLS`` that match no configured pattern."""
-
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
-
-
-class _NullObserver:
-    """The observer of a guard nobody watches: every event costs one empty call."""
-
-    __slots__ = ()
-
-    def admitted(self, queue_wait: float) -> None:
-        pass
-
-    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
-        pass
-
-    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
-        pass
-
-    def finished(self, outcome: Outcome, duration: float | None) -> None:
-        pass
-
-    def backend_error(self, backend: str, allowed: bool) -> None:
-        pass
-
-
-_NULL_OBSERVER = _NullObserver()
-
-
-class _Gate:
-    """One tool's state, made on its first call: limits, observer, slots, rate limits."""
-
-    __slots__ = ("context", "deadline", "limits", "observer", "rates", "slots", "tool")
-
-    def __init__(
-        self,
-        limits: ToolLimits,
-        observer: ToolObserver,
-        slots: ConcurrencyGuard | None,
-        rates: RateLimits | None,
-    ) -> None:
-        self.tool = limits.tool
-        # The context of every call that names no client and no request, made once.
-        self.context = CallContext(limits.tool)
-        self.limits = limits
-        self.observer = observer
-        self.slots = slots
-        self.rates = rates
-        # Without slots the deadline is the ticket's own; with slots the Slot applies it.
-        self.deadline = (
-            TimeoutTemplate(limits.tool, limits.timeout)
-            if slots is None and limits.timeout is not None
-            else None
-        )
 
 
 class Ticket:
@@ -142,7 +86,7 @@ class Ticket:
         "queue_wait",
     )
 
-    def __init__(self, gate: _Gate, client: str | None, request: object | None) -> None:
+    def __init__(self, gate: Gate, client: str | None, request: object | None) -> None:
         self._gate = gate
         self._client = client
         self._request = request
@@ -167,7 +111,7 @@ class Ticket:
                 else:  # a shared backend's decision may be cancelled too
                     await self._check_rates(gate, rates)
             if gate.slots is not None:
-                slot = gate.slots.slot(gate.limits.timeout)
+                slot = gate.slots.slot(gate.limits.timeout, self._client)
                 if not slot.take_free():
                     await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
                 self._slot = slot
@@ -194,13 +138,13 @@ class Ticket:
         if rates is not None:
             self._refused(gate, rates.check(self._context(gate)))
         if slots is not None:
-            slot = slots.slot(gate.limits.timeout)
-            slot.take_free()  # free_at_once: taken
+            slot = slots.slot(gate.limits.timeout, self._client)
+            slot.take_free()  # free_at_once: taken (ServerBusy over the client's cap)
             self._slot = slot
         self._admitted(gate)
         return True
 
-    def _admitted(self, gate: _Gate) -> None:
+    def _admitted(self, gate: Gate) -> None:
         if self._slot is not None:
             self.queue_wait = self._slot.queue_wait
         else:
@@ -260,26 +204,28 @@ class Ticket:
             end = outcome or self.outcome
             self._gate.observer.finished(end, time.perf_counter() - self._start)  # type: ignore[arg-type]
 
-    def _context(self, gate: _Gate) -> CallContext:
+    def _context(self, gate: Gate) -> CallContext:
         if self._client is None and self._request is None:
             return gate.context
         return CallContext(gate.tool, self._client, self._request)
 
-    async def _check_rates(self, gate: _Gate, rates: RateLimits) -> None:
+    async def _check_rates(self, gate: Gate, rates: RateLimiter) -> None:
         context = self._context(gate)
         try:
             refusal = await rates.acheck(context)
         except BackendError as exc:
             # The tool's failure policy: admit (None) or shed with SERVER_BUSY.
-            busy = rate_backend_failure(
-                gate.tool, gate.limits.failure_policy, rates.backend, exc, gate.observer, gate.slots
-            )
+            failure = gate.backend_failure
+            if failure is None:  # pragma: no cover (a backend that fails has a policy)
+                raise
+            slots = gate.slots
+            busy = failure.handle(exc, *((slots.active, slots.queued) if slots else (0, 0)))
             if busy is not None:
                 raise busy from exc
             return
         self._refused(gate, refusal)
 
-    def _refused(self, gate: _Gate, refusal: RateLimited | None) -> None:
+    def _refused(self, gate: Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:
             gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
             raise refusal
@@ -326,10 +272,9 @@ class Guard:
     """
 
     __slots__ = (
-        "_backend",
+        "_assembly",
         "_expose",
         "_gates",
-        "_observers",
         "_overflow",
         "_policies",
         "_settings",
@@ -345,12 +290,14 @@ class Guard:
         **limits: Any,
     ) -> None:
         self._settings = _settings(settings, limits)
-        self._observers = default_observers(self._settings, registry) + _user_observer(observer)
-        self._backend = rate_backend
-        self._policies = PolicyTable(self._settings)
+        observers = default_observers(self._settings, registry) + _user_observer(observer)
+        self._assembly = GateAssembly(self._settings, observers, rate_backend)
+        # A rate backend that can fail (Redis, given directly) makes failure policies apply.
+        shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
+        self._policies = PolicyTable(self._settings, shared_backend=shared_backend)
         self._expose = self._settings.expose_exceptions
-        self._gates: dict[str, _Gate] = {}
-        self._overflow: dict[tuple[str, ...], _Gate] = {}
+        self._gates: dict[str, Gate] = {}
+        self._overflow: dict[tuple[str, ...], Gate] = {}
 
     @classmethod
     def from_env(
@@ -466,16 +413,16 @@ class Guard:
 
     # -- per-tool state, made once ---------------------------------------------------------------
 
-    def _gate(self, tool: str) -> _Gate:
+    def _gate(self, tool: str) -> Gate:
         gate = self._gates.get(tool)
         if gate is None:
             limits = self._policies.resolve(_check_tool(tool))
             if len(self._gates) >= MAX_TOOLS and tool not in limits.patterns:
                 return self._overflow_gate(limits)
-            gate = self._gates[tool] = self._make_gate(limits)
+            gate = self._gates[tool] = self._assembly.gate(limits)
         return gate
 
-    def _overflow_gate(self, limits: ToolLimits) -> _Gate:
+    def _overflow_gate(self, limits: ToolLimits) -> Gate:
         # Names invented faster than tools are written must not grow this table (or the metrics'
         # label sets) forever, nor lose their configured limits: names matching the same patterns
         # have the same limits, so they share one gate per set of patterns (bounded by the
@@ -484,83 +431,9 @@ class Guard:
         if gate is None:
             name = _overflow_name(limits.patterns)
             log_event(logging.WARNING, "tool_table_full", gate=name, max_tools=MAX_TOOLS)
-            gate = self._make_gate(dataclasses.replace(limits, tool=name))
+            gate = self._assembly.gate(dataclasses.replace(limits, tool=name))
             self._overflow[limits.patterns] = gate
         return gate
-
-    def _make_gate(self, limits: ToolLimits) -> _Gate:
-        tool = limits.tool
-        adaptive = self._adaptive_limit() if limits.max_active == "auto" else None
-        initial = adaptive.limit if adaptive is not None else limits.max_active
-        assert initial != "auto"  # for the type checker: "auto" became the adaptive limit
-        observer = self._observer_for(tool, initial)
-        slots = None
-        queue_timeout = math.inf if limits.queue_timeout is None else limits.queue_timeout
-        local_observer = None if observer is _NULL_OBSERVER else observer
-        if adaptive is not None:
-            # The slot count follows the tool's latency; a fleet cap needs a number (refused
-            # with BACKEND=redis at start-up), so these slots are this process's own.
-            slots = ConcurrencyGuard(
-                limit=adaptive,
-                # "auto" queue: 10 per slot the limit starts from (it starts lower, probing).
-                max_queue=(
-                    10 * self._settings.auto_initial_active
-                    if limits.max_queue is None
-                    else limits.max_queue
-                ),
-                queue_timeout=queue_timeout,
-                name=tool,
-                lifo=limits.lifo,
-                observer=local_observer,
-            )
-        elif initial is not None:
-            # Fleet-wide slots (Redis leases) with BACKEND=redis, else this process's own.
-            slots = concurrency_guard(
-                self._settings,
-                self._rate_backend(),
-                initial,
-                limits.max_queue,
-                queue_timeout,
-                failure_policy=limits.failure_policy,
-                name=tool,
-                lifo=limits.lifo,
-                observer=local_observer,
-            )
-        if slots is not None:
-            _watch(observer, slots)
-        return _Gate(limits, observer, slots, self._rates_for(limits))
-
-    def _adaptive_limit(self) -> GradientLimit:
-        settings = self._settings
-        return GradientLimit(
-            min_limit=settings.auto_min_active,
-            max_limit=settings.auto_max_active,
-            initial_limit=settings.auto_initial_active,
-        )
-
-    def _observer_for(self, tool: str, max_active: int | None) -> ToolObserver:
-        # Contained (ToolObservers): what an observer raises never reaches a call.
-        bound = bind_tool(self._observers, tool, max_active)
-        return _NULL_OBSERVER if bound is None else bound
-
-    def _rates_for(self, limits: ToolLimits) -> RateLimits | None:
-        if limits.rate is None:
-            return None
-        burst = limits.burst or max(1, math.ceil(limits.rate))
-        limiter = RateLimiter(
-            limits.rate,
-            limits.rate_per,
-            burst,
-            scope=limits.rate_scope,
-            name=_limit_name(limits, burst),
-        )
-        return RateLimits((limiter,), backend=self._rate_backend())
-
-    def _rate_backend(self) -> RateBackend:
-        # One backend for every tool, so that a `global` or `client` budget is really shared.
-        if self._backend is None:
-            self._backend = _backend_for(self._settings)
-        return self._backend
 
 
 def _settings(settings: GuardSettings | None, limits: dict[str, Any]) -> GuardSettings:
@@ -587,47 +460,9 @@ def _user_observer(observer: GuardObserver | None) -> tuple[GuardObserver, ...]:
     return (observer,)
 
 
-def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
-    """Connect a tool's observer and slots: observers that show live figures (in-flight, queue
-    depth) read them from the slots, and the slots leave ``finished`` to the tool's tickets,
-    which know how the handler answered (an error envelope is no exception): each call is
-    reported once."""
-    slots.reports_finished = False
-    watch = getattr(observer, "watch", None)
-    if callable(watch):
-        watch(slots)
-
-
-def _backend_for(settings: GuardSettings) -> RateBackend:
-    if settings.backend == "redis" and settings.redis_url is not None:
-        from .backends._redis import RedisRateLimitBackend
-
-        return RedisRateLimitBackend(
-            settings.redis_url.get_secret_value(),
-            timeout=settings.redis_timeout,
-            connect_timeout=settings.redis_connect_timeout,
-            failure_policy=settings.redis_failure_policy,
-            prefix=settings.redis_prefix,
-        )
-    return MemoryBackend()
-
-
 def _overflow_name(patterns: tuple[str, ...]) -> str:
     # Each set of patterns has its own gate, so its name lists them all (most specific first).
     return f"(other tools matching {', '.join(reversed(patterns))})" if patterns else OVERFLOW_TOOL
-
-
-def _limit_name(limits: ToolLimits, burst: int) -> str:
-    """A stable backend name for the budget: where the rate was set, scope and figures."""
-    source = limits.rate_source
-    if source:
-        digest = hashlib.blake2b(source.encode(), digest_size=4).hexdigest()
-        origin = f"{_NAME_UNSAFE.sub('_', source)[:80]}-{digest}"
-    else:
-        origin = "defaults"
-    # repr is exact (1234567 and 1234568 stay apart); '+' in '1e+22' is not a name character.
-    figures = _NAME_UNSAFE.sub("_", f"{limits.rate!r}/{limits.rate_per!r}")
-    return f"{origin}/{limits.rate_scope}/{figures}/{burst}"
 
 
 def _check_tool(tool: object) -> str:

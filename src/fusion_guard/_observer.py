@@ -42,9 +42,12 @@ Outcome = Literal["ok", "error", "internal_error", "timeout", "cancelled"]
 """How an admitted (or queued, for ``cancelled``) call ended; ``shed`` and ``rate_limited``
 have events of their own."""
 
-ShedReason = Literal["queue_full", "queue_timeout", "backend_unavailable"]
+ShedReason = Literal[
+    "queue_full", "queue_timeout", "backend_unavailable", "fair_share", "client_limit"
+]
 """Why SERVER_BUSY was answered; ``backend_unavailable``: a fail-closed limit could not reach its
-shared backend (Redis)."""
+shared backend (Redis); ``fair_share``: a queued call of the heaviest client gave its place to a
+lighter client's; ``client_limit``: the call's client was at ``max_active_per_client``."""
 
 
 class ToolObserver(Protocol):

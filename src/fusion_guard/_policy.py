@@ -55,6 +55,8 @@ class ToolLimits:
     burst: int | None
     rate_scope: str
     lifo: bool
+    max_active_per_client: int | None
+    fair_queueing: bool
     failure_policy: FailurePolicy
     patterns: tuple[str, ...] = ()
     rate_source: str = ""
@@ -102,12 +104,15 @@ class PolicyTable:
 
     Built once per Guard, at start-up: with ``warn`` (the default) it logs one
     ``setting_ignored`` warning per setting given that can have no effect (see
-    ``ignored_settings``); a report that lists them itself passes ``warn=False``.
+    ``ignored_settings``; ``shared_backend``: a rate backend that can fail was given to the
+    Guard, so failure policies apply); a report that lists them itself passes ``warn=False``.
     """
 
     __slots__ = ("_defaults", "_patterns")
 
-    def __init__(self, settings: GuardSettings, *, warn: bool = True) -> None:
+    def __init__(
+        self, settings: GuardSettings, *, warn: bool = True, shared_backend: bool = False
+    ) -> None:
         self._defaults = {
             name: getattr(settings, GLOBAL_FIELDS.get(name, name)) for name in LIMIT_FIELDS
         }
@@ -116,7 +121,7 @@ class PolicyTable:
             _Pattern(text, _matcher(text), settings.tools[text].overrides()) for text in ordered
         )
         if warn:
-            for ignored in ignored_settings(settings, self):
+            for ignored in ignored_settings(settings, self, shared_backend=shared_backend):
                 ignored.log()
 
     def defaults(self) -> ToolLimits:
@@ -189,7 +194,7 @@ _NOT_SHARED = (
 )
 # A limit's companion settings, meaningless while the limit is off.
 _COMPANIONS = {
-    "max_active": ("max_queue", "queue_timeout", "lifo"),
+    "max_active": ("max_queue", "queue_timeout", "lifo", "max_active_per_client", "fair_queueing"),
     "rate": ("rate_per", "burst", "rate_scope"),
 }
 _OFF_REASONS = {
@@ -198,8 +203,11 @@ _OFF_REASONS = {
 }
 
 
-def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[IgnoredSetting]:
-    """The settings given that can have no effect: Redis settings without ``BACKEND=redis``,
+def ignored_settings(
+    settings: GuardSettings, table: PolicyTable, *, shared_backend: bool = False
+) -> list[IgnoredSetting]:
+    """The settings given that can have no effect: Redis settings without ``BACKEND=redis``
+    (failure policies only without a ``shared_backend`` either: a Redis rate backend given),
     ``max_queue`` / ``queue_timeout`` / ``lifo`` where ``max_active`` is off, ``rate_per`` /
     ``burst`` / ``rate_scope`` where ``rate`` is off.
 
@@ -207,7 +215,7 @@ def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[Ignore
     in the limits the pattern resolves to as a name, as ``fusion-guard config`` shows them) and
     no more specific pattern switches the limit on (that pattern's tools would inherit it).
     """
-    ignored = list(_redis_ignored(settings)) if settings.backend != "redis" else []
+    ignored = list(_redis_ignored(settings, shared_backend)) if settings.backend != "redis" else []
     ordered = sorted(settings.tools, key=specificity)
     for limit, companions in _COMPANIONS.items():
         if getattr(settings, limit) is None and not _switched_on(settings, ordered, limit):
@@ -220,8 +228,10 @@ def ignored_settings(settings: GuardSettings, table: PolicyTable) -> list[Ignore
     return ignored
 
 
-def _redis_ignored(settings: GuardSettings) -> Iterator[IgnoredSetting]:
+def _redis_ignored(settings: GuardSettings, shared_backend: bool) -> Iterator[IgnoredSetting]:
     yield from _given(settings, None, _REDIS_ONLY, _NOT_REDIS)
+    if shared_backend:
+        return
     yield from _given(settings, None, ("redis_failure_policy",), _NOT_SHARED)
     for pattern in sorted(settings.tools, key=specificity):
         yield from _given(settings, pattern, ("failure_policy",), _NOT_SHARED)

@@ -30,7 +30,7 @@ DEFAULT_TIMEOUT: Final = 0.05
 DEFAULT_CONNECT_TIMEOUT: Final = 1.0
 """Seconds setting up a connection (and loading the scripts) may take."""
 DEFAULT_PREFIX: Final = "fusion_guard"
-"""The namespace of every key (and the cluster hash tag)."""
+"""The namespace of every key (on one Redis node also their hash tag)."""
 DEFAULT_LEASE: Final = 10.0
 """Seconds a fleet slot's lease lives without a refresh (a crashed holder's slot comes back)."""
 
@@ -44,6 +44,8 @@ LIMIT_FIELDS = (
     "burst",
     "rate_scope",
     "lifo",
+    "max_active_per_client",
+    "fair_queueing",
     "failure_policy",
 )
 """The fields a per-tool override may set, in the order they are printed."""

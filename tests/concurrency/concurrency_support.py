@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -34,3 +35,16 @@ async def serve_order(
         clock.advance(age)
         holder.release()
     return order
+
+
+@dataclass
+class Call:
+    """One call of a property test's program: ``done`` ends its body, ``fail`` makes it raise,
+    ``scope`` cancels it; ``entered`` and ``started`` (the guard's own stamp) once admitted."""
+
+    index: int
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    fail: bool = False
+    entered: bool = False
+    started: float = 0.0

@@ -36,6 +36,17 @@ def test_the_limit_settles_near_the_tools_true_concurrency(workers: int) -> None
     assert limit.baseline == pytest.approx(0.010)
 
 
+@pytest.mark.parametrize("workers", [1, 2, 8, 30])
+def test_its_parallelism_is_the_tools_true_concurrency_while_the_limit_runs_above(
+    workers: int,
+) -> None:
+    limit = GradientLimit()
+    assert limit.parallelism == 4  # the initial limit, until measured
+    _drive(limit, workers, 10.0)
+    assert limit.limit >= workers  # the limit keeps headroom above the tool...
+    assert limit.parallelism == pytest.approx(workers, rel=0.3)  # ...its estimate does not
+
+
 def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:
     limit = GradientLimit()
     now = _drive(limit, 8, 10.0)
@@ -44,6 +55,18 @@ def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:
     assert limit.limit <= 2  # down from about 16 within 2 s
     _drive(limit, 4, 3.0, now)
     assert 2 <= limit.limit <= 8 + 1
+
+
+def test_calls_far_past_the_tolerated_latency_bring_it_down_without_waiting_a_full_window() -> None:
+    limit = GradientLimit()
+    start = _drive(limit, 8, 10.0)
+    assert limit.limit >= 8
+    now = start
+    while limit.limit > 2 and now - start < 2.0:
+        now = _drive(limit, 1, 0.05, now)
+    # From 8 workers to 1: each window of 5 calls that all took 3x the tolerated latency or
+    # more halves the limit (a full window of 20 such calls took 0.62 s to get there).
+    assert now - start <= 0.4
 
 
 def test_timeouts_halve_it_and_it_recovers() -> None:
@@ -77,6 +100,8 @@ def test_any_stream_of_samples_keeps_it_a_whole_number_in_bounds(
         limit.on_sample(start, duration, inflight, dropped)
         assert isinstance(limit.limit, int)
         assert low <= limit.limit <= high
+        assert math.isfinite(limit.parallelism)
+        assert limit.parallelism >= 1
     assert not math.isnan(limit.limit)
 
 
@@ -84,12 +109,12 @@ def test_any_stream_of_samples_keeps_it_a_whole_number_in_bounds(
     ("kwargs", "message"),
     [
         ({"min_limit": 5, "max_limit": 2}, "min_limit \\(5\\) must not exceed max_limit \\(2\\)"),
-        ({"min_limit": 0}, "min_limit must be an integer >= 1, got 0"),
-        ({"max_limit": -3}, "max_limit must be an integer >= 1, got -3"),
+        ({"min_limit": 0}, "min_limit=0 is invalid: expected an integer >= 1"),
+        ({"max_limit": -3}, "max_limit=-3 is invalid: expected an integer >= 1"),
         ({"initial_limit": 300}, "initial_limit \\(300\\) must lie within"),
-        ({"min_limit": "automatic"}, "min_limit must be an integer >= 1, got 'automatic'"),
-        ({"tolerance": 0.5}, "tolerance must be a finite number >= 1, got 0.5"),
-        ({"window": 0}, "window must be"),
+        ({"min_limit": "automatic"}, "min_limit='automatic' is invalid: expected an integer >= 1"),
+        ({"tolerance": 0.5}, "tolerance=0.5 is invalid: expected a finite number >= 1"),
+        ({"window": 0}, "window=0 is invalid"),
     ],
 )
 def test_bad_settings_fail_with_one_line_naming_them(

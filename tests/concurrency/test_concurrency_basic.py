@@ -147,18 +147,18 @@ async def test_handler_within_timeout_returns_normally() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"max_active": 0}, "max_active must be an integer >= 1, got 0"),
-        ({"max_active": True}, "max_active must be an integer >= 1, got True"),
-        ({"max_active": 2.0}, "max_active must be an integer >= 1, got 2.0"),
-        ({"max_active": 1, "max_queue": -1}, "max_queue must be an integer >= 0, got -1"),
-        ({"max_active": 1, "queue_timeout": 0}, "queue_timeout must be a positive number"),
-        ({"max_active": 1, "queue_timeout": -1.0}, "got -1.0"),
-        ({"max_active": 1, "queue_timeout": math.nan}, "got nan"),
-        ({"max_active": 1, "queue_timeout": "1"}, "got '1'"),
-        ({"max_active": 1, "name": ""}, "name must be a non-empty string"),
-        ({"max_active": 1, "lifo": 1}, "lifo must be True or False, got 1"),
-        ({"max_active": 1, "standing_after": math.inf}, "standing_after must be a positive number"),
-        ({"max_active": 1, "standing_limit": 0}, "standing_limit must be an integer >= 1, got 0"),
+        ({"max_active": 0}, "max_active=0 is invalid: expected an integer >= 1"),
+        ({"max_active": True}, "max_active=True is invalid: expected an integer >= 1"),
+        ({"max_active": 2.0}, "max_active=2.0 is invalid: expected an integer >= 1"),
+        ({"max_active": 1, "max_queue": -1}, "max_queue=-1 is invalid: expected an integer >= 0"),
+        ({"max_active": 1, "queue_timeout": 0}, "queue_timeout=0 is invalid: expected a"),
+        ({"max_active": 1, "queue_timeout": -1.0}, "=-1.0 is invalid"),
+        ({"max_active": 1, "queue_timeout": math.nan}, "=nan is invalid"),
+        ({"max_active": 1, "queue_timeout": "1"}, "='1' is invalid"),
+        ({"max_active": 1, "name": ""}, "name='' is invalid: expected a non-empty string"),
+        ({"max_active": 1, "lifo": 1}, "lifo=1 is invalid: expected True or False"),
+        ({"max_active": 1, "standing_after": math.inf}, "standing_after=inf is invalid"),
+        ({"max_active": 1, "standing_limit": 0}, "standing_limit=0 is invalid: expected an"),
         ({"max_active": 1, "expected_service_time": 0}, "expected_service_time"),
         ({"max_active": 1, "max_retry_after": math.nan}, "max_retry_after"),
         ({"max_active": 1, "clock": 3}, "clock must be a callable"),
@@ -175,7 +175,7 @@ async def test_invalid_configuration_is_refused_clearly(
 
 @pytest.mark.parametrize("seconds", [0, -1, math.nan, "5", True])
 async def test_invalid_slot_timeout_is_refused(seconds: object) -> None:
-    with pytest.raises(ConfigurationError, match="timeout must be a positive number"):
+    with pytest.raises(ConfigurationError, match=r"timeout=.* is invalid: expected a"):
         ConcurrencyGuard(1).slot(seconds)  # type: ignore[arg-type]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
+from concurrency_support import Call
 from concurrency_support import envelope_details as details
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,29 @@ async def test_raising_the_limit_admits_waiters_at_once() -> None:
         rest.set()
     assert (guard.active, guard.queued) == (0, 0)
     assert limit.samples[0][2] == 1  # in flight when the first call started: itself
+
+
+class ParallelismLimit(SteeredLimit):
+    """A limit that also estimates what the tool serves in parallel."""
+
+    def __init__(self, limit: int, parallelism: float) -> None:
+        super().__init__(limit)
+        self.parallelism = parallelism
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "standing"), [(2.0, 8), (2.4, 8), (16.0, 32), (float("nan"), 32), (0.2, 32)]
+)
+async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
+    parallelism: float, standing: int
+) -> None:
+    limit = ParallelismLimit(8, parallelism)
+    guard = ConcurrencyGuard(limit=limit, max_queue=100, queue_timeout=10)
+    assert guard.standing_limit == 32  # 4 per slot until a call has finished
+    async with guard.slot():
+        pass
+    # 4 per call served in parallel, never more than per slot; a nonsense estimate is ignored.
+    assert guard.standing_limit == standing
 
 
 async def test_lowering_the_limit_lets_the_calls_in_flight_drain() -> None:
@@ -137,7 +161,7 @@ def test_a_fixed_limit_is_max_active() -> None:
         ({}, "needs max_active="),
         ({"max_active": 2, "limit": FixedLimit(2)}, "give one of the two"),
         ({"limit": 3}, "limit must be a Limit"),
-        ({"limit": SteeredLimit(0)}, "limit.limit must be"),
+        ({"limit": SteeredLimit(0)}, "limit.limit=0 is invalid"),
     ],
 )
 def test_bad_limits_are_refused_at_construction(kwargs: dict[str, object], message: str) -> None:
@@ -157,14 +181,6 @@ programs = st.lists(
     min_size=30,
     max_size=150,
 )
-
-
-@dataclass
-class Call:
-    index: int
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    entered: bool = False
 
 
 @dataclass

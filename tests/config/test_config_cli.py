@@ -36,7 +36,7 @@ def test_json_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert main(["config", "--json", "--tool", "billing.pay"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["global"]["max_active"] == {"value": 10, "source": "default"}
-    assert report["global"]["max_queue"] == {"value": "auto", "source": "default"}
+    assert report["global"]["max_queue"] == {"value": "auto", "effective": 100, "source": "default"}
     assert list(report["patterns"]) == ["billing.*", "billing.pay"]
     resolved = report["tools"]["billing.pay"]
     assert resolved["max_active"]["value"] == 2
@@ -81,3 +81,16 @@ def test_subprocess_run_of_the_installed_script() -> None:
     )
     assert bad.returncode == 2
     assert "FUSION_GUARD_RATE='-3' is invalid" in bad.stderr
+
+
+def test_automatic_values_show_the_number_they_come_to(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FUSION_GUARD_MAX_ACTIVE", "3")
+    monkeypatch.setenv("FUSION_GUARD_RATE", "2.5")
+    monkeypatch.setenv("FUSION_GUARD_TOOLS", '{"search": {"max_active": "auto"}}')
+    assert main(["config"]) == 0
+    text = capsys.readouterr().out
+    assert "auto (30 = 10 x max_active)" in text
+    assert "auto (3 = rate rounded up)" in text
+    assert "auto (40 = 10 x auto_initial_active)" in text  # the pattern's adaptive limit

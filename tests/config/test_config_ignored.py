@@ -12,6 +12,7 @@ import pytest
 from fusion_guard import Guard, GuardSettings
 from fusion_guard._policy import PolicyTable, ignored_settings
 from fusion_guard.cli import main
+from fusion_guard.testing import FailingBackend
 
 
 def _ignored(**values: Any) -> set[tuple[str, str | None]]:
@@ -140,3 +141,23 @@ def test_config_cli_without_any(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["ignored"] == []
     assert main(["config"]) == 0
     assert "Ignored settings" not in capsys.readouterr().out
+
+
+def test_failure_policies_apply_to_a_rate_backend_given_to_the_guard(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A backend that can fail, given directly (a Redis one, say), makes the failure policies
+    meaningful without BACKEND=redis; the Redis connection settings stay ignored."""
+    policies = {
+        "redis_failure_policy": "closed",
+        "redis_timeout": 1,
+        "tools": {"search": {"failure_policy": "open", "rate": 5}},
+    }
+    with caplog.at_level(logging.WARNING, logger="fusion_guard"):
+        Guard(rate_backend=FailingBackend(), **policies)
+        given = [r.fields["setting"] for r in caplog.records]  # type: ignore[attr-defined]
+        caplog.clear()
+        Guard(**policies)
+        alone = [r.fields["setting"] for r in caplog.records]  # type: ignore[attr-defined]
+    assert given == ["redis_timeout"]
+    assert alone == ["redis_timeout", "redis_failure_policy", "failure_policy"]

@@ -64,7 +64,7 @@ def test_invalid_url_error_masks_the_password(
     assert message.startswith(
         f"invalid fusion_guard configuration: FUSION_GUARD_REDIS_URL={shown} is invalid: "
     )
-    assert "accepted: a redis://, rediss:// or unix:// URL" in message
+    assert "accepted: a redis://, rediss://, unix://, redis+cluster://" in message
 
 
 def test_invalid_url_given_as_bytes_is_not_shown() -> None:

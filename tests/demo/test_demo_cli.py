@@ -35,6 +35,9 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         (["--metrics-port", "70000"], "expected a TCP port"),
         (["--seed", "x"], "invalid int value"),
         (["--max-active", "0"], "expected a whole number >= 1 or 'auto'"),
+        (["--scenario", "tenants", "--clients", "1"], "from 2 to 1000"),
+        (["--scenario", "tenants", "--clients", "many"], "expected a whole number of clients"),
+        (["--scenario", "tenants", "--mode", "trio"], "invalid choice: 'trio'"),
     ],
 )
 def test_bad_values_exit_2_naming_the_problem(

@@ -112,3 +112,16 @@ def test_the_configuration_reference_lists_every_variable_with_its_default() -> 
         shown = documented[name]
         word = shown.split("`")[1] if "`" in shown else shown.split()[0]
         assert word in _shown(field.get_default(call_default_factory=True)), (name, shown)
+
+
+def test_every_alert_has_a_runbook_that_exists() -> None:
+    rules = yaml.safe_load((ROOT / "grafana/prometheus/fusion_guard_alerts.yml").read_text())
+    headings = {
+        line.lstrip("#").strip().lower()
+        for line in (DOCS / "observability.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("### ")
+    }
+    for rule in rules["groups"][0]["rules"]:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"docs/observability.md#{rule['alert'].lower()}"
+        assert rule["alert"].lower() in headings

@@ -17,21 +17,9 @@ from fusion_guard import (
 )
 from fusion_guard._policy import PolicyTable
 from fusion_guard.testing import FailingBackend, RecordingObserver
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
-
-
-class Gate:
-    """A handler that holds its slot until released; ``started`` counts calls inside."""
-
-    def __init__(self) -> None:
-        self.release = anyio.Event()
-        self.started = 0
-
-    async def hold(self) -> str:
-        self.started += 1
-        await self.release.wait()
-        return "done"
 
 
 def code_of(text: str) -> str | None:
@@ -60,7 +48,7 @@ async def test_a_rate_limited_call_never_takes_a_slot_or_queue_place(
         stats = slots.statistics()
         assert (stats.shed_queue_full, stats.shed_queue_timeout) == (0, 0)
         gate.release.set()
-    assert gate.started == 2
+    assert gate.finished == 2
     assert sorted(observer.ends("t")) == ["ok", "ok", "rate_limited"]
 
 
@@ -96,7 +84,7 @@ async def test_cancelling_a_running_call_frees_its_slot(observer: RecordingObser
     assert slots is not None
     assert slots.active == 0
     gate.release.set()
-    assert (await guard.call("t", gate.hold)).text == "done"
+    assert (await guard.call("t", gate.hold)).text == "slow done"
     assert observer.ends("t") == ["cancelled", "ok"]
 
 

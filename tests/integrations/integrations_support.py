@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-import anyio
 import mcp_types
 from mcp import Client
 from mcp.server.lowlevel import Server
@@ -27,42 +26,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from fusion_guard import FusionClientError, Guard, parse_tool_error, tool_error
 from fusion_guard.integrations.mcp import install
+from holding_gate import Gate
 
 SECRET = "secret-token-4242"
 REFUSAL = "Invoice 42 is locked by another payment run"
-
-
-class Gate:
-    """Holds ``slow`` calls: ``entered`` counts calls inside the tool, ``release`` lets them go."""
-
-    def __init__(self) -> None:
-        self.release = anyio.Event()
-        self.inside = 0
-        self.finished = 0
-        self._changed = anyio.Event()
-
-    async def hold(self) -> str:
-        self.inside += 1
-        self._signal()
-        try:
-            await self.release.wait()
-        finally:
-            self.inside -= 1
-            self.finished += 1
-            self._signal()
-        return "slow done"
-
-    async def wait_inside(self, count: int) -> None:
-        while self.inside < count:
-            await self._changed.wait()
-
-    async def wait_finished(self, count: int) -> None:
-        while self.finished < count:
-            await self._changed.wait()
-
-    def _signal(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
 
 
 class ToolClient(Protocol):

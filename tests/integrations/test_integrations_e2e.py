@@ -11,9 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import SECRET, Gate, Harness, envelope, texts
+from integrations_support import SECRET, Harness, envelope, texts
 
 from fusion_guard import FusionClientError, Guard, raise_for_tool_error
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 
@@ -149,6 +150,28 @@ async def test_per_client_limits_use_the_client_key(harness: Harness, kind: str)
     assert texts(bob_first) == "fast done"
     assert listed
     assert len(seen) == 3
+
+
+async def test_the_client_key_caps_each_clients_calls_in_flight(harness: Harness) -> None:
+    gate = Gate()
+    caller = ["alice"]
+    guard = Guard(max_active=4, max_active_per_client=1)
+    async with (
+        harness.connect(gate, guard, client_key=lambda context: caller[0]) as client,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(client.call, "slow")  # alice's one call, held inside the tool
+        await gate.wait_inside(1)
+        over_cap = await client.call("slow")
+        caller[0] = "bob"
+        tg.start_soon(client.call, "slow")  # another client is not held back
+        await gate.wait_inside(2)
+        gate.release.set()
+    error = envelope(over_cap)
+    assert error.code == "SERVER_BUSY"
+    assert error.details["reason"] == "client_limit"
+    assert (error.details["client_active"], error.details["client_queued"]) == ("1", "0")
+    assert "alice" not in texts(over_cap)
 
 
 async def test_a_client_key_of_the_wrong_type_gives_internal_error(harness: Harness) -> None:

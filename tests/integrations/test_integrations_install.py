@@ -9,7 +9,7 @@ from typing import Any
 
 import mcp_types
 import pytest
-from integrations_support import Gate, lowlevel_app, mcpserver_app, texts
+from integrations_support import lowlevel_app, mcpserver_app, texts
 from mcp import Client
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
@@ -17,6 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from fusion_guard import ConfigurationError, Guard, parse_tool_error, tool_error
 from fusion_guard.integrations.mcp import install, to_call_tool_result
+from holding_gate import Gate
 
 
 def test_install_refuses_a_server_without_a_tools_call_handler() -> None:

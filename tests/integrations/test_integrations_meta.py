@@ -7,10 +7,11 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import Gate, Harness, envelope, texts
+from integrations_support import Harness, envelope, texts
 
 from fusion_guard import FusionClientError, Guard, raise_for_tool_error
 from fusion_guard.wire._meta import META_KEY
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from integrations_support import Gate, Harness, envelope, texts
+from integrations_support import Harness, envelope, texts
 from opentelemetry.sdk import trace as otel_sdk  # the dev group's: spans recorded for real
 
 from fusion_guard import Guard
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 

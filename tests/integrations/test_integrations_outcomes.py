@@ -7,13 +7,14 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import REFUSAL, Gate, Harness, envelope, texts
+from integrations_support import REFUSAL, Harness, envelope, texts
 
 from fusion_guard import (
     ContractAwareness,
     Guard,
     diff_contracts,
 )
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,10 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from integrations_support import Gate, Harness, texts
+from integrations_support import Harness, texts
 
 from fusion_guard import Guard, parse_tool_error
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from integrations_support import Gate, Harness
+from integrations_support import Harness
 
 from fusion_guard import Guard
+from holding_gate import Gate
 
 
 def _limit_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -8,12 +8,13 @@ from typing import Any
 
 import anyio
 import pytest
-from integrations_support import Gate, Harness, envelope, texts
+from integrations_support import Harness, envelope, texts
 from prometheus_client import CollectorRegistry
 
 from fusion_guard import Guard
 from fusion_guard.integrations import mcp as mcp_integration
 from fusion_guard.integrations._common import UNKNOWN_TOOLS
+from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
 

@@ -34,7 +34,7 @@ async def test_a_hundred_concurrent_acquires_against_burst_one_admit_exactly_one
     limiter = RateLimiter(1, per=60.0, burst=1, clock=FakeClock())
 
     async def decide() -> bool:
-        return (await limiter.acquire("shared")).allowed
+        return (await limiter.decide("shared")).allowed
 
     outcomes = await _race(decide)
     assert len(outcomes) == CALLERS
@@ -63,7 +63,7 @@ async def test_concurrent_callers_with_a_checkpoint_between_calls_keep_the_budge
     async def caller() -> None:
         nonlocal admitted
         for _ in range(5):
-            admitted += (await limiter.acquire()).allowed
+            admitted += (await limiter.decide()).allowed
             await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:

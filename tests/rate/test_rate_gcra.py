@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import anyio
 import pytest
 
-from fusion_guard import ConfigurationError, MemoryBackend, RateDecision, RateLimiter
+from fusion_guard import ConfigurationError, MemoryBackend, RateDecision, RateLimit, RateLimiter
 from fusion_guard.backends import RateBackend
 from fusion_guard.testing import FakeClock
 
@@ -100,20 +101,48 @@ def test_limiters_sharing_a_backend_keep_separate_budgets() -> None:
 async def test_acquire_decides_like_try_acquire() -> None:
     clock = FakeClock()
     limiter = RateLimiter(4, burst=2, clock=clock)
-    results = [await limiter.acquire("k") for _ in range(3)]
+    results = [await limiter.decide("k") for _ in range(3)]
     assert [d.allowed for d in results] == [True, True, False]
     assert results[2].retry_after == pytest.approx(0.25)
 
 
 def test_properties_and_repr() -> None:
+    limit = RateLimit(10, per=2.0, burst=3, scope="tool")
+    assert limit.emission_interval == pytest.approx(0.2)
+    assert limit.tolerance == pytest.approx(0.4)
+    assert limit.description == "10 calls per 2 seconds"
+    assert limit.name == "tool/10/2/3"
+    assert repr(limit) == "RateLimit(rate=10, per=2, burst=3, scope='tool', name='tool/10/2/3')"
     limiter = RateLimiter(10, per=2.0, burst=3, scope="tool")
-    assert limiter.emission_interval == pytest.approx(0.2)
-    assert limiter.tolerance == pytest.approx(0.4)
-    assert limiter.description == "10 calls per 2 seconds"
-    assert limiter.name == "tool/10/2/3"
-    assert repr(limiter) == (
-        "RateLimiter(rate=10, per=2, burst=3, scope='tool', name='tool/10/2/3')"
-    )
+    assert repr(limiter.limit) == repr(limit)
+    assert repr(limiter).startswith(f"RateLimiter(limits=[{limit!r}], backend=")
+
+
+def test_a_limiter_of_several_limits_names_them_and_has_no_single_limit() -> None:
+    limits = (RateLimit(10), RateLimit(1, scope="client"))
+    limiter = RateLimiter(limits=limits)
+    assert limiter.limits == limits
+    with pytest.raises(ValueError, match="enforces 2 limits"):
+        _ = limiter.limit
+
+
+def test_a_rate_and_limits_together_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        RateLimiter(10, limits=[RateLimit(1)])
+    with pytest.raises(ConfigurationError, match="expected RateLimit instances"):
+        RateLimiter(limits=[RateLimiter(1)])  # type: ignore[list-item]
+
+
+@pytest.mark.anyio
+async def test_acquire_waits_for_the_opening_promised() -> None:
+    limiter = RateLimiter(20, burst=1)  # one call per 50 ms
+    await limiter.acquire("k")  # the burst: at once
+    started = anyio.current_time()
+    await limiter.acquire("k")
+    await limiter.acquire("k")
+    waited = anyio.current_time() - started
+    assert 0.09 <= waited < 1.0  # two openings, 50 ms apart; a gross bound above
+    assert not (await limiter.decide("k")).allowed  # each wait recorded its call
 
 
 BAD_NUMBERS = [0, -1, -0.5, math.nan, math.inf, -math.inf, True, False, "10", None, [1]]
@@ -156,8 +185,8 @@ def test_bad_scope_is_a_configuration_error(scope: object) -> None:
 
 def test_custom_scope_with_a_key_function() -> None:
     limiter = RateLimiter(1, scope="tenant", key=lambda ctx: ctx.client or "", clock=FakeClock())
-    assert limiter.scope == "tenant"
-    assert limiter.name == "tenant/1/1/1"
+    assert limiter.limit.scope == "tenant"
+    assert limiter.limit.name == "tenant/1/1/1"
 
 
 @pytest.mark.parametrize(
@@ -181,28 +210,28 @@ def test_try_acquire_on_an_async_backend_says_what_to_use(
     async_only_backend: RateBackend,
 ) -> None:
     limiter = RateLimiter(1, backend=async_only_backend)
-    with pytest.raises(ConfigurationError, match="await acquire"):
+    with pytest.raises(ConfigurationError, match="await decide"):
         limiter.try_acquire()
 
 
 @pytest.mark.anyio
 async def test_acquire_works_with_an_async_only_backend(async_only_backend: RateBackend) -> None:
     limiter = RateLimiter(1, backend=async_only_backend)
-    assert (await limiter.acquire()).allowed
-    refused = await limiter.acquire()
+    assert (await limiter.decide()).allowed
+    refused = await limiter.decide()
     assert not refused.allowed
     assert refused.retry_after == pytest.approx(1.0)
 
 
-def test_a_limiter_is_read_only() -> None:
-    limiter = RateLimiter(10)
+def test_a_limit_is_read_only() -> None:
+    limit = RateLimit(10)
     with pytest.raises(AttributeError, match="read-only"):
-        limiter.rate = 20  # type: ignore[misc]
-    assert limiter.emission_interval == pytest.approx(0.1)
+        limit.rate = 20  # type: ignore[misc]
+    assert limit.emission_interval == pytest.approx(0.1)
 
 
 def test_default_names_keep_the_exact_figures() -> None:
-    assert RateLimiter(1234567).name != RateLimiter(1234568).name
+    assert RateLimit(1234567).name != RateLimit(1234568).name
     assert (
-        RateLimiter(0.5, per=0.25, burst=2, scope="my scope", key=str).name == "my_scope/0.5/0.25/2"
+        RateLimit(0.5, per=0.25, burst=2, scope="my scope", key=str).name == "my_scope/0.5/0.25/2"
     )

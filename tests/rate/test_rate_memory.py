@@ -20,7 +20,7 @@ def test_a_million_one_off_keys_then_idle_leave_no_state() -> None:
         limiter.try_acquire(str(i))
     assert len(backend) == MILLION
 
-    clock.advance(limiter.emission_interval)  # idle until every key is back to full
+    clock.advance(limiter.limit.emission_interval)  # idle until every key is back to full
     assert limiter.try_acquire("next").allowed
     assert len(backend) == 1
 
@@ -72,10 +72,10 @@ def test_promise_cursors_are_dropped_once_their_time_has_passed() -> None:
         limiter.try_acquire(str(i))
     assert len(backend) == 200_000  # a TAT and a cursor per key
 
-    clock.advance(2 * limiter.emission_interval)  # the TATs are past, the cursors not yet
+    clock.advance(2 * limiter.limit.emission_interval)  # the TATs are past, the cursors not yet
     assert limiter.try_acquire("next").allowed
     assert len(backend) > 100_000  # live promises are kept (nothing is due: no sweep yet)
 
-    clock.advance(limiter.emission_interval)  # every promise has passed
+    clock.advance(limiter.limit.emission_interval)  # every promise has passed
     assert limiter.try_acquire("last").allowed
     assert len(backend) == 1

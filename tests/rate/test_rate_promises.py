@@ -39,7 +39,7 @@ def test_between_admissions_each_refusal_is_promised_one_interval_later(
             continue
         promised = clock.now + decision.retry_after
         if previous is not None:
-            assert promised == pytest.approx(previous + limiter.emission_interval, abs=1e-6)
+            assert promised == pytest.approx(previous + limiter.limit.emission_interval, abs=1e-6)
         previous = promised
 
 
@@ -64,11 +64,11 @@ def test_promises_lapse_when_nobody_comes_back(
         assert limiter.try_acquire().allowed
     last = max(limiter.try_acquire().retry_after for _ in range(refusals))
     # Every promised opening comes and goes unused, and the budget refills.
-    clock.advance(last + burst * limiter.emission_interval)
+    clock.advance(last + burst * limiter.limit.emission_interval)
     for _ in range(burst):
         assert limiter.try_acquire().allowed
     # A fresh exhaustion: the budget's own next opening again, not one after the old promises.
-    assert limiter.try_acquire().retry_after == pytest.approx(limiter.emission_interval)
+    assert limiter.try_acquire().retry_after == pytest.approx(limiter.limit.emission_interval)
 
 
 @settings(max_examples=200, deadline=None)
@@ -90,14 +90,14 @@ def test_a_crowd_coming_back_at_its_promises_is_admitted_in_turn(
     for caller in range(crowd):
         decision = limiter.try_acquire()
         if not decision.allowed:
-            late = lateness[caller] * limiter.tolerance
+            late = lateness[caller] * limiter.limit.tolerance
             heapq.heappush(returns, (decision.retry_after + late, caller))
     while returns:
         at, _ = heapq.heappop(returns)
         clock.now = at
         assert limiter.try_acquire().allowed
-    ideal = max(0, crowd - burst) * limiter.emission_interval
-    assert clock.now <= ideal + limiter.tolerance + 1e-9
+    ideal = max(0, crowd - burst) * limiter.limit.emission_interval
+    assert clock.now <= ideal + limiter.limit.tolerance + 1e-9
 
 
 def test_composed_limits_advise_the_latest_opening_and_advance_each_refusing_cursor() -> None:
@@ -140,7 +140,7 @@ def test_an_admission_that_does_not_refuse_leaves_the_promises() -> None:
 async def test_acquire_staggers_like_try_acquire() -> None:
     clock = FakeClock()
     limiter = RateLimiter(10, burst=1, clock=clock)
-    decisions = [await limiter.acquire() for _ in range(4)]
+    decisions = [await limiter.decide() for _ in range(4)]
     assert [d.retry_after for d in decisions] == pytest.approx([0.0, 0.1, 0.2, 0.3])
 
 

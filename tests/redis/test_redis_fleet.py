@@ -7,63 +7,30 @@ at the end of its test whatever happens.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
+from fleet_runs import full_again, full_share, result, running
+from fusion_guard import DistributedConcurrencyGuard
 from redis_testserver import RedisServer
 
-from fusion_guard import DistributedConcurrencyGuard
-
-WORKER = Path(__file__).with_name("redis_fleet_worker.py")
 WORKERS = 3
 STARTUP = 2.0  # seconds for the workers to start (imports) before their load begins together
-RESULT_TIMEOUT = 30.0
 LIMIT = 4  # the fleet slots of the outage tests
 CHAOS_TIMEOUT = 0.1  # their Redis timeout: a 3 s stall is an outage, a loaded machine is not
-
-
-@pytest.fixture
-def spawn() -> Iterator[Any]:
-    processes: list[subprocess.Popen[str]] = []
-
-    def start(*args: object) -> subprocess.Popen[str]:
-        command = [sys.executable, str(WORKER), *map(str, args)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        processes.append(process)
-        return process
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def _result(process: subprocess.Popen[str]) -> Any:
-    out, _ = process.communicate(timeout=RESULT_TIMEOUT)
-    assert process.returncode == 0, f"worker failed with {process.returncode}"
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_processes_share_one_rate_limit(spawn: Any, redis_url: str) -> None:
     rate, burst, seconds = 20.0, 5, 2.0
     start_at = time.monotonic() + STARTUP
     workers = [spawn("rate", redis_url, start_at, seconds, rate, burst) for _ in range(WORKERS)]
-    results = [_result(worker) for worker in workers]
+    results = [result(worker) for worker in workers]
 
-    stamps = sorted(stamp for result in results for stamp in result["admitted"])
-    attempts = sum(result["attempts"] for result in results)
+    stamps = sorted(stamp for outcome in results for stamp in outcome["admitted"])
+    attempts = sum(outcome["attempts"] for outcome in results)
     assert attempts > 3 * len(stamps)  # the limit was under pressure the whole time
     # GCRA admits `burst` at once, then one call per interval (1 / rate): between the first and
     # the last admission, `burst + span * rate` calls are allowed, whatever process asks.
@@ -87,14 +54,14 @@ def test_processes_share_one_concurrency_limit(
         while any(worker.poll() is None for worker in workers):
             samples.append(int(client.zcard(key)))
             time.sleep(0.002)  # a sampling cadence, not a wait for an event
-    results = [_result(worker) for worker in workers]
+    results = [result(worker) for worker in workers]
 
     assert len(samples) > 200
     assert max(samples) <= max_active
     assert max(samples) == max_active  # the limit was reached, so the bound was tested
-    assert all(result["ok"] > 0 for result in results)
+    assert all(outcome["ok"] > 0 for outcome in results)
     # 12 callers want a slot and only 4 exist: the fleet ran at capacity.
-    assert sum(result["ok"] for result in results) > seconds / hold
+    assert sum(outcome["ok"] for outcome in results) > seconds / hold
 
 
 def test_a_killed_process_permits_come_back_within_the_lease(
@@ -133,34 +100,6 @@ async def _take_all(redis_url: str, permits: int, lease: float) -> float:
     return took
 
 
-def _running(spans: list[tuple[float, float]]) -> list[tuple[float, int]]:
-    """The fleet's running calls over time: (instant, count from then on), in order; a call that
-    left at the instant another entered is not counted with it."""
-    events = sorted([(left, -1) for _, left in spans] + [(entered, 1) for entered, _ in spans])
-    steps, running = [], 0
-    for instant, change in events:
-        running += change
-        steps.append((instant, running))
-    return steps
-
-
-def _full_again(steps: list[tuple[float, int]], since: float, limit: int) -> float:
-    """Seconds from ``since`` until the fleet ran ``limit`` calls at once again (inf if never)."""
-    return next((at - since for at, running in steps if at >= since and running >= limit), math.inf)
-
-
-def _full_share(steps: list[tuple[float, int]], start: float, end: float, limit: int) -> float:
-    """The share of [start, end] during which the fleet ran ``limit`` calls."""
-    full, previous, was_full = 0.0, start, False
-    for at, running in steps:
-        if at > start:
-            full += (min(at, end) - previous) * was_full
-            previous = min(at, end)
-        was_full = running >= limit
-    full += (end - previous) * was_full
-    return full / (end - start)
-
-
 def _under_load(
     spawn: Any, redis_url: str, hold: float, disrupt: Callable[[], float]
 ) -> tuple[list[tuple[float, int]], float]:
@@ -175,10 +114,10 @@ def _under_load(
     ]
     time.sleep(max(0.0, start_at + 1.5 - time.monotonic()))  # at full capacity by then
     recovered = disrupt()
-    results = [_result(worker) for worker in workers]
+    results = [result(worker) for worker in workers]
     assert time.monotonic() > recovered + 2.0  # the load went on long enough after
-    assert sum(result["shed"] for result in results) > 0  # fail-closed did shed meanwhile
-    return _running([tuple(span) for result in results for span in result["ran"]]), recovered
+    assert sum(outcome["shed"] for outcome in results) > 0  # fail-closed did shed meanwhile
+    return running([tuple(span) for outcome in results for span in outcome["ran"]]), recovered
 
 
 def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
@@ -195,9 +134,9 @@ def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
         return time.monotonic()
 
     steps, resumed = _under_load(spawn, redis_url, 0.05, stall)
-    assert max(running for _, running in steps) <= LIMIT
-    assert _full_again(steps, resumed, LIMIT) <= 1.0, _full_again(steps, resumed, LIMIT)
-    assert _full_share(steps, resumed + 1.0, resumed + 2.0, LIMIT) > 0.5  # and stays full
+    assert max(count for _, count in steps) <= LIMIT
+    assert full_again(steps, resumed, LIMIT) <= 1.0, full_again(steps, resumed, LIMIT)
+    assert full_share(steps, resumed + 1.0, resumed + 2.0, LIMIT) > 0.5  # and stays full
 
 
 def test_after_a_fast_restart_the_fleet_never_runs_more_than_its_limit(
@@ -211,6 +150,6 @@ def test_after_a_fast_restart_the_fleet_never_runs_more_than_its_limit(
         return time.monotonic()
 
     steps, restarted = _under_load(spawn, redis_url, 0.6, restart)
-    assert max(running for _, running in steps) <= LIMIT
-    assert _full_again(steps, restarted, LIMIT) <= 1.0, _full_again(steps, restarted, LIMIT)
-    assert _full_share(steps, restarted + 1.0, restarted + 2.0, LIMIT) > 0.5
+    assert max(count for _, count in steps) <= LIMIT
+    assert full_again(steps, restarted, LIMIT) <= 1.0, full_again(steps, restarted, LIMIT)
+    assert full_share(steps, restarted + 1.0, restarted + 2.0, LIMIT) > 0.5

@@ -26,7 +26,7 @@ async def _call(guard: DistributedConcurrencyGuard, behaviour: str, peak: list[i
     with anyio.move_on_after(0.01 if behaviour == "cancel" else 5):
         try:
             async with guard.slot(timeout=timeout):
-                holders = int(await guard._conn.client.zcard(guard.key))
+                holders = int(await guard.connection.client.zcard(guard.key))
                 peak[0] = max(peak[0], holders)
                 if behaviour == "raise":
                     raise Boom
@@ -48,7 +48,7 @@ async def _scenario(url: str, behaviours: list[str], max_active: int) -> None:
         for index, behaviour in enumerate(behaviours):
             tg.start_soon(_call, replicas[index % 2], behaviour, peak)
     assert peak[0] <= max_active
-    client = replicas[0]._conn.client
+    client = replicas[0].connection.client
     # A lease whose acquire was cancelled (or timed out) is released in the background, never
     # by the caller it would hold up: the refresher does it at once, so allow it a moment.
     for _ in range(300):  # polls Redis itself (no event to wait on), at most 3 s
@@ -58,7 +58,7 @@ async def _scenario(url: str, behaviours: list[str], max_active: int) -> None:
     assert await client.zcard(replicas[0].key) == 0
     for guard in replicas:
         assert (guard.active, guard.queued, guard.held_leases) == (0, 0, 0)
-        await guard._conn.aclose()
+        await guard.connection.aclose()
 
 
 @settings(

@@ -8,7 +8,6 @@ import anyio.to_thread
 import pytest
 import trio
 from prometheus_client import CollectorRegistry
-from redis_testserver import RedisServer
 
 from fusion_guard import (
     ConfigurationError,
@@ -20,6 +19,7 @@ from fusion_guard import (
     parse_tool_error,
 )
 from fusion_guard.backends._redis import RECOVERY_GRACE
+from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 

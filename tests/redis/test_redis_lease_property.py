@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from redis_testserver import RedisServer
 
 from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
+from redis_testserver import RedisServer
 
 T = TypeVar("T")
 LIMIT = 3

@@ -17,10 +17,10 @@ import anyio.to_thread
 import pytest
 import redis.asyncio
 from redis_proxy import SlowStartProxy
-from redis_testserver import RedisServer
 
 from fusion_guard import BackendError, DistributedConcurrencyGuard, ServerBusy
 from fusion_guard.backends._redis import RECOVERY_GRACE, FleetSemaphore, RedisConnection
+from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,6 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import pytest
-from redis_testserver import RedisServer
 
 from fusion_guard import (
     CallContext,
@@ -25,6 +24,7 @@ from fusion_guard import (
     RedisRateLimitBackend,
     ServerBusy,
 )
+from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 

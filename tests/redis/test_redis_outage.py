@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from fusion_guard.backends._redis import Outage
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fusion_guard.testing import FakeClock
 
 
 def test_advice_grows_with_the_outage_and_resets_after_a_gap() -> None:
-    clock = _Clock()
+    clock = FakeClock(100.0)
     outage = Outage(min_retry_after=1.0, max_retry_after=30.0, gap=5.0, clock=clock)
     assert 0.8 <= outage.retry_after() <= 1.2  # a fresh outage: the minimum
     for _ in range(12):  # failing for 12 s, a failure every second
@@ -32,7 +25,7 @@ def test_advice_grows_with_the_outage_and_resets_after_a_gap() -> None:
 
 
 def test_refused_callers_are_spread_out() -> None:
-    outage = Outage(min_retry_after=1.0, clock=_Clock())
+    outage = Outage(min_retry_after=1.0, clock=FakeClock(100.0))
     advice = {outage.retry_after() for _ in range(50)}
     assert len(advice) > 40
     assert min(advice) == pytest.approx(0.8, abs=0.1)

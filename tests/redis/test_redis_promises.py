@@ -9,7 +9,6 @@ import time
 
 import anyio
 import pytest
-from redis_testserver import RedisServer
 
 from fusion_guard import (
     CallContext,
@@ -19,6 +18,7 @@ from fusion_guard import (
     RateLimits,
     RedisRateLimitBackend,
 )
+from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,9 @@ import anyio
 import anyio.to_thread
 import pytest
 from prometheus_client import CollectorRegistry
-from redis_testserver import RedisServer
 
 from fusion_guard import DistributedConcurrencyGuard, Guard, parse_tool_error
+from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 

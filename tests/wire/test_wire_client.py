@@ -1,4 +1,5 @@
-"""The client side (contract section 8): parsing envelopes back, safely, and raising for them."""
+"""The client side (docs/wire-contract.md): parsing envelopes back, safely, and raising for
+them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Raise or return (contract section 5): both reach the model identically, and any other
+"""Raise or return (docs/wire-contract.md): both reach the model identically, and any other
 exception becomes INTERNAL_ERROR without leaking its text."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from fusion_guard import (
     success,
     tool_error,
 )
-from fusion_guard.wire._internal import as_response, response_from_exception
+from fusion_guard._outcomes import response_from_exception
+from fusion_guard.wire._internal import as_response
 from fusion_guard.wire._shedding import ServerBusyTemplate
 
 SECRET = "postgres://admin:hunter2@db.internal/prod"

@@ -1,4 +1,5 @@
-"""The prepared load-shedding envelopes (contract section 6) parse back as the contract says."""
+"""The prepared load-shedding envelopes (docs/wire-contract.md) parse back as the contract
+says."""
 
 from __future__ import annotations
 

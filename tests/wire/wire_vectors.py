@@ -9,8 +9,8 @@ from typing import Any
 
 DATA = Path(__file__).parent / "data" / "envelopes.json"
 
-# Written from the contract (section 2), not imported from the implementation: the oracle of the
-# round-trip property must not share the code it checks.
+# Written from the contract (docs/wire-contract.md), not imported from the implementation:
+# the oracle of the round-trip property must not share the code it checks.
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 

@@ -11,6 +11,9 @@ limit in seconds:
   baseline follows a tool that slows down or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
+  A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
+  ``EARLY_FACTOR`` times the tolerated latency: a tool that lost capacity answers so slowly that
+  a full window of its calls would take seconds to gather.
 - **The gradient** ``tolerance * baseline / window median``, clamped to [0.5, 2]. Above 1.25
   the tool answers as fast as uncrowded: the limit grows by one slot, but only if the calls
   reached the limit in that window (otherwise nothing says a larger one is needed). Below
@@ -34,7 +37,7 @@ import math
 import statistics
 from collections import deque
 
-from .._checks import check_int, check_seconds
+from .._checks import check_int, check_number, check_seconds
 from .._exceptions import ConfigurationError
 
 __all__ = ["GradientLimit"]
@@ -45,6 +48,11 @@ DEAD_BAND = 1.25
 QUIET_SAMPLES = 60
 #: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
 PROBE_SPACING_BASELINES = 200
+#: A window closes early, after this many calls, when even the fastest of them took
+#: EARLY_FACTOR x the tolerated latency: the tool has lost capacity, and waiting for a full
+#: window of such slow calls is what made the limit take seconds to come down.
+EARLY_SAMPLES = 5
+EARLY_FACTOR = 3.0
 
 
 class GradientLimit:
@@ -62,11 +70,13 @@ class GradientLimit:
         "_estimate",
         "_limit",
         "_next_probe",
+        "_parallelism",
         "_probe_taken",
         "_probing",
         "_quiet",
         "_window",
         "_window_end",
+        "_window_fastest",
         "_window_peak",
         "max_limit",
         "min_limit",
@@ -104,13 +114,7 @@ class GradientLimit:
                 f"initial_limit ({initial}) must lie within min_limit ({min_limit}) and"
                 f" max_limit ({max_limit})"
             )
-        if (
-            isinstance(tolerance, bool)
-            or not isinstance(tolerance, int | float)
-            or not 1 <= tolerance < math.inf
-        ):
-            raise ConfigurationError(f"tolerance must be a finite number >= 1, got {tolerance!r}")
-        self.tolerance = float(tolerance)
+        self.tolerance = check_number("tolerance", tolerance, 1)
         self.window = check_seconds("window", window)
         self.window_samples = check_int("window_samples", window_samples, 1)
         self.probe_every = check_seconds("probe_every", probe_every)
@@ -123,7 +127,9 @@ class GradientLimit:
         self._window: list[float] = []
         self._window_end = -math.inf
         self._window_peak = 0
+        self._window_fastest = math.inf
         self._limit = self._probe_limit()
+        self._parallelism = float(initial)
 
     @property
     def limit(self) -> int:
@@ -157,19 +163,32 @@ class GradientLimit:
             self._probe_taken = 0
             self._limit = self._probe_limit()
             return
-        if not self._window:
+        window = self._window
+        if not window:
             self._window_end = end + self.window
             self._window_peak = 0
-        self._window.append(duration)
+            self._window_fastest = math.inf
+        window.append(duration)
         self._window_peak = max(self._window_peak, inflight)
-        if end >= self._window_end and len(self._window) >= self.window_samples:
-            self._decide(statistics.median(self._window))
-            self._window.clear()
+        self._window_fastest = min(self._window_fastest, duration)
+        if (end >= self._window_end and len(window) >= self.window_samples) or (
+            len(window) >= EARLY_SAMPLES
+            and self._window_fastest >= EARLY_FACTOR * self.tolerance * self.baseline
+        ):
+            self._decide(statistics.median(window))
+            window.clear()
+
+    @property
+    def parallelism(self) -> float:
+        """The calls the tool appears to serve in parallel: the limit scaled by its uncrowded
+        latency over its latency of late (the limit itself until measured)."""
+        return self._parallelism
 
     def _decide(self, latency: float) -> None:
         baseline = self.baseline
         if not (latency > 0 and baseline > 0):
             return
+        self._parallelism = max(1.0, self._window_peak * min(1.0, baseline / latency))
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold

@@ -1,5 +1,10 @@
 """ConcurrencyGuard: ``max_active`` slots, a bounded queue, and early, well-advised shedding.
 
+Three pieces, as in Netflix's concurrency-limits: a *limit* decides how many calls may run
+(``_limit.py``: fixed, or adaptive in ``_adaptive.py``), the *queue discipline* decides who is
+refused at arrival, judged late or served next (``_discipline.py``), and the guard here
+*enforces* both: slots, waiters, hand-off, deadlines, the envelopes and their advice.
+
 How a call is admitted (``async with guard.slot():``):
 
 1. A free slot is taken at once, without yielding to the event loop (the uncontended path costs
@@ -36,16 +41,15 @@ clients are still waiting, and the stale ones age out. Once the queue drains, FI
 The queue is an ``OrderedDict`` of waiter tokens: arrival, hand-off (from either end) and
 cancellation (delete by key) are all O(1), however many wait.
 
-Seam for a distributed permit (``DistributedConcurrencyGuard`` holds Redis leases this way): the
-queue and hand-off logic (``_wait``, ``_release``, ``_hand_off``) never looks at *how* a slot is
-known to be free; that decision is the ``_active < _max_active`` test in ``Slot.__aenter__`` and
-the decrement on release (inlined in ``Slot._end`` to keep the hot path short). A subclass
-takes its permit after the local admission and gives it back before the local release (its own
-``Slot`` subclass), leaving the queue untouched; ``_shed`` builds a ServerBusy for it.
+A permit composes (``permit=``, a :class:`Permit`): something a call holds besides its local
+slot, such as a fleet-wide lease in Redis (``DistributedConcurrencyGuard``). It is taken after
+the local slot and given back before it; the queue and hand-off never look at it, and it sees
+only the guard's public surface (``active``, ``queued``, ``refusal()``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -53,7 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -65,21 +69,13 @@ from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outc
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._deadline import Deadline
+from ._discipline import LOOK_EVERY, QueueDiscipline
+from ._fairness import FairQueue, Tenant
 from ._limit import FixedLimit, Limit
-from ._overload import OverloadDetector
-from ._service_time import RetryPromises, ServiceTimeEstimator, expected_wait
+from ._service_time import RetryPromises, ServiceTimeEstimator
 
-__all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Slot"]
+__all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Permit", "Slot"]
 
-#: A queue not empty for this long (seconds) is standing, unless queue_timeout / 4 is shorter.
-STANDING_AFTER = 0.1
-#: A standing queue is held to this many waiters per slot (unless standing_limit is given).
-STANDING_SLOTS_FACTOR = 4
-#: The soonest a queued waiter wakes to judge the queue again (seconds): a floor against rounding.
-MIN_JUDGE_DELAY = 0.001
-#: A start expected within this many drain steps (mean hold / max_active) of a waiter's deadline
-#: counts as a miss.
-LATE_MARGIN_STEPS = 0.5
 #: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
 #: Guard passes its tool's), but per-call timeouts may vary without bound.
 TIMEOUT_TEMPLATES = 8
@@ -106,6 +102,12 @@ class ConcurrencyStatistics:
     shed_queue_timeout: int
     """Calls shed for time, after waiting or predicted at arrival (``shed_predicted`` of them)."""
     shed_predicted: int
+    shed_fair_share: int
+    """Queued calls of the heaviest client refused to make room for a lighter client's."""
+    shed_client_limit: int
+    """Calls refused over their client's ``max_active_per_client``."""
+    clients: int
+    """Client keys with calls running or waiting now (the per-client records kept)."""
     cancelled_queued: int
     """Callers cancelled while waiting for a slot."""
     handler_timeouts: int
@@ -115,16 +117,36 @@ class ConcurrencyStatistics:
 
 
 class _Waiter:
-    """One queued caller; ``granted`` is set when a release hands it the slot, ``shed`` when a
-    re-judgement takes it out of the queue (its task then raises the refusal)."""
+    """One queued caller. ``granted`` is set when a release hands it the slot; ``left`` when the
+    guard took it out of the queue unserved, ``"predicted"`` (a re-judgement), ``"expired"``
+    (its ``queue_timeout`` passed) or ``"displaced"`` (a lighter client took its place): its own
+    task then raises the refusal. On asyncio it waits on
+    a bare future (``due``: its deadline in loop time, watched by the guard's one timer), elsewhere
+    on an anyio ``Event`` under a cancel scope."""
 
-    __slots__ = ("event", "granted", "shed", "since")
+    __slots__ = ("due", "event", "future", "granted", "left", "since", "tenant")
 
-    def __init__(self, since: float) -> None:
-        self.event = anyio.Event()
+    def __init__(
+        self,
+        since: float,
+        future: asyncio.Future[None] | None,
+        due: float,
+        tenant: Tenant[_Waiter] | None,
+    ) -> None:
+        self.future = future
+        self.event = None if future is not None else anyio.Event()
         self.granted = False
-        self.shed = False
+        self.left: Literal["predicted", "expired", "displaced"] | None = None
         self.since = since
+        self.due = due
+        self.tenant = tenant  # its client's record, once the guard keeps them (fair shares)
+
+    def wake(self) -> None:
+        future = self.future
+        if future is None:
+            self.event.set()  # type: ignore[union-attr]  # one of the two is set
+        elif not future.done():
+            future.set_result(None)
 
 
 class _FlaggedBusyTemplate(ServerBusyTemplate):
@@ -170,7 +192,8 @@ class Slot:
     def take_free(self) -> bool:
         """Take a free slot without a coroutine: True when taken (held as after ``async with``),
         False when the caller must enter with ``await slot.__aenter__()`` (it would queue).
-        The Guard's tickets use it so an uncontended call costs one coroutine less."""
+        The Guard's tickets use it so an uncontended call costs one coroutine less. A call over
+        its client's ``max_active_per_client`` raises ``ServerBusy`` (``client_limit``)."""
         guard = self._guard
         if guard._active < guard._max_active:
             guard._active += 1
@@ -256,6 +279,135 @@ class Slot:
                     observer_failed(ends, "finished", failure)
 
 
+class _ClientSlot(Slot):
+    """A slot of a call in a guard that keeps clients' records (fair shares, the per-client
+    cap): the call belongs to its client (``client`` None: the keyless client) from arrival to
+    release. Its own type, so that a guard without client keys pays nothing for them."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, guard: ConcurrencyGuard, timeout: float | None, client: str | None) -> None:
+        # Slot.__init__ spelled out: a call up to it would cost a tenth of the keyed path.
+        self._guard = guard
+        self._timeout = timeout
+        self._deadline: Deadline | None = None
+        self._held = False
+        self.queue_wait = 0.0
+        self._client = client
+
+    async def __aenter__(self) -> Slot:
+        if self._guard._arrive(self._client):
+            return self._hold(0.0)
+        return self._hold(await self._queue_as_client())
+
+    def take_free(self) -> bool:
+        guard = self._guard
+        if guard._active < guard._max_active:
+            guard._arrive(self._client)  # takes the free slot, or refuses over the cap
+            self._hold(0.0)
+            return True
+        return False
+
+    async def _queue_as_client(self) -> float:
+        guard = self._guard
+        fair = guard._fair
+        assert fair is not None  # kept from the first arrival with a key
+        tenant = fair.tenant(self._client)
+        try:
+            return await guard._wait(tenant)
+        except BaseException:
+            fair.forget_if_idle(tenant)  # a refused newcomer leaves no record behind
+            raise
+
+    def _end(self, outcome: Outcome) -> None:
+        client = self._client
+        if self._held and client is not None:  # FairQueue.ended, inlined: the keyed hot path
+            fair = self._guard._fair
+            assert fair is not None  # kept from the first arrival with a key
+            running = fair.running
+            left = running[client] - 1
+            if left:
+                running[client] = left
+            else:
+                del running[client]
+            fair.keyed_active -= 1
+        Slot._end(self, outcome)
+
+
+@runtime_checkable
+class Permit(Protocol):
+    """Something a call must hold besides its local slot, composed into a guard with
+    ``ConcurrencyGuard(permit=...)``: a fleet-wide lease in Redis, say. ``take`` is awaited once
+    the local slot is held, ``deadline`` being the call's arrival plus ``queue_timeout`` (the
+    guard's clock); it returns a token for ``give_back`` (None: nothing to give back, e.g.
+    admitted by a failure policy) or raises :class:`~fusion_guard.ServerBusy` (build it with
+    ``guard.refusal(...)`` so it is counted and reported like the guard's own). ``give_back`` is
+    awaited, shielded, before the local slot is released."""
+
+    async def take(self, guard: ConcurrencyGuard, deadline: float) -> object | None: ...
+
+    async def give_back(self, token: object) -> None: ...
+
+
+class _PermitSlot(_ClientSlot):
+    """A slot of a guard with a permit: the local slot, then the permit (awaited), given back in
+    the opposite order. The guard's own variant of ``Slot``: the permit itself only sees the
+    guard's public surface."""
+
+    __slots__ = ("_permit", "_token")
+    leaves_at_once: ClassVar[bool] = False  # the permit is given back (awaited) first
+
+    def __init__(
+        self, guard: ConcurrencyGuard, timeout: float | None, client: str | None = None
+    ) -> None:
+        super().__init__(guard, timeout, client)
+        permit = guard.permit
+        assert permit is not None  # made only for a guard with a permit
+        self._permit = permit
+        self._token: object | None = None
+
+    async def __aenter__(self) -> _PermitSlot:
+        # Slot.__aenter__ with one step more, the permit, between taking the local slot and
+        # counting the call admitted (a call refused its permit was never admitted).
+        guard = self._guard
+        arrival = guard._clock()
+        if self._client is not None or guard._fair is not None:
+            if not guard._arrive(self._client):
+                await self._queue_as_client()
+        elif guard._active < guard._max_active:  # a free local slot, taken without yielding
+            guard._active += 1
+        else:
+            await guard._wait()  # sheds (and reports) queue_full or queue_timeout
+        try:
+            self._token = await self._permit.take(guard, arrival + guard._queue_timeout)
+        except BaseException:
+            if self._client is not None:
+                guard._fair.ended(self._client)  # type: ignore[union-attr]  # kept
+            guard._release()
+            raise
+        return self._hold(guard._clock() - arrival)
+
+    def take_free(self) -> bool:
+        return False  # a local slot is not enough: the permit is awaited (``__aenter__``)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        token, self._token = self._token, None
+        if token is not None:
+            # Shielded: a body cancelled by its deadline must still give its permit back.
+            with anyio.CancelScope(shield=True):
+                await self._permit.give_back(token)
+        return self.leave(exc_type, exc, tb)
+
+    async def arelease(self) -> None:
+        """Give the permit and the local slot back (for slots taken with ``acquire()``)."""
+        await self.__aexit__(None, None, None)
+
+
 class ConcurrencyGuard:
     """At most ``max_active`` calls at once, up to ``max_queue`` more waiting at most
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
@@ -267,6 +419,9 @@ class ConcurrencyGuard:
     first (see the module documentation). ``expected_service_time`` is the prior for the mean
     slot hold time until one is observed; ``max_retry_after`` caps the advice. ``predictive``
     enables early shedding. ``clock`` is a monotonic clock in seconds (injectable for tests).
+    Calls given a ``client`` key (``slot(client=...)``) get fair shares across keys (``fair``,
+    on by default: waiting calls served in turn, the heaviest client giving way at a full queue,
+    ``_fairness.py``); ``max_active_per_client`` caps one key's calls running or waiting.
 
     ``observer`` (a ``ToolObserver``) hears of every call: ``shed``, or ``admitted`` then
     ``finished(outcome, duration)`` (``ok``; ``timeout``; ``cancelled``; ``error`` for a raised
@@ -281,38 +436,42 @@ class ConcurrencyGuard:
         "_adaptive",
         "_admitted",
         "_busy",
+        "_cancel_pending",
         "_cancelled_queued",
         "_clock",
+        "_discipline",
         "_ends",
+        "_expiry",
+        "_fair",
+        "_fair_order",
         "_handler_timeouts",
-        "_handoffs",
-        "_last_empty",
+        "_judge",
+        "_keyed",
         "_latest_start",
-        "_lifo",
         "_limit_logged",
         "_log_due",
         "_max_active",
         "_max_queue",
         "_name",
         "_observer",
-        "_overload",
+        "_per_client",
+        "_permit",
         "_predicted",
         "_predicted_busy",
-        "_predictive",
         "_promises",
         "_queue_timeout",
-        "_rejudging",
         "_reports_finished",
         "_service",
+        "_shed_client",
+        "_shed_fair",
         "_shed_full",
         "_shed_standing",
         "_shed_timeout",
-        "_standing_after",
+        "_slot_type",
         "_standing_busy",
-        "_standing_derived",
-        "_standing_limit",
         "_templates_by_limit",
         "_timeout_templates",
+        "_timer_loop",
         "_waiters",
     )
 
@@ -332,8 +491,23 @@ class ConcurrencyGuard:
         predictive: bool = True,
         clock: Callable[[], float] = time.monotonic,
         limit: Limit | None = None,
+        permit: Permit | None = None,
+        fair: bool = True,
+        max_active_per_client: int | None = None,
     ) -> None:
         self._adaptive, self._max_active = _limit_of(max_active, limit)
+        self._fair_order = check_bool("fair", fair)
+        self._per_client = _per_client_cap(max_active_per_client, self._adaptive, self._max_active)
+        # Whether client keys matter here; their records (``_fair``) start with the first key.
+        self._keyed = self._fair_order or self._per_client is not None
+        self._fair: FairQueue[_Waiter] | None = None
+        if permit is not None and not isinstance(permit, Permit):
+            raise ConfigurationError(
+                f"permit={permit!r} is invalid: expected a Permit (async take(guard, deadline)"
+                " and async give_back(token))"
+            )
+        self._permit = permit
+        self._slot_type: type[Slot] = Slot if permit is None else _PermitSlot
         self._limit_logged = self._max_active  # the limit last reported in the log
         self._log_due = -math.inf
         self._max_queue = (
@@ -341,22 +515,12 @@ class ConcurrencyGuard:
         )
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = check_name(name)
-        self._lifo = check_bool("lifo", lifo)
-        default_after = min(STANDING_AFTER, self._queue_timeout / 4)
-        self._standing_after = (
-            default_after
-            if standing_after is None
-            else check_seconds("standing_after", standing_after)
-        )
-        self._standing_derived = standing_limit is None  # follows the limit in force
-        self._standing_limit = min(
-            self._max_queue,
-            STANDING_SLOTS_FACTOR * self._max_active
-            if standing_limit is None
-            else check_int("standing_limit", standing_limit, 1),
-        )
-        self._last_empty = -math.inf
-        self._predictive = check_bool("predictive", predictive)
+        lifo = check_bool("lifo", lifo)
+        if standing_after is not None:
+            standing_after = check_seconds("standing_after", standing_after)
+        if standing_limit is not None:
+            standing_limit = check_int("standing_limit", standing_limit, 1)
+        predictive = check_bool("predictive", predictive)
         prior = check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
         self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
@@ -364,11 +528,17 @@ class ConcurrencyGuard:
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
         self._clock = clock
         self._latest_start = clock()
-        self._handoffs = 0  # since the queue last formed (at _last_empty)
-        # Waiters are re-judged while they wait (tail first, FIFO order only: under LIFO a
-        # position says nothing about a wait) when there is a finite timeout to miss.
-        self._rejudging = self._predictive and not self._lifo and self._queue_timeout < math.inf
-        self._overload = OverloadDetector(clock())
+        # Who is refused at arrival, judged late, or served next: decided there, enforced here.
+        self._discipline = QueueDiscipline(
+            queue_timeout=self._queue_timeout,
+            max_queue=self._max_queue,
+            slots=self._max_active,
+            lifo=lifo,
+            standing_after=standing_after,
+            standing_limit=standing_limit,
+            predictive=predictive,
+            now=clock(),
+        )
         self._observer = observer
         # Where slots report how calls ended: the observer, unless a caller reports the ends
         # itself (``reports_finished``).
@@ -376,13 +546,19 @@ class ConcurrencyGuard:
         self._reports_finished = True
         self._active = 0
         self._waiters: OrderedDict[_Waiter, None] = OrderedDict()
+        # On asyncio, one timer for the oldest waiter's queue_timeout and one for judging the
+        # tail, instead of a cancel scope per waiter (see _queue_on_loop).
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._cancel_pending: Callable[[], bool] = _always
+        self._expiry: asyncio.TimerHandle | None = None
+        self._judge: asyncio.TimerHandle | None = None
         self._busy, self._predicted_busy, self._standing_busy = self._templates(self._max_active)
         self._templates_by_limit: dict[
             int, tuple[ServerBusyTemplate, _FlaggedBusyTemplate, _FlaggedBusyTemplate]
         ] = {}
         self._timeout_templates: dict[float, TimeoutTemplate] = {}
         self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
-        self._shed_standing = 0
+        self._shed_standing = self._shed_fair = self._shed_client = 0
         self._cancelled_queued = self._handler_timeouts = 0
 
     # -- public surface -------------------------------------------------------------------------
@@ -390,32 +566,48 @@ class ConcurrencyGuard:
     def free_at_once(self) -> bool:
         """Whether ``slot().take_free()`` would take a slot now (a free local slot, and no
         permit to await besides)."""
-        return self._active < self._max_active
+        return self._active < self._max_active and self._permit is None
 
-    def slot(self, timeout: float | None = None) -> Slot:
+    def slot(self, timeout: float | None = None, client: str | None = None) -> Slot:
         """``async with guard.slot():`` runs the body holding a slot.
 
         Raises :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds), the body
         is cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised.
+        ``client``: the caller's key, for fair shares and ``max_active_per_client`` (never
+        shown anywhere).
         """
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, allow_inf=True)
+        if (client is not None and self._keyed) or self._fair is not None:
+            if client is not None and client.__class__ is not str:
+                raise TypeError(
+                    f"client={type(client).__name__} is invalid: expected a str or None"
+                )
+            if self._permit is None:
+                return _ClientSlot(self, timeout, client)
+            return _PermitSlot(self, timeout, client)
         if self._active >= self._max_active:
             queued = len(self._waiters)
             if queued >= self._max_queue:
                 # A full guard refuses at the call, before a slot object or a coroutine exists:
                 # under overload most calls take this path, so it costs little beyond the envelope.
                 raise self._refuse("queue_full", queued, self._busy)
-        return Slot(self, timeout)
+        return self._slot_type(self, timeout)
 
-    async def acquire(self) -> Slot:
-        """Wait for a slot like ``slot()`` does and return it held; call ``release()`` on it."""
-        held = Slot(self, None)
+    async def acquire(self, client: str | None = None) -> Slot:
+        """Wait for a slot like ``slot()`` does and return it held; call ``release()`` on it
+        (``await arelease()`` with a permit, which is given back first)."""
+        held = self.slot(None, client) if client is not None else self._slot_type(self, None)
         await held.__aenter__()
         return held
 
     def acquire_nowait(self) -> Slot:
         """Take a free slot or raise ``anyio.WouldBlock`` (never queues, never sheds)."""
+        if self._permit is not None:
+            raise ConfigurationError(
+                f"{type(self).__name__}.acquire_nowait() is not available with a permit to"
+                " await (a fleet lease): use `await guard.acquire()` or `async with guard.slot()`"
+            )
         if self._active >= self._max_active:
             raise anyio.WouldBlock
         self._active += 1
@@ -447,6 +639,16 @@ class ConcurrencyGuard:
         return self._max_active
 
     @property
+    def observer(self) -> ToolObserver | None:
+        """The observer given at construction (what a permit reports its refusals to)."""
+        return self._observer
+
+    @property
+    def permit(self) -> Permit | None:
+        """What a call holds besides its local slot (a fleet lease), if anything."""
+        return self._permit
+
+    @property
     def adaptive_limit(self) -> Limit | None:
         """The adaptive limit deciding the slots, or None for a fixed ``max_active``."""
         return self._adaptive
@@ -461,11 +663,21 @@ class ConcurrencyGuard:
 
     @property
     def lifo(self) -> bool:
-        return self._lifo
+        return self._discipline.lifo
 
     @property
     def standing_limit(self) -> int:
-        return self._standing_limit
+        return self._discipline.standing_limit
+
+    @property
+    def fair(self) -> bool:
+        """Whether waiting calls are served in turn across client keys (see ``_fairness.py``)."""
+        return self._fair_order
+
+    @property
+    def max_active_per_client(self) -> int | None:
+        """The most calls one client key may have running or waiting at once (None: no cap)."""
+        return self._per_client
 
     @property
     def reports_finished(self) -> bool:
@@ -492,6 +704,9 @@ class ConcurrencyGuard:
             shed_standing=self._shed_standing,
             shed_queue_timeout=self._shed_timeout,
             shed_predicted=self._predicted,
+            shed_fair_share=self._shed_fair,
+            shed_client_limit=self._shed_client,
+            clients=0 if self._fair is None else self._fair.clients,
             cancelled_queued=self._cancelled_queued,
             handler_timeouts=self._handler_timeouts,
             mean_service_time=self._service.mean,
@@ -502,43 +717,185 @@ class ConcurrencyGuard:
         return (
             f"ConcurrencyGuard(name={self._name!r}, active={self._active}/{self._max_active},"
             f" queued={len(self._waiters)}/{self._max_queue}, queue_timeout={self._queue_timeout},"
-            f" lifo={self._lifo})"
+            f" lifo={self._discipline.lifo})"
         )
 
     # -- queue and hand-off ---------------------------------------------------------------------
 
-    def _wait(self) -> Coroutine[None, None, float]:
-        """``await guard._wait()``: queue for a slot and return the time waited.
+    def _wait(self, tenant: Tenant[_Waiter] | None = None) -> Coroutine[None, None, float]:
+        """``await guard._wait()``: queue for a slot and return the time waited; ``tenant``:
+        the caller's client, once the guard keeps clients' records.
 
         Raises ServerBusy before any coroutine exists when the caller is shed at arrival (queue
-        full, or predicted to time out): the shed path stays short.
+        full, or predicted to time out): the shed path stays short. At a full queue a lighter
+        client's call takes the place of the heaviest client's newest instead (fair shares).
         """
         queued = len(self._waiters)
+        displaced = False
         if queued >= self._max_queue:
-            raise self._refuse("queue_full", queued, self._busy)
+            if not self._displace_for(tenant):
+                raise self._refuse("queue_full", queued, self._busy)
+            queued -= 1
+            displaced = True
         now = self._clock()
-        overloaded = self._overloaded(now)
-        if queued and self._rejudging:  # an arrival is a moment to look (after the rates)
+        discipline = self._discipline
+        if now - discipline.overload.last_look >= LOOK_EVERY:
+            self._look_at_rates(now)
+        if queued and discipline.rejudging:  # an arrival is a moment to look (after the rates)
             queued = self._rejudge(now)
-        if not queued:
-            self._last_empty = now
-            self._handoffs = 0
-        elif overloaded and queued >= self._standing_limit and self._standing(now):
-            raise self._refuse("queue_full", queued, self._standing_busy)
-        if self._would_time_out(queued + 1, now):
-            raise self._refuse("queue_timeout", queued, self._predicted_busy)
-        return self._queue(now)
+        discipline.arrival(now, queued)
+        if queued and not displaced and discipline.holds_standing(now, queued, self._max_active):
+            if not self._displace_for(tenant):
+                raise self._refuse("queue_full", queued, self._standing_busy)
+            queued -= 1
+        if discipline.predictive:
+            fair = self._fair
+            position = (
+                queued + 1
+                if tenant is None or fair is None or not fair.serves_in_turn
+                else fair.position(tenant, queued, self._active)
+            )
+            if discipline.would_time_out(
+                position, now, self._max_active, self._service, self._latest_start
+            ):
+                raise self._refuse("queue_timeout", queued, self._predicted_busy)
+        return self._queue(now, tenant)
 
-    async def _queue(self, now: float) -> float:
+    def _displace_for(self, tenant: Tenant[_Waiter] | None) -> bool:
+        """Make room for a call of ``tenant`` at a full queue by refusing the heaviest client's
+        newest queued call, when ``tenant`` is lighter enough (``FairQueue.displaced_by``)."""
+        fair = self._fair
+        if tenant is None or fair is None:
+            return False
+        displaced = fair.displaced_by(tenant, self._clock())
+        if displaced is None:
+            return False
+        waiter = displaced[1]
+        del self._waiters[waiter]
+        waiter.left = "displaced"
+        waiter.wake()  # its own task raises the refusal (fair_share)
+        return True
+
+    def _queue(self, now: float, tenant: Tenant[_Waiter] | None) -> Coroutine[None, None, float]:
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            return self._queue_anyio(now, tenant)  # trio: an anyio Event under a cancel scope
+        return self._queue_on_loop(now, loop, tenant)
+
+    def _drop(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue unserved."""
+        del self._waiters[waiter]
+        tenant = waiter.tenant
+        if tenant is not None:
+            self._fair.remove(tenant, waiter)  # type: ignore[union-attr]  # kept with tenants
+
+    def _last_served(self) -> _Waiter:
+        """The waiter to be served last (the queue is not empty): the tail, or with fair
+        shares the heaviest client's newest call."""
+        fair = self._fair
+        if fair is not None and fair.serves_in_turn:
+            last = fair.last_served()
+            assert last is not None  # every waiter belongs to a client once records are kept
+            return last
+        return next(reversed(self._waiters))
+
+    async def _queue_on_loop(
+        self, now: float, loop: asyncio.AbstractEventLoop, tenant: Tenant[_Waiter] | None
+    ) -> float:
+        """Queue on asyncio: a bare future per waiter, woken by a hand-off or by one of the
+        guard's two timers (the oldest waiter's ``queue_timeout``, the tail's judgement). A
+        cancel scope per waiter would cost more than the hand-off itself (about 5 us)."""
         waiters = self._waiters
-        waiter = _Waiter(now)
+        if self._timer_loop is not loop:  # the first queue on this event loop
+            self._timer_loop, self._expiry, self._judge = loop, None, None
+            self._cancel_pending = _asyncio_cancel_pending()
+        waiter = _Waiter(now, loop.create_future(), loop.time() + self._queue_timeout, tenant)
         waiters[waiter] = None
+        if tenant is not None:
+            self._fair.push(tenant, waiter, self._active, now)  # type: ignore[union-attr]
+        if self._expiry is None and waiter.due < math.inf:
+            self._expiry = loop.call_at(waiter.due, self._expire)
+        if self._discipline.rejudging:
+            self._judge_tail(loop)
         try:
-            if self._rejudging:
+            await waiter.future  # type: ignore[misc]  # set above
+            if waiter.granted and self._cancel_pending():
+                # Cancelled by an anyio scope at the very moment the slot was handed over
+                # (anyio does not cancel a task whose future is done): give the slot on rather
+                # than run the body.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException as exc:
+            self._abandon(waiter)
+            self._left_queue(outcome_of(exc))
+            raise
+        if waiter.granted:
+            return self._clock() - now
+        raise self._unserved(waiter)
+
+    def _unserved(self, waiter: _Waiter) -> ServerBusy:
+        """The refusal of a waiter that left the queue without a slot."""
+        queued = len(self._waiters)
+        if waiter.left == "predicted":  # re-judged: it would not be served in time
+            return self._refuse("queue_timeout", queued, self._predicted_busy)
+        if waiter.left == "displaced":  # a lighter client's call took its place
+            tenant = waiter.tenant
+            assert tenant is not None  # displaced: a client's call
+            assert self._fair is not None
+            own = (self._fair.active(tenant.key, self._active), len(tenant.waiters))
+            return self._refuse("fair_share", queued, self._busy, own)
+        return self._refuse("queue_timeout", queued, self._busy)
+
+    def _expire(self) -> None:
+        """The oldest waiter's queue_timeout is due (asyncio timer): refuse every waiter past
+        its own, oldest first (they arrived, so they expire, in queue order), then wait for the
+        next. Waiters are queued in arrival order whatever order serves them (LIFO pops the
+        newest), so the head is always the oldest."""
+        self._expiry = None
+        loop = self._timer_loop
+        assert loop is not None  # armed on it
+        now = loop.time()
+        waiters = self._waiters
+        while waiters:
+            head = next(iter(waiters))
+            if head.due > now:
+                self._expiry = loop.call_at(head.due, self._expire)
+                return
+            self._drop(head)
+            head.left = "expired"
+            head.wake()
+
+    def _judge_tail(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Arm the judgement of the tail (the waiter expected to wait longest) for when it would
+        be predicted late, unless one is armed sooner (an early look only re-arms)."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        at = loop.time() + self._judge_delay(self._last_served().since)
+        judge = self._judge
+        if judge is not None:
+            if judge.when() <= at:
+                return
+            judge.cancel()
+        self._judge = loop.call_at(at, self._judge_fired)
+
+    def _judge_fired(self) -> None:
+        self._judge = None
+        loop = self._timer_loop
+        assert loop is not None  # armed on it
+        self._rejudge(self._clock())
+        self._judge_tail(loop)
+
+    async def _queue_anyio(self, now: float, tenant: Tenant[_Waiter] | None) -> float:
+        waiter = _Waiter(now, None, math.inf, tenant)
+        self._waiters[waiter] = None
+        if tenant is not None:
+            self._fair.push(tenant, waiter, self._active, now)  # type: ignore[union-attr]
+        try:
+            if self._discipline.rejudging:
                 await self._wait_judged(waiter)
             else:
                 with anyio.move_on_after(self._queue_timeout):
-                    await waiter.event.wait()
+                    await waiter.event.wait()  # type: ignore[union-attr]  # anyio's
             # Cancelled at the very moment the slot was handed over (trio resumes a woken task
             # without delivering the cancellation): give the slot on rather than run the body.
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -546,116 +903,73 @@ class ConcurrencyGuard:
             self._abandon(waiter)
             self._left_queue(outcome_of(exc))
             raise
-        if not waiter.granted:
-            if waiter.shed:  # re-judged: it would not be served in time (already dequeued)
-                raise self._refuse("queue_timeout", len(waiters), self._predicted_busy)
-            del waiters[waiter]  # the deadline passed first
-            raise self._refuse("queue_timeout", len(waiters), self._busy)
-        return self._clock() - now
+        if waiter.granted:
+            return self._clock() - now
+        if not waiter.left:
+            self._drop(waiter)  # the deadline passed first
+            waiter.left = "expired"
+        raise self._unserved(waiter)
 
     async def _wait_judged(self, waiter: _Waiter) -> None:
         """Wait for the slot until ``queue_timeout``; meanwhile wake whenever this waiter, as
         the tail of the queue, would be predicted to miss it, and judge the queue then."""
         event = waiter.event
+        assert event is not None  # the anyio path's waiter
         deadline = anyio.current_time() + self._queue_timeout
         while not event.is_set():  # set by a hand-off, or by a re-judgement shedding it
-            wake = anyio.current_time() + self._judge_delay(waiter)
+            # Only the tail wakes to judge (the tail is judged first, and every arrival behind
+            # it looks).
+            tail = self._last_served() is waiter
+            wake = anyio.current_time() + (self._judge_delay(waiter.since) if tail else math.inf)
             with anyio.CancelScope(deadline=min(wake, deadline)):
                 await event.wait()
             if event.is_set() or anyio.current_time() >= deadline:
                 return
             self._rejudge(self._clock())
 
-    def _would_time_out(self, position: int, now: float) -> bool:
-        """Predictive early shedding: would a newcomer at ``position`` miss ``queue_timeout``?
-
-        Not while LIFO serves newcomers first (a newcomer's position then says nothing about
-        its wait).
-        """
-        if not self._predictive:
-            return False
-        if self._lifo and self._standing(now):
-            return False
-        hold = self._service.evidence(now - self._latest_start)
-        return self._expected_start(position, now, hold) > now + self._queue_timeout
-
-    def _expected_start(self, position: int, now: float, hold: float) -> float:
-        """When the caller at ``position`` is expected to get a slot, on the evidence ``hold``
-        (``expected_wait``), plus half a drain step: waiting the whole timeout for a refusal is
-        the worst outcome a caller can have, so a start expected that close to the deadline
-        counts as a miss (the openings are not known more precisely than that)."""
-        youngest = now - self._latest_start
-        slots = self._max_active
-        wait = expected_wait(position, slots, hold, youngest, self._mean_age(youngest))
-        return now + wait + LATE_MARGIN_STEPS * hold / slots
-
-    def _mean_age(self, youngest: float) -> float:
-        """The mean age of the calls in flight, from the slow path alone (tracking every start
-        would cost the uncontended path a sixth). While a queue stands every start is a
-        hand-off, so the calls in flight started about one hand-off interval apart; before the
-        queue's first hand-off, they are taken to have started together (a burst)."""
-        handoffs = self._handoffs
-        if not (handoffs and self._waiters):
-            return youngest
-        interval = (self._latest_start - self._last_empty) / handoffs
-        return youngest + 0.5 * (self._max_active - 1) * max(interval, 0.0)
-
     def _rejudge(self, now: float) -> int:
         """Shed the waiters that can no longer expect a slot in time, from the tail, and return
         how many remain queued.
 
-        The test is the arrival test, against each waiter's own deadline. The tail is the last
-        to be served, so the look stops at the first waiter in time: O(1), plus O(1) per waiter
-        shed (each is shed once). The shed waiter's own task raises the refusal, so that a
-        caller cancelled meanwhile counts as cancelled, once.
+        The test (``QueueDiscipline.is_late``) is the arrival test, against each waiter's own
+        deadline. The tail is the last to be served, so the look stops at the first waiter in
+        time: O(1), plus O(1) per waiter shed (each is shed once). The shed waiter's own task
+        raises the refusal, so that a caller cancelled meanwhile counts as cancelled, once.
         """
         waiters = self._waiters
         queued = len(waiters)
         hold = self._service.evidence(now - self._latest_start)
-        timeout = self._queue_timeout
+        is_late, slots, latest = self._discipline.is_late, self._max_active, self._latest_start
         while queued:
-            tail = next(reversed(waiters))
-            if self._expected_start(queued, now, hold) <= tail.since + timeout:
+            tail = self._last_served()
+            if not is_late(tail.since, queued, now, slots, hold, latest):
                 break
-            del waiters[tail]
-            tail.shed = True
-            tail.event.set()
+            self._drop(tail)
+            tail.left = "predicted"
+            tail.wake()
             queued -= 1
         return queued
 
-    def _judge_delay(self, waiter: _Waiter) -> float:
-        """Seconds until ``waiter``, if it is the tail, would be judged late (``_rejudge``)
-        should no slot open meanwhile; inf for a waiter with others behind it (the tail is
-        judged first, and every arrival behind it looks).
-
-        No opening means the calls in flight age: the expected start stays put while they are
-        younger than the mean hold, then moves with the clock; and once the youngest outlives
-        the mean (or before any call has finished) the evidence of the hold grows with it.
-        Openings only move the moment later, so a wake then misses nothing.
-        """
-        waiters = self._waiters
-        if next(reversed(waiters)) is not waiter:
-            return math.inf
-        now = self._clock()
-        slots = self._max_active
-        rounds = (len(waiters) - 1) // slots
-        slack = waiter.since + self._queue_timeout - now
-        margin = LATE_MARGIN_STEPS / slots
-        youngest = now - self._latest_start
-        # The hold grows with the youngest call in flight (the calls in flight are then all due).
-        delay = (slack - (rounds + margin) * youngest) / (1.0 + rounds + margin)
-        service = self._service
-        if service.samples:  # the mean hold: late once the calls in flight are overdue
-            delay = min(delay, slack - (rounds + margin) * service.mean)
-        return max(delay, MIN_JUDGE_DELAY)
+    def _judge_delay(self, tail_since: float) -> float:
+        """Seconds until the tail (queued at ``tail_since``) would be judged late."""
+        return self._discipline.judge_delay(
+            tail_since,
+            len(self._waiters),
+            self._clock(),
+            self._max_active,
+            self._service,
+            self._latest_start,
+        )
 
     def _abandon(self, waiter: _Waiter) -> None:
         """The waiter was cancelled: leave the queue, or pass on a slot handed to it meanwhile."""
         self._cancelled_queued += 1
         if waiter.granted:
+            if waiter.tenant is not None:
+                self._fair.ended(waiter.tenant.key)  # type: ignore[union-attr]  # kept
             self._release()
-        elif not waiter.shed:  # a re-judged waiter has left the queue already
-            del self._waiters[waiter]
+        elif not waiter.left:  # a re-judged or expired waiter has left the queue already
+            self._drop(waiter)
 
     def _left_queue(self, outcome: Outcome) -> None:
         """Report the end of a call that left the queue unadmitted (no duration): ``Slot._end``
@@ -666,6 +980,37 @@ class ConcurrencyGuard:
                 ends.finished(outcome, None)
             except Exception as failure:  # observers never change an outcome
                 observer_failed(ends, "finished", failure)
+
+    # -- clients (fair shares, the per-client cap) ------------------------------------------------
+
+    def _arrive(self, client: str | None) -> bool:
+        """A call of ``client`` arrives (None: without a key): refuse it over its client's cap,
+        else take a free slot for it if there is one (True), or leave it to queue (False)."""
+        fair = self._fair
+        if fair is None:
+            fair = self._keep_clients()
+        cap = self._per_client
+        if cap is not None and client is not None:
+            own = (fair.running.get(client, 0), fair.queued(client))
+            if own[0] + own[1] >= cap:
+                raise self._refuse("client_limit", len(self._waiters), self._busy, own)
+        if self._active < self._max_active:
+            self._active += 1
+            if client is not None:  # FairQueue.started, inlined: the keyed hot path
+                running = fair.running
+                running[client] = running.get(client, 0) + 1
+                fair.keyed_active += 1
+            return True
+        return False
+
+    def _keep_clients(self) -> FairQueue[_Waiter]:
+        """Start keeping clients' records (the first call with a key): calls already waiting
+        form the keyless client."""
+        fair = self._fair = FairQueue(serves_in_turn=self._fair_order, now=self._clock())
+        for waiter in self._waiters:
+            waiter.tenant = fair.anonymous
+            fair.push(fair.anonymous, waiter, self._active, waiter.since)
+        return fair
 
     def _release(self) -> None:
         if self._waiters and self._active <= self._max_active:
@@ -680,11 +1025,19 @@ class ConcurrencyGuard:
         try:
             adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
+            parallelism = getattr(adaptive, "parallelism", None)
         except Exception as failure:  # a limit's bug never changes a call's answer
             observer_failed(adaptive, "on_sample", failure)
             return
         if limit != self._max_active and isinstance(limit, int) and limit >= 1:
             self._set_limit(limit)
+        # A standing queue is held to a few calls per call the tool serves in parallel: for a
+        # limit that runs above the tool's parallelism (to find it), the limit would overstate
+        # it, and the queue's wait, by as much.
+        slots = self._max_active
+        if isinstance(parallelism, int | float) and parallelism >= 1:
+            slots = min(slots, round(parallelism))
+        self._discipline.on_limit(slots)
 
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
@@ -703,8 +1056,6 @@ class ConcurrencyGuard:
                 self._templates_by_limit.clear()
             templates = self._templates_by_limit[limit] = self._templates(limit)
         self._busy, self._predicted_busy, self._standing_busy = templates
-        if self._standing_derived:
-            self._standing_limit = min(self._max_queue, STANDING_SLOTS_FACTOR * limit)
         waiters = self._waiters
         while waiters and self._active < limit:
             self._active += 1
@@ -723,61 +1074,92 @@ class ConcurrencyGuard:
     def _hand_off(self) -> None:
         """Give the released slot to the next waiter; ``active`` is unchanged (no barging)."""
         waiters = self._waiters
-        newest = self._lifo and self._standing(self._clock())
-        waiter, _ = waiters.popitem(last=newest)
-        self._handoffs += 1
+        discipline = self._discipline
+        newest = discipline.lifo and discipline.standing(self._clock(), len(waiters))
+        fair = self._fair
+        if fair is None:
+            waiter, _ = waiters.popitem(last=newest)
+        elif fair.serves_in_turn:
+            waiter = fair.serve(newest)
+            del waiters[waiter]
+        else:  # the guard's own order; the client's records follow
+            waiter, _ = waiters.popitem(last=newest)
+            fair.remove(waiter.tenant, waiter, served=True)  # type: ignore[arg-type]  # kept
+        discipline.handoffs += 1
         waiter.granted = True
-        waiter.event.set()
+        waiter.wake()
 
-    def _overloaded(self, now: float) -> bool:
-        """Sustained overload (see ``_overload.py``), from the counters kept anyway."""
+    def _look_at_rates(self, now: float) -> None:
+        """Feed the overload detector (see ``_overload.py``) the counters kept anyway."""
         arrivals = (
             self._admitted
             + self._shed_full
             + self._shed_timeout
             + self._cancelled_queued
+            + self._shed_fair
+            + self._shed_client
             + len(self._waiters)
         )
-        self._overload.observe(now, arrivals, self._service.mean)
-        return self._overload.overloaded(self._max_active)
-
-    def _standing(self, now: float) -> bool:
-        """CoDel's test: the queue is standing when it has not been empty for ``standing_after``
-        seconds (``_last_empty`` is stamped by arrivals that find it empty)."""
-        return bool(self._waiters) and now - self._last_empty > self._standing_after
+        self._discipline.overload.observe(now, arrivals, self._service.mean)
 
     # -- shedding -------------------------------------------------------------------------------
 
-    def _shed(self, reason: ShedReason, queued: int, predicted: bool = False) -> ServerBusy:
-        """ServerBusy for ``reason`` (used by subclasses, e.g. the distributed guard)."""
-        return self._refuse(reason, queued, self._predicted_busy if predicted else self._busy)
+    def refusal(self, reason: ShedReason, *, predicted: bool = False) -> ServerBusy:
+        """The ServerBusy to raise for a refusal decided beside the guard (by its permit: no
+        fleet lease in time), counted, reported to the observer and advised like the guard's
+        own; ``predicted`` marks one decided ahead of its deadline."""
+        template = self._predicted_busy if predicted else self._busy
+        return self._refuse(reason, len(self._waiters), template)
 
-    def _refuse(self, reason: ShedReason, queued: int, template: ServerBusyTemplate) -> ServerBusy:
+    def _refuse(
+        self,
+        reason: ShedReason,
+        queued: int,
+        template: ServerBusyTemplate,
+        own: tuple[int, int] | None = None,
+    ) -> ServerBusy:
+        """Count, report and advise one refusal (one function: under overload most calls take
+        it); ``own``: the refused call's client's calls running and waiting, which the envelope
+        then reports (``fair_share``, ``client_limit``)."""
         active = self._active
         now = self._clock()
         service = self._service
         in_flight = now - self._latest_start
-        step = service.hold(in_flight) / self._max_active
-        # While the hold is the prior alone, the promise does not wait out the queue ahead: a
-        # caller back too early waits in the queue, whose timeout absorbs a prior that was too
-        # long, whereas one sent away for the whole queue's drain on such a prior comes back to
-        # idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took 1.94x the
-        # ideal drain time). Once measured, the k-th refusal waits for the queue ahead.
-        ahead = 0 if service.guessing(in_flight) else queued
-        retry_after = self._promises.promise(now, ahead, step)
-        if reason == "queue_full":
-            self._shed_full += 1
-            self._shed_standing += template is self._standing_busy
+        if reason == "client_limit":
+            # About the client's own calls: when one of them is expected to end (one of its n
+            # running calls every hold / n; with none running yet, a hold after its first
+            # starts). No promise: the openings the crowd is told of are the guard's slots.
+            assert own is not None  # refused over its own cap
+            retry_after = service.hold(in_flight) / max(own[0], 1)
+            self._shed_client += 1
         else:
-            self._shed_timeout += 1
-            self._predicted += template is self._predicted_busy
+            step = service.hold(in_flight) / self._max_active
+            # While the hold is the prior alone, the promise does not wait out the queue ahead:
+            # a caller back too early waits in the queue, whose timeout absorbs a prior that was
+            # too long, whereas one sent away for the whole queue's drain on such a prior comes
+            # back to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
+            # 1.94x the ideal drain time). Once measured, the k-th refusal waits for the queue
+            # ahead.
+            ahead = 0 if service.guessing(in_flight) else queued
+            retry_after = self._promises.promise(now, ahead, step)
+            if reason == "queue_full":
+                self._shed_full += 1
+                self._shed_standing += template is self._standing_busy
+            elif reason == "fair_share":
+                self._shed_fair += 1
+            else:
+                self._shed_timeout += 1
+                self._predicted += template is self._predicted_busy
         observer = self._observer
         if observer is not None:
             try:
                 observer.shed(reason, active, queued, retry_after)
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "shed", failure)
-        response = template.render(reason, active, queued, retry_after)
+        if own is None:
+            response = template.render(reason, active, queued, retry_after)
+        else:
+            response = template.render_for_client(reason, active, queued, retry_after, *own)
         return _server_busy(response, retry_after, reason)
 
     def _handler_timeout(self, timeout: float) -> HandlerTimeout:
@@ -794,6 +1176,41 @@ class ConcurrencyGuard:
 _new_exception = Exception.__new__
 
 
+def _always() -> bool:
+    return True
+
+
+def _asyncio_cancel_pending() -> Callable[[], bool]:
+    """Whether the current task has an anyio cancellation pending: what anyio's
+    ``checkpoint_if_cancelled`` looks at on asyncio, read without awaiting, so that a queued
+    call handed its slot pays for the checkpoint only when there is something to deliver (the
+    awaited checkpoint cost an eighth of a hand-off). Found on first use: anyio loads its
+    asyncio backend when a loop first runs, not at ``import fusion_guard``. Should anyio's
+    internals move, every hand-off takes the public checkpoint again."""
+    try:
+        from anyio._backends._asyncio import _task_states
+    except ImportError:  # pragma: no cover (anyio moved it: the public checkpoint still works)
+        return _always
+    state_of = _task_states.get
+    current_task = asyncio.current_task
+
+    def cancel_pending() -> bool:
+        state = state_of(current_task())  # type: ignore[arg-type]  # inside a task
+        scope = None if state is None else state.cancel_scope
+        try:
+            while scope is not None:
+                if scope.cancel_called:
+                    return True
+                if scope.shield:
+                    return False
+                scope = scope._parent_scope
+        except AttributeError:  # pragma: no cover (anyio's scopes changed shape)
+            return True
+        return False
+
+    return cancel_pending
+
+
 def _server_busy(response: ToolResponse, retry_after: float, reason: str) -> ServerBusy:
     """``ServerBusy(response, retry_after, reason)``, the same object (``args`` is the envelope
     text) built without the two-level ``__init__`` chain, which costs a sixth of the shed path.
@@ -806,6 +1223,18 @@ def _server_busy(response: ToolResponse, retry_after: float, reason: str) -> Ser
 
 
 # -- configuration checks ---------------------------------------------------------------------
+
+
+def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int | None:
+    if cap is None:
+        return None
+    value = check_int("max_active_per_client", cap, 1)
+    if adaptive is None and value > max_active:
+        raise ConfigurationError(
+            f"max_active_per_client={value} is invalid: expected an integer from 1 to"
+            f" max_active ({max_active})"
+        )
+    return value
 
 
 def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._checks import check_seconds
-from .._exceptions import BackendError, ConfigurationError, ServerBusy
+from .._checks import check_failure_policy, check_int, check_name, check_seconds
+from .._exceptions import BackendError, ServerBusy
 from .._log import log_event
 from .._observer import ToolObserver, ToolObservers
 from ..backends._redis import (
@@ -51,25 +51,23 @@ from ..backends._redis import (
     Outage,
     RedisConnection,
     RedisRateLimitBackend,
-    check_failure_policy,
 )
 from ..wire._render import escape_content
 from ..wire._shedding import ServerBusyTemplate
-from ._concurrency import ConcurrencyGuard, Slot
+from ._concurrency import ConcurrencyGuard
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
 
     from ..backends._base import RateBackend
-    from ..config._settings import GuardSettings
 
 __all__ = [
     "BACKEND_RETRY_AFTER",
     "BackendFailure",
     "DistributedConcurrencyGuard",
-    "FleetSlot",
-    "concurrency_guard",
-    "rate_backend_failure",
+    "RedisLease",
+    "backend_failure",
 ]
 
 BACKEND_RETRY_AFTER = 1.0
@@ -159,126 +157,43 @@ def _contained(observer: ToolObserver) -> ToolObserver:
     return observer if isinstance(observer, ToolObservers) else ToolObservers((observer,))
 
 
-class FleetSlot(Slot):
-    """One call's hold on a fleet slot: a local slot plus a Redis lease (see the module)."""
+class RedisLease:
+    """The fleet-wide half of a fleet slot, a :class:`~fusion_guard.Permit`: a lease in Redis
+    (see the module), taken once the call holds its local slot and given back before it.
 
-    __slots__ = ("_fleet", "_holder")
-    leaves_at_once: ClassVar[bool] = False  # the lease is given back (awaited) first
-
-    def __init__(self, guard: DistributedConcurrencyGuard, timeout: float | None) -> None:
-        super().__init__(guard, timeout)
-        self._fleet = guard
-        self._holder: str | None = None
-
-    async def __aenter__(self) -> FleetSlot:
-        # Slot.__aenter__ with one step more, the lease, between taking the local slot and
-        # counting the call admitted (a call refused a lease was never admitted).
-        guard = self._fleet
-        arrival = guard._clock()
-        if guard._active < guard._max_active:  # a free local slot, taken without yielding
-            guard._active += 1
-        else:
-            await guard._wait()  # sheds (and reports) queue_full or queue_timeout
-        try:
-            self._holder = await guard._lease(arrival + guard._queue_timeout)
-        except BaseException:
-            guard._release()
-            raise
-        return self._hold(guard._clock() - arrival)
-
-    def take_free(self) -> bool:
-        return False  # a local slot is not enough: the lease is awaited (``__aenter__``)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        holder, self._holder = self._holder, None
-        if holder is not None:
-            # Shielded: a body cancelled by its deadline must still give its lease back (the
-            # release is bounded by the Redis timeout).
-            with anyio.CancelScope(shield=True):
-                await self._fleet._release_lease(holder)
-        return await super().__aexit__(exc_type, exc, tb)
-
-    async def arelease(self) -> None:
-        """Give the lease and the local slot back (for slots taken with ``acquire()``)."""
-        await self.__aexit__(None, None, None)
-
-
-class DistributedConcurrencyGuard(ConcurrencyGuard):
-    """At most ``max_active`` calls at once across every process sharing ``redis``, ``prefix``
-    and ``name``; this process queues as a :class:`~fusion_guard.ConcurrencyGuard` does.
-
-    ``redis``: a ``redis://`` URL, a ``redis.asyncio.Redis``, or a
-    :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``lease``: seconds
-    a lease lives unless refreshed (a crashed process's permits come back within it).
-    ``failure_policy``: ``"open"`` or ``"closed"`` when Redis fails; ``timeout``: seconds any
-    Redis call may take; ``connect_timeout``: seconds setting up the first connections may take
-    (a cold start is not an outage); ``prefix``: the keys' namespace and hash tag (these three
-    apply to a connection made here, not to a shared one). Every other argument is
-    :class:`~fusion_guard.ConcurrencyGuard`'s, for this process's slots and queue.
+    ``take`` polls while the fleet is full, with jittered exponential backoff, until the
+    ``deadline`` (then the guard's ``queue_timeout`` refusal); when Redis fails it applies
+    ``failure_policy`` (``open``: no lease, the call runs on its local slot; ``closed``: SERVER_BUSY
+    ``backend_unavailable``). It sees only the guard's public surface.
     """
 
-    __slots__ = ("_conn", "_failure", "_semaphore", "lease")
+    __slots__ = ("_clock", "_conn", "_failure", "_name", "_policy", "_semaphore", "lease")
 
     def __init__(
         self,
-        max_active: int,
-        max_queue: int | None = None,
-        queue_timeout: float = 2.0,
+        conn: RedisConnection,
+        name: str,
         *,
-        redis: str | Redis | RedisRateLimitBackend | RedisConnection,
-        lease: float = DEFAULT_LEASE,
-        failure_policy: FailurePolicy = "open",
-        timeout: float = DEFAULT_TIMEOUT,
-        prefix: str = DEFAULT_PREFIX,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        **local: Any,
+        limit: int,
+        lease: float,
+        failure_policy: FailurePolicy,
+        clock: Callable[[], float],
     ) -> None:
-        super().__init__(max_active, max_queue, queue_timeout, **local)
         self.lease = check_seconds("lease", lease)
-        self._conn = _connection(redis, timeout, prefix, connect_timeout)
-        self._semaphore = FleetSemaphore(self._conn, self.name, limit=max_active, lease=self.lease)
-        self._failure = BackendFailure(
-            self.name,
-            failure_policy,
-            observer=self._observer,
-            log=self._conn.failed,
-            max_active=self.max_active,
-            max_queue=self.max_queue,
-            outage=self._conn.outage,
-        )
-
-    def free_at_once(self) -> bool:
-        return False  # a local slot is not enough: the lease is awaited
-
-    def slot(self, timeout: float | None = None) -> FleetSlot:
-        """``async with guard.slot():`` runs the body holding a fleet slot; raises
-        :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds) the body is
-        cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised."""
-        # The base class checks the timeout and refuses at once when the local queue is full;
-        # its plain Slot is discarded (the Redis round trip dwarfs that allocation).
-        return FleetSlot(self, super().slot(timeout)._timeout)
-
-    async def acquire(self) -> FleetSlot:
-        """A held fleet slot; give it back with ``await slot.arelease()``."""
-        held = FleetSlot(self, None)
-        await held.__aenter__()
-        return held
-
-    def acquire_nowait(self) -> Slot:
-        """Not available: a fleet slot needs a Redis round trip (use ``await acquire()``)."""
-        raise ConfigurationError(
-            "DistributedConcurrencyGuard.acquire_nowait() is not available: a fleet slot needs"
-            " a Redis round trip; use `await guard.acquire()` or `async with guard.slot()`"
-        )
+        self._conn = conn
+        self._name = name
+        self._clock = clock
+        self._policy = check_failure_policy(failure_policy)
+        self._semaphore = FleetSemaphore(conn, name, limit=limit, lease=self.lease)
+        self._failure: BackendFailure | None = None  # made on the first failure
 
     @property
     def failure_policy(self) -> FailurePolicy:
-        return self._failure.policy
+        return self._policy
+
+    @property
+    def connection(self) -> RedisConnection:
+        return self._conn
 
     @property
     def key(self) -> str:
@@ -286,9 +201,113 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         return self._semaphore.key
 
     @property
+    def held(self) -> int:
+        """Leases this process holds now."""
+        return self._semaphore.held
+
+    async def take(self, guard: ConcurrencyGuard, deadline: float) -> str | None:
+        """A lease's holder id; None when Redis failed and the policy is open."""
+        backoff = _FIRST_BACKOFF
+        while True:
+            try:
+                grant = await self._semaphore.try_acquire()
+            except BackendError as exc:
+                busy = self._failed(guard).handle(exc, guard.active, guard.queued)
+                if busy is not None:
+                    raise busy from exc
+                return None
+            if grant.holder is not None:
+                return grant.holder
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise guard.refusal("queue_timeout")
+            # Full jitter: the fleet's waiters do not poll Redis in lockstep.
+            await anyio.sleep(min(remaining, backoff * random.uniform(0.5, 1.0)))
+            backoff = min(2 * backoff, _MAX_BACKOFF)
+
+    async def give_back(self, token: object) -> None:
+        try:
+            await self._semaphore.release(str(token))
+        except BackendError as exc:  # retried in the background (FleetSemaphore.release)
+            log_event(logging.WARNING, "lease_release_failed", tool=self._name, error=str(exc))
+
+    def _failed(self, guard: ConcurrencyGuard) -> BackendFailure:
+        failure = self._failure
+        if failure is None:
+            failure = self._failure = backend_failure(
+                self._name, self._policy, self._conn, guard.observer, guard
+            )
+        return failure
+
+
+class DistributedConcurrencyGuard(ConcurrencyGuard):
+    """At most ``max_active`` calls at once across every process sharing ``redis``, ``prefix``
+    and ``name``; this process queues as a :class:`~fusion_guard.ConcurrencyGuard` does.
+
+    A ``ConcurrencyGuard`` composed with a :class:`RedisLease` permit (``guard.permit``).
+    ``redis``: a URL (``redis://``, ``redis+cluster://``, ``redis+sentinel://``...), a
+    ``redis.asyncio.Redis`` or ``RedisCluster``, or a
+    :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``lease``: seconds
+    a lease lives unless refreshed (a crashed process's permits come back within it).
+    ``failure_policy``: ``"open"`` or ``"closed"`` when Redis fails; ``timeout``: seconds any
+    Redis call may take; ``connect_timeout``: seconds setting up the first connections may take
+    (a cold start is not an outage); ``prefix``: the keys' namespace (these three
+    apply to a connection made here, not to a shared one). Every other argument is
+    :class:`~fusion_guard.ConcurrencyGuard`'s, for this process's slots and queue.
+    A held slot from ``await acquire()`` is given back with ``await slot.arelease()``.
+    """
+
+    __slots__ = ("_lease",)
+
+    def __init__(
+        self,
+        max_active: int,
+        max_queue: int | None = None,
+        queue_timeout: float = 2.0,
+        *,
+        redis: str | Redis | RedisCluster | RedisRateLimitBackend | RedisConnection,
+        lease: float = DEFAULT_LEASE,
+        failure_policy: FailurePolicy = "open",
+        timeout: float = DEFAULT_TIMEOUT,
+        prefix: str = DEFAULT_PREFIX,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        **local: Any,
+    ) -> None:
+        name = check_name(local.get("name", "tool"))
+        self._lease = RedisLease(
+            _connection(redis, timeout, prefix, connect_timeout),
+            name,
+            limit=check_int("max_active", max_active, 1),
+            lease=lease,
+            failure_policy=failure_policy,
+            clock=local.get("clock", time.monotonic),
+        )
+        super().__init__(max_active, max_queue, queue_timeout, permit=self._lease, **local)
+
+    @property
+    def lease(self) -> float:
+        """Seconds a lease lives unless refreshed."""
+        return self._lease.lease
+
+    @property
+    def failure_policy(self) -> FailurePolicy:
+        return self._lease.failure_policy
+
+    @property
+    def key(self) -> str:
+        """The Redis key of the fleet's holders (a sorted set scored by lease expiry)."""
+        return self._lease.key
+
+    @property
+    def connection(self) -> RedisConnection:
+        """The Redis connection (shared with a rate backend when given one): close it with
+        ``await guard.connection.aclose()`` when the guard owns it."""
+        return self._lease.connection
+
+    @property
     def held_leases(self) -> int:
         """Leases this process holds now (calls running with a fleet slot)."""
-        return self._semaphore.held
+        return self._lease.held
 
     def __repr__(self) -> str:
         return (
@@ -297,35 +316,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             f" failure_policy={self.failure_policy!r})"
         )
 
-    async def _lease(self, deadline: float) -> str | None:
-        """A lease's holder id; None when Redis failed and the policy is open."""
-        backoff = _FIRST_BACKOFF
-        while True:
-            try:
-                grant = await self._semaphore.try_acquire()
-            except BackendError as exc:
-                busy = self._failure.handle(exc, self._active, len(self._waiters))
-                if busy is not None:
-                    raise busy from exc
-                return None
-            if grant.holder is not None:
-                return grant.holder
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                raise self._shed("queue_timeout", len(self._waiters), predicted=False)
-            # Full jitter: the fleet's waiters do not poll Redis in lockstep.
-            await anyio.sleep(min(remaining, backoff * random.uniform(0.5, 1.0)))
-            backoff = min(2 * backoff, _MAX_BACKOFF)
-
-    async def _release_lease(self, holder: str) -> None:
-        try:
-            await self._semaphore.release(holder)
-        except BackendError as exc:  # retried in the background (FleetSemaphore.release)
-            log_event(logging.WARNING, "lease_release_failed", tool=self.name, error=str(exc))
-
 
 def _connection(
-    redis: str | Redis | RedisRateLimitBackend | RedisConnection,
+    redis: str | Redis | RedisCluster | RedisRateLimitBackend | RedisConnection,
     timeout: float,
     prefix: str,
     connect_timeout: float,
@@ -337,67 +330,28 @@ def _connection(
     return RedisConnection(redis, timeout=timeout, prefix=prefix, connect_timeout=connect_timeout)
 
 
-# -- the Guard's hooks --------------------------------------------------------------------------
+# -- the failure policy of a rate backend -------------------------------------------------------
 
 
-def concurrency_guard(
-    settings: GuardSettings,
-    rate_backend: RateBackend | None,
-    max_active: int,
-    max_queue: int | None,
-    queue_timeout: float,
-    *,
-    failure_policy: FailurePolicy,
-    **local: Any,
-) -> ConcurrencyGuard:
-    """A tool's slots for the Guard: fleet-wide with ``BACKEND=redis`` (sharing the rate
-    backend's connection when that is the Redis one), else this process's own.
-    ``failure_policy``: the tool's own (a per-tool override, else ``REDIS_FAILURE_POLICY``)."""
-    if settings.backend != "redis" or settings.redis_url is None:
-        return ConcurrencyGuard(max_active, max_queue, queue_timeout, **local)
-    redis: str | RedisRateLimitBackend = (
-        rate_backend
-        if isinstance(rate_backend, RedisRateLimitBackend)
-        else settings.redis_url.get_secret_value()
-    )
-    return DistributedConcurrencyGuard(
-        max_active,
-        max_queue,
-        queue_timeout,
-        redis=redis,
-        lease=settings.redis_lease,
-        failure_policy=failure_policy,
-        timeout=settings.redis_timeout,
-        connect_timeout=settings.redis_connect_timeout,
-        prefix=settings.redis_prefix,
-        **local,
-    )
-
-
-def rate_backend_failure(
+def backend_failure(
     tool: str,
     policy: FailurePolicy,
-    backend: RateBackend,
-    exc: BackendError,
-    observer: ToolObserver,
-    slots: ConcurrencyGuard | None,
-) -> ServerBusy | None:
-    """The Guard's answer when a rate limit's backend failed: the tool's failure policy applied
-    by :class:`BackendFailure`; None admits the call. The policy is the tool's, not the
-    backend's: one backend serves every tool of a Guard, and each tool may have its own."""
-    log = getattr(backend, "failed", None)
-    connection = getattr(backend, "connection", None)
-    outage = getattr(connection, "outage", None)
-    if slots is None:
-        failure = BackendFailure(tool, policy, observer=observer, log=log, outage=outage)
-        return failure.handle(exc, 0, 0)
-    failure = BackendFailure(
+    backend: RateBackend | RedisConnection,
+    observer: ToolObserver | None = None,
+    slots: ConcurrencyGuard | None = None,
+) -> BackendFailure:
+    """The failure policy of ``tool`` for when its ``backend`` fails (a rate backend, or the
+    Redis connection of fleet leases), made once per tool: logged through it (``failed``), its
+    SERVER_BUSY advice paced by the connection's outage, its envelope with the tool's capacity
+    figures when it has ``slots``. The policy is the tool's, not the backend's: one backend
+    serves every tool of a Guard, and each tool may have its own."""
+    connection = getattr(backend, "connection", backend)  # a connection is its own
+    return BackendFailure(
         tool,
         policy,
         observer=observer,
-        log=log,
-        max_active=slots.max_active,
-        max_queue=slots.max_queue,
-        outage=outage,
+        log=getattr(backend, "failed", None),
+        max_active=None if slots is None else slots.max_active,
+        max_queue=0 if slots is None else slots.max_queue,
+        outage=getattr(connection, "outage", None),
     )
-    return failure.handle(exc, slots.active, slots.queued)

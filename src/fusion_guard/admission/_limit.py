@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .._exceptions import ConfigurationError
+from .._checks import check_int
 
 __all__ = ["FixedLimit", "Limit"]
 
@@ -24,7 +24,9 @@ class Limit(Protocol):
     """Decides the number of slots from the calls that finished.
 
     Implementations keep ``min_limit <= limit <= max_limit`` (for a fixed limit the three are the
-    same) and never return NaN or a number below 1.
+    same) and never return NaN or a number below 1. A limit that runs above what the tool serves
+    in parallel (to find it) may also have a ``parallelism`` attribute, its estimate of that
+    number: the guard then holds a standing queue to a few calls per such call, not per slot.
     """
 
     @property
@@ -51,9 +53,7 @@ class FixedLimit:
     __slots__ = ("_limit",)
 
     def __init__(self, limit: int) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be a whole number >= 1, got {limit!r}")
-        self._limit = limit
+        self._limit = check_int("limit", limit, 1)
 
     @property
     def limit(self) -> int:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["OverloadDetector"]
+__all__ = ["LOOK_EVERY", "OverloadDetector"]
 
 SLOW_HORIZON = 1.0
 SLOW_FACTOR = 1.15
 FAST_HORIZON = 0.25
 FAST_FACTOR = 1.3
+#: The guard looks at the rates at most this often (seconds): looks closer together change
+#: nothing measurable, and a queued arrival then costs less.
+LOOK_EVERY = 0.001
 
 
 class OverloadDetector:
@@ -71,6 +74,11 @@ class OverloadDetector:
             return False
         capacity = slots / self._hold
         return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
+
+    @property
+    def last_look(self) -> float:
+        """When ``observe`` last took the arrivals in (the guard's clock)."""
+        return self._time
 
     @property
     def arrival_rate(self) -> float:

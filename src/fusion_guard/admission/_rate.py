@@ -9,31 +9,35 @@ A refusal's ``retry_after`` is a promise: callers refused while a budget is exha
 its successive openings, one emission interval apart, so a crowd that follows the advice comes
 back spread out at the limit's pace instead of all at once (``backends/_base.py`` has the rule).
 
-- :class:`RateLimiter` is one limit. ``try_acquire(key)`` decides synchronously (in-memory
-  backend); ``await acquire(key)`` works with any backend.
-- :class:`RateLimits` composes several limits (say 100/s for the server and 10/s per client): a
-  call passes only when all admit it, decided in one atomic backend step, and a refusal spends no
-  limit's budget. ``check(ctx)`` / ``await acheck(ctx)`` answer ``None`` (admitted) or the
+- :class:`RateLimit` describes one limit (rate, period, burst, scope): data, no state.
+- :class:`RateLimiter` enforces one or several limits (say 100/s for the server and 10/s per
+  client): a call passes only when all admit it, decided in one atomic backend step, and a
+  refusal spends no limit's budget. ``try_acquire(key)`` decides at once (in-memory backend),
+  ``await decide(key)`` at once with any backend, ``await acquire(key)`` waits for an opening;
+  ``check(ctx)`` / ``await acheck(ctx)`` answer ``None`` (admitted) or the
   :class:`~fusion_guard.RateLimited` to raise, whose envelope never contains the caller's key.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
+import anyio
+
+from .._checks import check_failure_policy, check_int, check_number
 from .._clock import Clock
-from .._exceptions import ConfigurationError, RateLimited
+from .._exceptions import BackendError, ConfigurationError, RateLimited, ServerBusy
+from .._setting_names import FailurePolicy
 from ..backends._base import GcraRequest, GcraResult, RateBackend, SyncRateBackend
 from ..backends._memory import MemoryBackend
 from ..wire._render import format_detail_value
 from ..wire._shedding import RateLimitedTemplate, describe_rate
 from ._context import CallContext
 
-__all__ = ["SCOPES", "KeyFunction", "RateDecision", "RateLimiter", "RateLimits"]
+__all__ = ["SCOPES", "KeyFunction", "RateDecision", "RateLimit", "RateLimiter", "RateLimits"]
 
 KeyFunction: TypeAlias = Callable[[CallContext], str]
 """Turns a call's context into the caller's key within one limit."""
@@ -73,27 +77,6 @@ class RateDecision:
 
 
 _ADMITTED = RateDecision(True, 0.0)
-
-
-def _check_number(parameter: str, value: object, meaning: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ConfigurationError(
-            f"{parameter}={value!r} is invalid: expected a finite number > 0 ({meaning})"
-        )
-    return float(value)
-
-
-def _check_burst(burst: object) -> int:
-    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-        raise ConfigurationError(
-            f"burst={burst!r} is invalid: expected an integer >= 1 (calls admitted at once)"
-        )
-    return burst
 
 
 def _check_scope(scope: object, key: object) -> tuple[str, KeyFunction]:
@@ -150,34 +133,20 @@ def _default_backend(clock: Clock | None, backend: object) -> RateBackend:
     return backend
 
 
-class RateLimiter:
-    """One limit: ``rate`` calls per ``per`` seconds, bursts of up to ``burst`` calls.
+class RateLimit:
+    """What is limited: ``rate`` calls per ``per`` seconds, bursts of up to ``burst`` calls, per
+    key of ``scope``. A description only (immutable); a :class:`RateLimiter` enforces it.
 
     ``scope``: ``"global"`` (one budget), ``"tool"`` (one per tool), ``"client"`` (one per
     client across tools; calls with no known client share one), or a custom name with ``key``, a
     function ``CallContext -> str`` (``key`` may also replace a built-in scope's default, for
     example ``scope="client", key=lambda ctx: f"{ctx.client}/{ctx.tool}"`` for a budget per
-    client per tool). ``name`` namespaces the limit's keys in the backend; the default is made
-    from the scope and the figures. ``clock`` (monotonic seconds) is for the default in-memory
-    backend; ``backend`` is where the state lives (default: a private in-memory one).
+    client per tool). ``name`` namespaces the limit's keys in a backend shared with other limits;
+    the default is made from the scope and the figures.
     """
 
-    __slots__ = (
-        "_backend",
-        "_backend_given",
-        "_clock",
-        "_interval",
-        "_key",
-        "_namespace",
-        "_prefix",
-        "_tolerance",
-        "_wait_one",
-        "burst",
-        "name",
-        "per",
-        "rate",
-        "scope",
-    )
+    __slots__ = ("_interval", "_key", "_namespace", "_tolerance", "burst", "name", "per", "rate",
+                 "scope")  # fmt: skip
 
     def __init__(
         self,
@@ -188,38 +157,23 @@ class RateLimiter:
         scope: str = "global",
         key: KeyFunction | None = None,
         name: str | None = None,
-        clock: Clock | None = None,
-        backend: RateBackend | None = None,
     ) -> None:
-        self.rate = _check_number("rate", rate, "calls per `per` seconds")
-        self.per = _check_number("per", per, "the period in seconds")
-        self.burst = _check_burst(burst)
+        self.rate = check_number("rate", rate, 0, "calls per `per` seconds")
+        self.per = check_number("per", per, 0, "the period in seconds")
+        self.burst = check_int("burst", burst, 1, "calls admitted at once")
         self.scope, self._key = _check_scope(scope, key)
         default = _default_name(self.scope, self.rate, self.per, self.burst)
         self.name = _check_name(name, default)
         self._namespace = self.name + ":"
         self._interval = self.per / self.rate
         self._tolerance = (self.burst - 1) * self._interval
-        self._clock = clock
-        self._backend_given = backend is not None
-        self._backend = _default_backend(clock, backend)
-        # A private backend holds this limit's keys only: they need no namespace.
-        self._prefix = self._namespace if self._backend_given else ""
-        # The in-memory backend's one-limit fast path, when the backend has it.
-        self._wait_one: Callable[[str, float, float], float] | None = getattr(
-            self._backend, "wait_one", None
-        )
 
     def __setattr__(self, name: str, value: object) -> None:
         # Each attribute is set once, in __init__: a later change would leave the derived
         # interval, tolerance and namespace stale.
         if hasattr(self, name):
-            raise AttributeError(f"RateLimiter.{name} is read-only: make a new RateLimiter")
+            raise AttributeError(f"RateLimit.{name} is read-only: make a new RateLimit")
         object.__setattr__(self, name, value)
-
-    @property
-    def backend(self) -> RateBackend:
-        return self._backend
 
     @property
     def emission_interval(self) -> float:
@@ -247,86 +201,88 @@ class RateLimiter:
         """The prefix of this limit's keys in a backend it shares with other limits."""
         return self._namespace
 
-    @property
-    def given_backend(self) -> RateBackend | None:
-        """The backend this limit was explicitly given, if any (a composition must agree)."""
-        return self._backend if self._backend_given else None
-
-    @property
-    def clock(self) -> Clock | None:
-        """The clock this limit was given for its default in-memory backend, if any."""
-        return self._clock
-
-    def request(self, key: str = "") -> GcraRequest:
-        """This limit's part of a backend decision for ``key``."""
-        return (self._prefix + key, self._interval, self._tolerance)
-
-    def try_acquire(self, key: str = "") -> RateDecision:
-        """Decide now and record an admitted call; needs a synchronous (in-memory) backend."""
-        wait_one = self._wait_one
-        if wait_one is None:
-            return _decision(_decide_now(self._backend)((self.request(key),)))
-        wait = wait_one(self._prefix + key, self._interval, self._tolerance)
-        return _ADMITTED if wait == 0.0 else RateDecision(False, wait)
-
-    async def acquire(self, key: str = "") -> RateDecision:
-        """Decide and record, with any backend (one round trip on Redis). Never waits for the
-        limit: a refusal comes back at once with its ``retry_after``."""
-        if self._wait_one is not None:
-            return self.try_acquire(key)
-        return _decision(await self._backend.decide((self.request(key),)))
-
     def __repr__(self) -> str:
         return (
-            f"RateLimiter(rate={self.rate:g}, per={self.per:g}, burst={self.burst},"
+            f"RateLimit(rate={self.rate:g}, per={self.per:g}, burst={self.burst},"
             f" scope={self.scope!r}, name={self.name!r})"
         )
 
 
-def _decision(result: GcraResult) -> RateDecision:
-    return _ADMITTED if result.allowed else RateDecision(False, result.retry_after)
+class RateLimiter:
+    """Enforces rate limits: one described in place, ``RateLimiter(10, per=1.0, burst=5)`` (the
+    :class:`RateLimit` arguments), or several decided together, ``RateLimiter(limits=[...])``
+    (say 100/s for the server and 10/s per client).
 
+    A call passes only when every limit admits it, decided in one atomic backend step, so a
+    refusal by one limit never spends the others' budget.
 
-def _decide_now(backend: RateBackend) -> Callable[[Sequence[GcraRequest]], GcraResult]:
-    if isinstance(backend, SyncRateBackend):
-        return backend.decide_now
-    raise ConfigurationError(
-        f"{backend!r} decides asynchronously only: use `await acquire()` / `await acheck()`"
-    )
+    - ``try_acquire(key)`` decides now (in-memory backend), ``await decide(key)`` with any
+      backend: a :class:`RateDecision` at once, the call recorded when admitted. The same
+      ``key`` is every limit's key.
+    - ``await acquire(key)`` waits until the limits admit the call (as ``anyio`` locks do).
+    - ``check(ctx)`` / ``await acheck(ctx)`` key each limit by its scope from the call's context
+      and answer ``None`` (admitted) or the :class:`~fusion_guard.RateLimited` to raise, whose
+      envelope names the tool and the refusing limit, never the caller's key.
 
-
-class RateLimits:
-    """Several limits decided together: a call passes only when every limit admits it.
-
-    One backend decision per call, all or nothing, so a refusal by one limit never spends the
-    others' budget. ``check(ctx)`` (in-memory backend) and ``await acheck(ctx)`` (any backend)
-    return ``None`` when the call may run, else the :class:`~fusion_guard.RateLimited` to raise or
-    answer with: its envelope names the tool and the refusing limit, never the caller's key.
-
-    ``backend``: where the state lives. By default the backend the limiters were explicitly given
-    (they must agree), else a new in-memory one on ``clock`` (or the limiters' common clock).
+    ``backend``: where the state lives (default: a private in-memory one on ``clock``, monotonic
+    seconds). ``failure_policy``: what ``acheck`` and ``decide`` do when the backend fails
+    (:class:`~fusion_guard.BackendError`): ``"open"`` admits the call, ``"closed"`` refuses it
+    (``acheck`` raises :class:`~fusion_guard.ServerBusy` ``backend_unavailable``, ``decide``
+    answers a refusal with the outage's ``retry_after``), both logged (sampled); ``"raise"``
+    lets the error through. The default is the backend's own ``failure_policy`` (a
+    :class:`~fusion_guard.RedisRateLimitBackend` has one), else ``"raise"``. The Guard applies
+    each tool's policy itself.
     """
 
-    __slots__ = ("_backend", "_decide_now", "_hot", "_limiters", "_templates", "_wait_one")
+    __slots__ = ("_backend", "_clock", "_decide_now", "_failure_policy", "_given", "_hot",
+                 "_limits", "_templates", "_wait_one")  # fmt: skip
 
     def __init__(
         self,
-        limiters: Iterable[RateLimiter],
+        rate: float | None = None,
+        per: float = 1.0,
+        burst: int = 1,
         *,
+        scope: str = "global",
+        key: KeyFunction | None = None,
+        name: str | None = None,
+        limits: Iterable[RateLimit] | None = None,
         backend: RateBackend | None = None,
         clock: Clock | None = None,
+        failure_policy: FailurePolicy | Literal["raise"] | None = None,
     ) -> None:
-        self._limiters = _check_limiters(limiters)
-        self._backend, private = _shared_backend(self._limiters, backend, clock)
+        if limits is None:
+            if rate is None:
+                raise ConfigurationError(
+                    "rate=None is invalid: expected a finite number > 0 (calls per `per`"
+                    " seconds), or limits=[RateLimit, ...]"
+                )
+            self._limits: tuple[RateLimit, ...] = (
+                RateLimit(rate, per, burst, scope=scope, key=key, name=name),
+            )
+        elif rate is not None:
+            raise ConfigurationError(
+                "RateLimiter takes a rate (one limit) or limits=[...] (several), not both"
+            )
+        else:
+            self._limits = _check_limits(limits)
+        self._given = backend is not None
+        self._clock = clock
+        self._backend = _default_backend(clock, backend)
+        if failure_policy is None:
+            failure_policy = getattr(self._backend, "failure_policy", "raise")
+        self._failure_policy = (
+            "raise" if failure_policy == "raise" else check_failure_policy(failure_policy)
+        )
         # Keys are namespaced per limit, unless one limit has a private backend to itself.
-        alone = private and len(self._limiters) == 1
+        alone = not self._given and len(self._limits) == 1
         self._decide_now = (
             self._backend.decide_now if isinstance(self._backend, SyncRateBackend) else None
         )
         # Per limit, what the per-call path needs, without attribute look-ups.
         self._hot = tuple(
             (lim.key_function, "" if alone else lim.namespace, lim.emission_interval, lim.tolerance)
-            for lim in self._limiters
+            for lim in self._limits
         )
         # One limit in memory (the common case): the backend's one-limit path, no request list.
         self._wait_one: Callable[[str, float, float], float] | None = (
@@ -335,21 +291,79 @@ class RateLimits:
         self._templates: dict[str, tuple[RateLimitedTemplate, ...]] = {}
 
     @property
-    def limiters(self) -> tuple[RateLimiter, ...]:
-        return self._limiters
+    def limits(self) -> tuple[RateLimit, ...]:
+        """The limits enforced, in the order given."""
+        return self._limits
+
+    @property
+    def limit(self) -> RateLimit:
+        """The limit enforced, for a limiter of one (a ``ValueError`` names the count else)."""
+        if len(self._limits) != 1:
+            raise ValueError(f"this RateLimiter enforces {len(self._limits)} limits: see .limits")
+        return self._limits[0]
 
     @property
     def backend(self) -> RateBackend:
         return self._backend
 
     @property
+    def given_backend(self) -> RateBackend | None:
+        """The backend this limiter was explicitly given, if any."""
+        return self._backend if self._given else None
+
+    @property
+    def clock(self) -> Clock | None:
+        """The clock this limiter was given for its default in-memory backend, if any."""
+        return self._clock
+
+    @property
+    def failure_policy(self) -> FailurePolicy | Literal["raise"]:
+        """What a backend failure does here: ``open``, ``closed`` or ``raise``."""
+        return self._failure_policy
+
+    @property
     def is_sync(self) -> bool:
-        """Whether :meth:`check` works (the backend decides without awaiting)."""
+        """Whether :meth:`check` and :meth:`try_acquire` work (the backend decides without
+        awaiting)."""
         return self._decide_now is not None
 
     def requests(self, ctx: CallContext) -> list[GcraRequest]:
         """Every limit's part of the decision for this call."""
         return [(prefix + key(ctx), t, tau) for key, prefix, t, tau in self._hot]
+
+    def _keyed(self, key: str) -> list[GcraRequest]:
+        return [(prefix + key, t, tau) for _, prefix, t, tau in self._hot]
+
+    def try_acquire(self, key: str = "") -> RateDecision:
+        """Decide now and record an admitted call; needs a synchronous (in-memory) backend."""
+        wait_one = self._wait_one
+        if wait_one is not None:
+            _, prefix, interval, tolerance = self._hot[0]
+            wait = wait_one(prefix + key, interval, tolerance)
+            return _ADMITTED if wait == 0.0 else RateDecision(False, wait)
+        decide_now = self._decide_now or _decide_now(self._backend)  # the latter raises
+        return _decision(decide_now(self._keyed(key)))
+
+    async def decide(self, key: str = "") -> RateDecision:
+        """Decide and record, with any backend (one round trip on Redis). Never waits for the
+        limit: a refusal comes back at once with its ``retry_after``."""
+        if self._decide_now is not None:
+            return self.try_acquire(key)
+        try:
+            return _decision(await self._backend.decide(self._keyed(key)))
+        except BackendError as exc:
+            refusal = self._backend_failed(exc, "")
+        return _ADMITTED if refusal is None else RateDecision(False, refusal.retry_after or 0.0)
+
+    async def acquire(self, key: str = "") -> None:
+        """Wait until the limits admit a call for ``key`` and record it. Each refusal's
+        ``retry_after`` is the opening promised to this caller, so the wait is that long, then
+        the limits are asked again (another caller may have taken the opening meanwhile)."""
+        while True:
+            decision = await self.decide(key)
+            if decision.allowed:
+                return
+            await anyio.sleep(decision.retry_after)
 
     def check(self, ctx: CallContext) -> RateLimited | None:
         """Decide now (in-memory backend): None when admitted (and recorded), else the refusal."""
@@ -366,58 +380,104 @@ class RateLimits:
         """Decide with any backend (one round trip on Redis); may raise BackendError."""
         if self._decide_now is not None:
             return self.check(ctx)
-        result = await self._backend.decide(self.requests(ctx))
+        try:
+            result = await self._backend.decide(self.requests(ctx))
+        except BackendError as exc:
+            refusal = self._backend_failed(exc, ctx.tool)
+            if refusal is not None:
+                raise refusal from exc
+            return None
         return None if result.allowed else self._refusal(ctx.tool, result)
+
+    def _backend_failed(self, exc: BackendError, tool: str) -> ServerBusy | None:
+        """The failure policy: None admits; a ServerBusy refuses; ``raise`` re-raises."""
+        policy = self._failure_policy
+        if policy == "raise":
+            raise exc
+        from ._distributed import backend_failure  # the Redis side: loaded on first failure
+
+        return backend_failure(tool or "rate limit", policy, self._backend).handle(exc, 0, 0)
 
     def _refusal(self, tool: str, result: GcraResult) -> RateLimited:
         templates = self._templates.get(tool) or self._prepare(tool)
         response = templates[result.refused].render(result.retry_after)
-        return RateLimited(response, result.retry_after, self._limiters[result.refused].scope)
+        return RateLimited(response, result.retry_after, self._limits[result.refused].scope)
 
     def _prepare(self, tool: str) -> tuple[RateLimitedTemplate, ...]:
         templates = tuple(
-            RateLimitedTemplate(tool, lim.rate, lim.per, lim.scope) for lim in self._limiters
+            RateLimitedTemplate(tool, lim.rate, lim.per, lim.scope) for lim in self._limits
         )
         if len(self._templates) < _MAX_CACHED_TOOLS:
             self._templates[tool] = templates
         return templates
 
     def __repr__(self) -> str:
-        return f"RateLimits({list(self._limiters)!r}, backend={self._backend!r})"
+        return f"RateLimiter(limits={list(self._limits)!r}, backend={self._backend!r})"
 
 
-def _check_limiters(limiters: Iterable[RateLimiter]) -> tuple[RateLimiter, ...]:
-    result = tuple(limiters)
-    names: set[str] = set()
-    for limiter in result:
-        if not isinstance(limiter, RateLimiter):
+class RateLimits(RateLimiter):
+    """``RateLimiter(limits=...)`` under the composition's former name: composes limits, and
+    one-limit limiters (their limits, on the backend or clock they were given). Only the
+    constructor differs."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        limiters: Iterable[RateLimit | RateLimiter],
+        *,
+        backend: RateBackend | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        items = tuple(limiters)
+        limits: list[RateLimit] = []
+        backends: list[RateBackend] = []
+        clocks: list[Clock] = []
+        for item in items:
+            if isinstance(item, RateLimiter):
+                limits.extend(item.limits)
+                if item.given_backend is not None:
+                    backends.append(item.given_backend)
+                if item.clock is not None:
+                    clocks.append(item.clock)
+            else:
+                limits.append(item)
+        if backend is None and backends:
+            backend = backends[0]
+        if any(other is not backend for other in backends):
             raise ConfigurationError(
-                f"limiters contains {limiter!r}: expected RateLimiter instances"
+                "the limits were given different backends: one decision needs one backend;"
+                " pass one backend= to RateLimiter(limits=[...])"
             )
-        if limiter.name in names:
+        if clock is None and backend is None and clocks:
+            if any(other is not clocks[0] for other in clocks):
+                raise ConfigurationError("the limits were given different clocks: pass one clock=")
+            clock = clocks[0]
+        super().__init__(limits=limits, backend=backend, clock=clock)
+
+
+def _decision(result: GcraResult) -> RateDecision:
+    return _ADMITTED if result.allowed else RateDecision(False, result.retry_after)
+
+
+def _decide_now(backend: RateBackend) -> Callable[[Sequence[GcraRequest]], GcraResult]:
+    if isinstance(backend, SyncRateBackend):
+        return backend.decide_now
+    raise ConfigurationError(
+        f"{backend!r} decides asynchronously only: use `await decide()` / `await acheck()`"
+    )
+
+
+def _check_limits(limits: Iterable[RateLimit]) -> tuple[RateLimit, ...]:
+    result = tuple(limits)
+    names: set[str] = set()
+    for limit in result:
+        if not isinstance(limit, RateLimit):
+            raise ConfigurationError(f"limits contains {limit!r}: expected RateLimit instances")
+        if limit.name in names:
             raise ConfigurationError(
-                f"two limits are named {limiter.name!r}: their keys would collide in the"
+                f"two limits are named {limit.name!r}: their keys would collide in the"
                 " backend; give each a distinct name="
             )
-        names.add(limiter.name)
+        names.add(limit.name)
     return result
-
-
-def _shared_backend(
-    limiters: tuple[RateLimiter, ...], backend: RateBackend | None, clock: Clock | None
-) -> tuple[RateBackend, bool]:
-    """The backend of a composition, and whether it is a private one made here."""
-    given = [lim.given_backend for lim in limiters if lim.given_backend is not None]
-    if backend is None and given:
-        backend = given[0]
-    if any(other is not backend for other in given):
-        raise ConfigurationError(
-            "the limits were given different backends: one decision needs one backend;"
-            " pass the same backend= to every RateLimiter (or to RateLimits)"
-        )
-    if clock is None and backend is None:
-        clocks = {id(lim.clock): lim.clock for lim in limiters if lim.clock is not None}
-        if len(clocks) > 1:
-            raise ConfigurationError("the limits were given different clocks: pass one clock=")
-        clock = next(iter(clocks.values()), None)
-    return _default_backend(clock, backend), backend is None

@@ -13,9 +13,14 @@ under ``timeout``, so a stalled Redis costs a call no more than that. The TCP co
 always has ``connect_timeout`` (redis-py fixes it per client): a stalled Redis still accepts
 connections, so only a host that drops them costs that much per new connection.
 
-All keys share one hash tag, ``{<prefix>}``, so every decision's keys live in one Redis Cluster
-slot (a decision may combine a server-wide limit with a per-client one, so no narrower tag would
-do); use distinct prefixes to spread unrelated groups of limits over a cluster.
+Where keys live depends on the topology (``RedisConnection.key``). On one node (plain or found
+through Sentinel) every key shares the tag ``{<prefix>}``, as it always has, and a decision over
+any limits is one script. On a Redis Cluster the prefix is only a namespace and each budget (a
+limit's key for one caller) and each fleet semaphore has its own hash tag, so they spread over
+the shards, while the keys one script touches (a budget and its promise cursor; a semaphore's
+holders, released ids and record) share a slot. A decision over limits whose budgets sit in
+different slots is decided slot by slot, giving back what an earlier slot took when a later one
+refuses (see ``RedisRateLimitBackend.decide``).
 
 redis-py is imported inside the constructors, never at import time (``import fusion_guard`` stays
 light). Its exceptions, and timeouts, are translated here, at one boundary, to
@@ -38,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from .._checks import check_seconds
+from .._checks import check_failure_policy, check_seconds
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._secrets import redact_url
@@ -50,9 +55,11 @@ from .._setting_names import (
     FailurePolicy,
 )
 from ._base import ALLOWED, GcraRequest, GcraResult, key_digest
+from ._redis_topology import Topology, client_from_url, topology_of
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -81,7 +88,7 @@ _INDEX_BASE = 64  # gcra.lua's reply: retry_after * 64 + the refusing limit's in
 _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
 _KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
-_SCRIPTS = ("gcra", "lease_acquire", "lease_release", "lease_refresh")
+_SCRIPTS = ("gcra", "gcra_refund", "lease_acquire", "lease_release", "lease_refresh")
 _REFRESH_MAX = RECOVERY_GRACE / 2  # the longest refresh period: a silent replica (its calls
 # running, none arriving) learns of a restart within the grace
 _FIRST_RETRY = 0.05  # the refresher's retries of leases left to settle, doubling up to
@@ -102,67 +109,17 @@ def require_asyncio() -> None:
         ) from None
 
 
-def check_failure_policy(value: object, parameter: str = "failure_policy") -> FailurePolicy:
-    """``value`` when it is ``"open"`` or ``"closed"``, else a ConfigurationError."""
-    if value == "open":
-        return "open"
-    if value == "closed":
-        return "closed"
-    raise ConfigurationError(f"{parameter}={value!r} is invalid: expected 'open' or 'closed'")
-
-
 def _check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise ConfigurationError(
             f"prefix={prefix!r} is invalid: expected a non-empty string without braces "
-            "(the prefix becomes the keys' Redis Cluster hash tag)"
+            "(on one Redis node the prefix is also the keys' hash tag)"
         )
     return prefix
 
 
 def _load_script(name: str) -> str:
     return resources.files("fusion_guard.backends").joinpath(f"lua/{name}.lua").read_text("utf-8")
-
-
-def _client_from_url(
-    url: str,
-    timeout: float,
-    connect_timeout: float,
-    handshake: Callable[[Any], Awaitable[None]],
-) -> Redis:
-    try:
-        from redis.asyncio import Redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-    except ImportError as exc:
-        raise ConfigurationError(
-            'the Redis backend needs redis-py: pip install "fusion-guard[redis]"'
-        ) from exc
-    try:
-        # socket_timeout bounds every read and write, socket_connect_timeout every TCP connect;
-        # `handshake` replaces redis-py's on-connect step (see RedisConnection._handshake).
-        # One immediate retry on a connection error only: the first command after a Redis
-        # restart meets a dead pooled connection, and the retry reconnects; a timeout is not
-        # retried, so a hung Redis costs one timeout.
-        return Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=connect_timeout,
-            redis_connect_func=handshake,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
-    except ValueError as exc:
-        # The parser's reason may quote a piece of a password that holds a delimiter.
-        reason = "" if _has_credentials(url) else f" ({exc})"
-        raise ConfigurationError(
-            f"redis_url={redact_url(url)!r} is invalid: expected redis://, rediss:// or unix://"
-            f" with a valid host and port{reason}"
-        ) from exc
-
-
-def _has_credentials(url: str) -> bool:
-    return "@" in url or redact_url(url) != url
 
 
 class Script:
@@ -178,10 +135,13 @@ class Script:
 
 def _redis_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
     """What the boundary translates, and redis-py's NOSCRIPT error."""
-    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import NoScriptError
 
-    # TimeoutError (asyncio.timeout) and socket errors are OSErrors.
-    return (RedisError, OSError), NoScriptError
+    # Redis errors, timeouts (asyncio.timeout's TimeoutError) and socket errors (OSError), and
+    # anything else the client raises: redis-py 8.0's cluster client can raise AttributeError on
+    # a connection closed under it during a failover. To a caller a client's fault is an outage
+    # (its failure policy applies), never a crash.
+    return (Exception,), NoScriptError
 
 
 class _ErrorLog:
@@ -255,18 +215,23 @@ class Outage:
 class RedisConnection:
     """One redis-py asyncio client, the scripts, and the one error boundary.
 
-    ``target`` is a URL (``redis://host:port/db``) or an existing ``redis.asyncio.Redis``.
+    ``target`` is a URL (``redis://host:port/db``, ``redis+cluster://host:port,...``,
+    ``redis+sentinel://host:port,.../service``) or an existing ``redis.asyncio.Redis`` or
+    ``RedisCluster``.
     ``timeout`` (seconds) bounds every call, so a hung Redis never hangs a tool: through the
     socket timeouts of a client made from a URL (free: redis-py applies them anyway), or an
-    ``asyncio.timeout`` around each call for a client given ready-made.
+    ``asyncio.timeout`` around each call for a client given ready-made, and for a cluster (whose
+    client retries through a new slot map, which a socket timeout alone does not bound).
     ``connect_timeout`` (seconds) bounds setting up the first connections instead (see the
-    module); a ready-made client sets up its connections itself, so there it bounds the first
-    calls, until one succeeded.
+    module); a client that sets up its connections itself (ready-made, or a cluster's) has it
+    for its first calls, until one succeeded.
     """
 
     __slots__ = (
+        "_aclose",
         "_client",
         "_errors",
+        "_evalsha",
         "_execute",
         "_log",
         "_no_script",
@@ -280,11 +245,12 @@ class RedisConnection:
         "scripts",
         "target",
         "timeout",
+        "topology",
     )
 
     def __init__(
         self,
-        target: str | Redis,
+        target: str | Redis | RedisCluster,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         prefix: str = DEFAULT_PREFIX,
@@ -296,21 +262,28 @@ class RedisConnection:
         self.key_prefix = "{" + self.prefix + "}:"
         self._started = False  # no connection set up (URL) or call answered (ready-made) yet
         self.scripts = {name: Script(name) for name in _SCRIPTS}
+        self.topology: Topology
+        self._client: Redis | RedisCluster
         if isinstance(target, str):
             self.target = redact_url(target)
-            self._client = _client_from_url(
+            self._client, self.topology, self._aclose = client_from_url(
                 target, self.timeout, self.connect_timeout, self._handshake
             )
-            self._outer_timeout = False
+            self._outer_timeout = self.topology == "cluster"
         elif callable(getattr(target, "execute_command", None)):
             self.target = f"<{type(target).__name__} given ready-made>"
             self._client = target
+            self.topology = topology_of(target)
+            self._aclose = target.aclose
             self._outer_timeout = True
         else:
             raise ConfigurationError(
-                f"redis (a {type(target).__name__}) is invalid: expected a redis:// URL or a"
-                " redis.asyncio.Redis"
+                f"redis (a {type(target).__name__}) is invalid: expected a redis:// URL, a"
+                " redis.asyncio.Redis or a RedisCluster"
             )
+        # The cluster client reads the command name to route it, as text only; one node
+        # takes bytes, sent as they are.
+        self._evalsha: Arg = "EVALSHA" if self.topology == "cluster" else b"EVALSHA"
         self._execute: Callable[..., Awaitable[Any]] = self._client.execute_command
         self._errors, self._no_script = _redis_errors()
         self.refresher = LeaseRefresher()
@@ -318,9 +291,22 @@ class RedisConnection:
         self._log = _ErrorLog()
 
     @property
-    def client(self) -> Redis:
+    def client(self) -> Redis | RedisCluster:
         """The redis-py client (for PING in benchmarks, or closing)."""
         return self._client
+
+    def key(self, kind: str, ident: str) -> str:
+        """The Redis key of ``ident`` (a budget's digest, a semaphore's name) of ``kind``.
+
+        One node: ``{prefix}:kind:ident``, every key in one slot (as before clusters were
+        spread). A cluster: ``prefix:kind:{ident}``, a slot per ident, so unrelated budgets and
+        semaphores spread over the shards; a key made by appending to this one stays in its
+        slot. An ident holding braces is tagged by its digest, so the tag is always whole.
+        """
+        if self.topology != "cluster":
+            return f"{self.key_prefix}{kind}:{ident}"
+        tag = key_digest(ident) if "{" in ident or "}" in ident else ident
+        return f"{self.prefix}:{kind}:{{{tag}}}"
 
     async def run(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` (one round trip); any failure or timeout is a BackendError."""
@@ -328,7 +314,7 @@ class RedisConnection:
         count = _KEY_COUNTS[len(keys)]
         try:
             if not self._outer_timeout:  # the hot path: one await, no extra coroutine
-                return await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
+                return await self._execute(self._evalsha, script.sha, count, *keys, *args)
             return await self._run_bounded(script, count, keys, args)
         except self._no_script:  # SCRIPT FLUSH, or a ready-made client's restarted Redis
             return await self.run_loading(script, keys, args)
@@ -344,7 +330,7 @@ class RedisConnection:
                 await self._client.script_load(script.text)
             if self._outer_timeout:
                 return await self._run_bounded(script, count, keys, args)
-            return await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
+            return await self._execute(self._evalsha, script.sha, count, *keys, *args)
         except self._errors as exc:
             raise _backend_error(script, exc) from exc
 
@@ -355,7 +341,7 @@ class RedisConnection:
         succeeded (its first connections are set up inside the call), then ``timeout``."""
         budget = self.timeout if self._started else self.connect_timeout
         async with asyncio.timeout(budget):
-            reply = await self._execute(b"EVALSHA", script.sha, count, *keys, *args)
+            reply = await self._execute(self._evalsha, script.sha, count, *keys, *args)
         self._started = True
         return reply
 
@@ -393,7 +379,7 @@ class RedisConnection:
     async def aclose(self) -> None:
         """Stop refreshing leases and close the client's connections."""
         self.refresher.stop()
-        await self._client.aclose()
+        await self._aclose()
 
 
 class LeaseGrant:
@@ -463,10 +449,9 @@ class FleetSemaphore:
         self._limit = b"%d" % limit
         self._lease_ms = b"%d" % max(1, round(lease * 1000))
         self._grace_ms = b"%d" % round(RECOVERY_GRACE * 1000)
-        prefix = conn.key_prefix
-        self.key = f"{prefix}lease:{name}"
+        self.key = conn.key("lease", name)
         # Encoded once: redis-py sends bytes as they are (str is encoded on every call).
-        keys = (self.key, f"{prefix}released:{name}", f"{prefix}fleet:{name}")
+        keys = (self.key, conn.key("released", name), conn.key("fleet", name))
         self._keys: list[Arg] = [key.encode() for key in keys]
         self._release_keys = self._keys[:2]
         self._owner = _owner_id()
@@ -718,25 +703,28 @@ def _owner_id() -> str:
 class RedisRateLimitBackend:
     """GCRA rate limits shared by a fleet, in Redis: a :class:`RateBackend`.
 
-    ``redis``: a ``redis://`` URL or a ``redis.asyncio.Redis``. ``timeout``: seconds any call may
+    ``redis``: a URL (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+    ``redis+sentinel://``), a ``redis.asyncio.Redis`` or ``RedisCluster``, or a
+    :class:`RedisConnection` to share. ``timeout``: seconds any call may
     take (default 50 ms) before it counts as a failure; ``connect_timeout``: seconds setting up
     the first connections may take (default 1 s: a cold start is not an outage; see the
     module). ``failure_policy``: what the limits
     using this backend do when Redis fails, ``"open"`` (admit, count, log) or ``"closed"``
     (shed with SERVER_BUSY); ``decide`` itself raises :class:`~fusion_guard.BackendError` and the
-    limiter applies the policy. ``prefix``: the keys' namespace and Redis Cluster hash tag.
+    limiter applies the policy. ``prefix``: the keys' namespace (on one node also their hash
+    tag; see :meth:`RedisConnection.key`).
 
     A decision is one ``EVALSHA`` (one round trip) on the server's clock, all or nothing over
-    its limits, with the refusal's promised ``retry_after`` (staggered) in the same reply. Caller
-    keys are stored as digests (they may name users). Needs asyncio (redis-py's client is
-    asyncio-only).
+    its limits, with the refusal's promised ``retry_after`` (staggered) in the same reply; on a
+    Redis Cluster, one per slot its budgets sit in (see :meth:`decide`). Caller keys are stored
+    as digests (they may name users). Needs asyncio (redis-py's client is asyncio-only).
     """
 
-    __slots__ = ("_conn", "_digests", "_gcra", "_micros", "_rate_prefix", "failure_policy")
+    __slots__ = ("_conn", "_digests", "_gcra", "_micros", "_refund", "_spread", "failure_policy")
 
     def __init__(
         self,
-        redis: str | Redis | RedisConnection,
+        redis: str | Redis | RedisCluster | RedisConnection,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         failure_policy: FailurePolicy = "open",
@@ -751,8 +739,9 @@ class RedisRateLimitBackend:
                 redis, timeout=timeout, prefix=prefix, connect_timeout=connect_timeout
             )
         )
-        self._rate_prefix = f"{self._conn.key_prefix}rate:"
+        self._spread = self._conn.topology == "cluster"
         self._gcra = self._conn.scripts["gcra"]
+        self._refund = self._conn.scripts["gcra_refund"]
         self._digests: dict[str, tuple[bytes, bytes]] = {}
         self._micros: dict[float, bytes] = {}
 
@@ -762,12 +751,17 @@ class RedisRateLimitBackend:
         return self._conn
 
     async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        """Decide one call against every request's limit, in one round trip."""
+        """Decide one call against every request's limit, in one round trip (on a cluster, one
+        per slot its budgets sit in, see :meth:`_decide_by_slot`)."""
         if 2 * len(requests) >= _INDEX_BASE:  # two keys per limit, at most 63 keys
             raise ConfigurationError(
                 f"{len(requests)} limits in one decision: the Redis backend decides at most"
                 f" {(_INDEX_BASE - 1) // 2} at once"
             )
+        if self._spread and len(requests) > 1:
+            slots = self._slots(requests)
+            if len(slots) > 1:
+                return await self._decide_by_slot(requests, slots)
         keys: list[Arg] = []
         args: list[Arg] = []
         digests, micros = self._digests, self._micros
@@ -781,6 +775,52 @@ class RedisRateLimitBackend:
         wait_us, refused = divmod(int(reply), _INDEX_BASE)
         return GcraResult(False, wait_us / _US, refused - 1)
 
+    async def _decide_by_slot(
+        self, requests: Sequence[GcraRequest], slots: dict[int, list[int]]
+    ) -> GcraResult:
+        """A decision whose budgets sit in several cluster slots (a script touches one slot):
+        each slot's budgets decided in turn, in the order the limits were given; when a slot
+        refuses, what the earlier slots admitted is given back (one more round trip each), so
+        a refusal spends no budget, and the refusal is that slot's (its ``retry_after`` is a
+        true opening of its budgets; later slots were not asked).
+
+        Not one atomic step: between a slot's admission and its refund, that budget looks one
+        call fuller to others (who may be refused for it), and a refund lost to a Redis failure
+        leaves one call spent (on the side of fewer calls). A failure raises BackendError.
+        """
+        admitted: list[list[int]] = []
+        for indices in slots.values():
+            result = await self.decide([requests[index] for index in indices])
+            if not result.allowed:
+                await self._give_back(requests, admitted)
+                return GcraResult(False, result.retry_after, indices[result.refused])
+            admitted.append(indices)
+        return ALLOWED
+
+    async def _give_back(self, requests: Sequence[GcraRequest], admitted: list[list[int]]) -> None:
+        for indices in admitted:
+            keys: list[Arg] = []
+            args: list[Arg] = []
+            for index in indices:
+                key, emission_interval, _ = requests[index]
+                keys.append((self._digests.get(key) or self._digest(key))[0])
+                args.append(self._micros.get(emission_interval) or self._micro(emission_interval))
+            try:
+                await self._conn.run(self._refund, keys, args)
+            except BackendError as exc:  # the call is refused anyway: only logged
+                self._conn.failed(exc, False)
+
+    def _slots(self, requests: Sequence[GcraRequest]) -> dict[int, list[int]]:
+        """The indices of the requests whose budgets sit in each cluster slot, slots in the
+        order of their first request."""
+        from redis.crc import key_slot
+
+        slots: dict[int, list[int]] = {}
+        for index, (key, _, _) in enumerate(requests):
+            tat = (self._digests.get(key) or self._digest(key))[0]
+            slots.setdefault(key_slot(tat), []).append(index)
+        return slots
+
     # The per-call encodings are cached (bounded: a full table is cleared), so the hot path
     # sends ready bytes: a decision should cost about what a PING costs.
 
@@ -790,7 +830,7 @@ class RedisRateLimitBackend:
         digests = self._digests
         if len(digests) >= _CACHE_SIZE:
             digests.clear()
-        tat = (self._rate_prefix + key_digest(key)).encode()
+        tat = self._conn.key("rate", key_digest(key)).encode()
         redis_keys = digests[key] = (tat, tat + b":p")
         return redis_keys
 

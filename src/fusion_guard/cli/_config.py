@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypedDict
@@ -102,7 +103,8 @@ def _resolved(settings: GuardSettings, table: PolicyTable, name: str) -> list[Ro
         value = getattr(limits, key)
         # Set by no pattern: the source is the global setting's (REDIS_FAILURE_POLICY, say).
         field = key if setter is not None else GLOBAL_FIELDS.get(key, key)
-        rows.append((key, _shown(key, value), _source(settings, field, setter)))
+        shown = _shown(key, value, limits.max_active, limits.rate, settings.auto_initial_active)
+        rows.append((key, shown, _source(settings, field, setter)))
     rows.append(
         ("patterns", ", ".join(limits.patterns) or "(none)", "matched, least specific first")
     )
@@ -114,7 +116,14 @@ def _sets(settings: GuardSettings, pattern: str, key: str) -> bool:
 
 
 def _row(settings: GuardSettings, key: str, pattern: str | None) -> Row:
-    return (key, _shown(key, getattr(settings, key)), _source(settings, key, pattern))
+    shown = _shown(
+        key,
+        getattr(settings, key),
+        settings.max_active,
+        settings.rate,
+        settings.auto_initial_active,
+    )
+    return (key, shown, _source(settings, key, pattern))
 
 
 def _source(settings: GuardSettings, key: str, pattern: str | None) -> str:
@@ -122,8 +131,30 @@ def _source(settings: GuardSettings, key: str, pattern: str | None) -> str:
     return f"{origin} (pattern {pattern!r})" if pattern is not None else origin
 
 
-def _shown(key: str, value: object) -> object:
+@dataclasses.dataclass(frozen=True)
+class _Auto:
+    """An automatic value and the number it comes to: ``auto (100 = 10 x max_active)`` in the
+    table, ``{"value": "auto", "effective": 100}`` in JSON."""
+
+    effective: int
+    rule: str
+
+    def __str__(self) -> str:
+        return f"auto ({self.effective} = {self.rule})"
+
+
+def _shown(
+    key: str, value: object, max_active: object, rate: float | None, initial_active: int
+) -> object:
+    """``value`` as the report shows it; an automatic ``max_queue`` or ``burst`` with the number
+    it comes to (what the guard will really use)."""
     if value is None:
+        if key == "max_queue" and isinstance(max_active, int):
+            return _Auto(10 * max_active, "10 x max_active")
+        if key == "max_queue" and max_active == "auto":
+            return _Auto(10 * initial_active, "10 x auto_initial_active")
+        if key == "burst" and rate is not None:
+            return _Auto(max(1, math.ceil(rate)), "rate rounded up")
         return "auto" if key in _AUTO_WHEN_NONE else "off"
     if isinstance(value, SecretUrl):
         return str(value)  # the password masked, host and port readable
@@ -173,8 +204,13 @@ def _text(value: object) -> str:
 
 
 def _as_json(report: Report) -> str:
+    def entry(value: object, source: str) -> dict[str, object]:
+        if isinstance(value, _Auto):
+            return {"value": "auto", "effective": value.effective, "source": source}
+        return {"value": value, "source": source}
+
     def section(rows: list[Row]) -> dict[str, object]:
-        return {key: {"value": value, "source": source} for key, value, source in rows}
+        return {key: entry(value, source) for key, value, source in rows}
 
     document = {
         "global": section(report["global"][""]),

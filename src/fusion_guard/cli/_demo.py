@@ -3,6 +3,15 @@
 The same scarce tool (2 hidden workers, log-normal 20 ms service) under no guard, a plain
 unbounded ``asyncio.Semaphore``, and fusion_guard (FIFO and LIFO-under-overload), across offered
 loads from 0.5x to 10x capacity. Progress goes to stderr; tables and targets to stdout.
+
+``--scenario shifting`` (docs/adaptive.md): one tool whose hidden pool changes 2 -> 8 -> 1 -> 4
+workers, offered 1.5x its current capacity, under the default fixed limit (10), an oracle that
+always knows the true count, and max_active=auto, in about 25 seconds.
+
+``--scenario tenants`` (fair shares across client keys): one tool behind Guard(max_active=2),
+with fair queueing on and off on the same arrivals: a greedy client offering 8x its capacity
+beside a polite one offering 0.25x (``--mode pair``), and 100 clients of mixed appetite, all
+asking for more than their share (``--mode crowd``); both by default, in about 20 seconds.
 """
 
 from __future__ import annotations
@@ -12,15 +21,32 @@ import functools
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from ..demo._policies import POLICY_NAMES, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
+from ..demo._shifting import ShiftingScenario
+from ..demo._tenants import TENANTS_PARTS, TenantsScenario
 
-_DEFAULT_CHART = Path("demo-output/overload.png")
+if TYPE_CHECKING:
+    from ..demo._report import Target
+
+_DEFAULT_CHARTS = {
+    "overload": Path("demo-output/overload.png"),
+    "shifting": Path("demo-output/shifting.png"),
+    "tenants": Path("demo-output/tenants.png"),
+}
+#: Options that belong to one scenario, refused with the others.
+_SCENARIO_OPTIONS = {
+    "overload": ("loads", "policies", "max_active", "metrics_port"),
+    "tenants": ("mode", "clients"),
+}
+#: How many clients the crowd of the tenants scenario may have.
+_CROWD_SIZES = range(2, 1001)
 #: Below this many seconds per load the figures are mostly noise (a few dozen calls at 1x).
 MEANINGFUL_DURATION_S = 2.0
 
@@ -65,6 +91,15 @@ def _max_active(text: str) -> int | Literal["auto"]:
     return int(text)
 
 
+def _clients(text: str) -> int:
+    if not text.strip().isdigit() or int(text) not in _CROWD_SIZES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a whole number of clients from {_CROWD_SIZES.start} to"
+            f" {_CROWD_SIZES.stop - 1}"
+        )
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port from 1 to 65535")
@@ -79,25 +114,46 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
+        "--scenario",
+        choices=tuple(_DEFAULT_CHARTS),
+        default="overload",
+        help="overload (default): every policy across loads; shifting: a tool whose capacity"
+        " moves, fixed limit vs oracle vs auto; tenants: clients of different appetite, fair"
+        " queueing on vs off",
+    )
+    parser.add_argument(
         "--duration",
         type=_positive_float,
-        default=Scenario.duration_s,
         metavar="SECONDS",
-        help="length of the overload window at each load (default: %(default)s)",
+        help=f"length of the overload window at each load (default: {Scenario.duration_s:g});"
+        f" with --scenario shifting, of each phase (default: {ShiftingScenario.phase_s:g});"
+        f" with --scenario tenants, of each part's measured window (default:"
+        f" {TenantsScenario.duration_s:g})",
     )
     parser.add_argument(
         "--loads",
         type=_loads,
-        default=DEFAULT_LOADS,
         metavar="X,Y,...",
         help="offered loads as multiples of capacity (default: 0.5,0.8,1,1.5,2,4,10)",
     )
     parser.add_argument(
         "--policies",
         type=_policies,
-        default=POLICY_NAMES,
         metavar="A,B,...",
         help=f"policies to compare (default: {','.join(POLICY_NAMES)})",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=(*TENANTS_PARTS, "both"),
+        help="with --scenario tenants: pair (a greedy and a polite client), crowd (many"
+        " clients of mixed appetite) or both (default)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=_clients,
+        metavar="N",
+        help=f"with --scenario tenants: how many clients make up the crowd (default:"
+        f" {TenantsScenario.clients})",
     )
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
     parser.add_argument(
@@ -110,9 +166,10 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--chart",
         type=Path,
-        default=_DEFAULT_CHART,
         metavar="PATH",
-        help="PNG chart of goodput and p99 against load (default: %(default)s)",
+        help="PNG chart of goodput and p99 against load (default:"
+        f" {_DEFAULT_CHARTS['overload']}; with --scenario shifting, of the limits over time:"
+        f" {_DEFAULT_CHARTS['shifting']})",
     )
     parser.add_argument("--no-chart", action="store_true", help="do not write the chart")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write all figures as JSON")
@@ -125,7 +182,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when fusion_guard misses a target of docs/benchmarks.md",
+        help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
+        " shifting, of docs/adaptive.md; tenants, of docs/demo.md)",
     )
     parser.set_defaults(handler=run)
 
@@ -152,10 +210,23 @@ def run(args: argparse.Namespace) -> int:
     from ..demo._run import run_demo
     from ..observability import serve_metrics
 
+    foreign = _foreign_options(args)
+    if foreign is not None:
+        sys.stderr.write(f"fusion-guard demo: {foreign}\n")
+        return 2
+    if args.chart is None:
+        args.chart = _DEFAULT_CHARTS[args.scenario]
     problem = None if args.no_chart else chart_path_problem(args.chart)
     if problem is not None:  # refused before the run, not after a minute of it
         sys.stderr.write(f"fusion-guard demo: {problem}\n")
         return 2
+    if args.scenario == "shifting":
+        return _run_shifting(args)
+    if args.scenario == "tenants":
+        return _run_tenants(args)
+    args.duration = Scenario.duration_s if args.duration is None else args.duration
+    args.loads = DEFAULT_LOADS if args.loads is None else args.loads
+    args.policies = POLICY_NAMES if args.policies is None else args.policies
     if args.duration < MEANINGFUL_DURATION_S:
         sys.stderr.write(
             f"fusion-guard demo: warning: --duration {args.duration:g} s is too short for the"
@@ -163,10 +234,7 @@ def run(args: argparse.Namespace) -> int:
             " or more\n"
         )
 
-    # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
-    # terminal unless the user configured logging.
-    if not logging.getLogger().handlers:
-        logging.getLogger("fusion_guard").setLevel(logging.ERROR)
+    _quiet_logs()
     scenario = Scenario(duration_s=args.duration, seed=args.seed)
     sys.stderr.write(
         f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
@@ -205,13 +273,40 @@ def run(args: argparse.Namespace) -> int:
     targets = check_targets(demo) if "fusion_guard" in args.policies else []
     if targets:
         out += ["", format_targets(targets)]
+    return _report(
+        args,
+        out,
+        targets,
+        functools.partial(write_json, demo),
+        functools.partial(write_chart, demo),
+    )
+
+
+def _foreign_options(args: argparse.Namespace) -> str | None:
+    """What is wrong when options of another scenario were given, or None."""
+    for owner, names in _SCENARIO_OPTIONS.items():
+        given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
+        if given and owner != args.scenario:
+            return f"{', '.join(given)} apply to the {owner} scenario only"
+    return None
+
+
+def _report(
+    args: argparse.Namespace,
+    out: list[str],
+    targets: list[Target],
+    write_json: Callable[[Path], None],
+    write_chart: Callable[[Path], None],
+) -> int:
+    """Write the figures and the chart as asked, print ``out``; the exit status (2: the chart
+    could not be written; 1 with --check: a target missed)."""
     if args.json is not None:
-        write_json(demo, args.json)
+        write_json(args.json)
         out.append(f"\nfigures written to {args.json}")
     chart_failed = None
     if not args.no_chart:
         try:
-            write_chart(demo, args.chart)
+            write_chart(args.chart)
             out.append(f"chart written to {args.chart}")
         except OSError as exc:  # the disk filled up or the folder went away during the run
             chart_failed = f"fusion-guard demo: chart not written to {args.chart}: {exc.strerror}"
@@ -220,3 +315,106 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(chart_failed + "\n")
         return 2
     return 1 if args.check and not all(t.met for t in targets) else 0
+
+
+def _quiet_logs() -> None:
+    # Thousands of sheds are the point of the demo: keep their (sampled) warnings off the
+    # terminal unless the user configured logging.
+    if not logging.getLogger().handlers:
+        logging.getLogger("fusion_guard").setLevel(logging.ERROR)
+
+
+def _run_shifting(args: argparse.Namespace) -> int:
+    from ..demo._report import format_targets
+    from ..demo._shifting import run_shifting
+    from ..demo._shifting_report import (
+        check_shifting_targets,
+        format_shifting,
+        write_shifting_chart,
+        write_shifting_json,
+    )
+
+    phase_s = ShiftingScenario.phase_s if args.duration is None else args.duration
+    settle_s = min(ShiftingScenario.settle_s, phase_s / 2)
+    if phase_s < 2 * ShiftingScenario.settle_s:
+        sys.stderr.write(
+            f"fusion-guard demo: warning: --duration {phase_s:g} s per phase leaves"
+            f" {phase_s - settle_s:g} s to measure after each change; use"
+            f" {2 * ShiftingScenario.settle_s:g} s or more\n"
+        )
+    _quiet_logs()
+    scenario = ShiftingScenario(phase_s=phase_s, settle_s=settle_s, seed=args.seed)
+
+    def progress(phase: int, phases: int) -> None:
+        sys.stderr.write(
+            f"[{phase + 1}/{phases}] the pool now has {scenario.workers[phase]} worker(s), for"
+            f" {phase_s:g} s\n"
+        )
+        sys.stderr.flush()
+
+    result = anyio.run(functools.partial(run_shifting, scenario, progress=progress))
+    targets = check_shifting_targets(result)
+    out = [
+        format_shifting(result),
+        "",
+        format_targets(targets, "max_active=auto", "docs/adaptive.md"),
+    ]
+    return _report(
+        args,
+        out,
+        targets,
+        functools.partial(write_shifting_json, result),
+        functools.partial(write_shifting_chart, result),
+    )
+
+
+def _run_tenants(args: argparse.Namespace) -> int:
+    from ..demo._tenants import run_tenants
+    from ..demo._tenants_report import (
+        check_tenants_targets,
+        format_tenants,
+        write_tenants_chart,
+        write_tenants_json,
+    )
+
+    parts = TENANTS_PARTS if args.mode in (None, "both") else (args.mode,)
+    if args.clients is not None and "crowd" not in parts:
+        sys.stderr.write("fusion-guard demo: --clients sizes the crowd: drop it with --mode pair\n")
+        return 2
+    scenario = TenantsScenario(
+        duration_s=TenantsScenario.duration_s if args.duration is None else args.duration,
+        clients=TenantsScenario.clients if args.clients is None else args.clients,
+        seed=args.seed,
+    )
+    if scenario.duration_s < MEANINGFUL_DURATION_S:
+        sys.stderr.write(
+            f"fusion-guard demo: warning: --duration {scenario.duration_s:g} s is too short for"
+            " the figures to mean much (the polite client sends about"
+            f" {scenario.polite_load * scenario.model.capacity_rps * scenario.duration_s:.0f}"
+            f" calls); use {MEANINGFUL_DURATION_S:g} s or more\n"
+        )
+    _quiet_logs()
+    seconds = scenario.warmup_s + scenario.duration_s + scenario.client_timeout_s
+
+    def progress(part: str) -> None:
+        sys.stderr.write(
+            f"[{parts.index(part) + 1}/{len(parts)}] {part}: fair queueing on and off side by"
+            f" side, about {seconds:g} s\n"
+        )
+        sys.stderr.flush()
+
+    result = anyio.run(functools.partial(run_tenants, scenario, parts, progress=progress))
+    targets = check_tenants_targets(result)
+    met = sum(t.met for t in targets)
+    out = [
+        format_tenants(result),
+        "",
+        f"targets with fair queueing on (docs/demo.md): {met} of {len(targets)} met",
+    ]
+    return _report(
+        args,
+        out,
+        targets,
+        functools.partial(write_tenants_json, result),
+        functools.partial(write_tenants_chart, result),
+    )

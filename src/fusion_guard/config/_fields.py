@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
+from .._redis_urls import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_multi_node_url
 from .._secrets import redact_url
 from .._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, SECRET_FIELDS, FailurePolicy
 
@@ -35,6 +36,7 @@ __all__ = [
     "AutoBound",
     "MaxActive",
     "MaxQueue",
+    "PerClient",
     "Rate",
     "RatePer",
     "RateScope",
@@ -89,6 +91,7 @@ _Off = BeforeValidator(_off_to_none)
 MaxActive = Annotated[int | Literal["auto"] | None, PlainValidator(_max_active)]
 AutoBound = Annotated[int, Ge(1)]
 MaxQueue = Annotated[Annotated[int, Ge(0)] | None, BeforeValidator(_auto_to_none)]
+PerClient = Annotated[Annotated[int, Ge(1)] | None, _Off]
 Seconds = Annotated[float, Gt(0), AllowInfNan(False)]
 SecondsOrOff = Annotated[Seconds | None, _Off]
 Rate = Annotated[Annotated[float, Gt(0), AllowInfNan(False)] | None, _Off]
@@ -142,7 +145,7 @@ def _unwrap(value: object) -> object:
     return value.get_secret_value() if isinstance(value, SecretUrl) else value
 
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://", CLUSTER_SCHEME, SENTINEL_SCHEME)
 _MAX_PORT = 65535
 
 
@@ -150,7 +153,12 @@ def _redis_url(url: SecretUrl) -> SecretUrl:
     """Refuse at construction a URL the Redis client would fail on at every call."""
     text = url.get_secret_value()
     if not text.startswith(_REDIS_SCHEMES):
-        raise ValueError("the URL must start with redis://, rediss:// or unix://")
+        raise ValueError(
+            "the URL must start with redis://, rediss://, unix://, redis+cluster:// or"
+            " redis+sentinel://"
+        )
+    if parse_multi_node_url(text) is not None:  # raises ValueError, never quoting the URL
+        return url
     try:
         port = urlsplit(text).port
     except ValueError:  # not a number, out of range, or a broken [IPv6] host
@@ -187,11 +195,19 @@ ACCEPTED: dict[str, str] = {
     "rate_scope": "one of 'global' (one budget shared by all tools), 'tool' (one budget per"
     " tool), 'client' (one budget per tool and client)",
     "lifo": "a boolean: true/false, 1/0, yes/no, on/off",
+    "max_active_per_client": "a whole number >= 1, at most MAX_ACTIVE (calls one client key may"
+    f" have running or waiting at once per tool), {_OFF} for no cap",
+    "fair_queueing": "a boolean: true/false, 1/0, yes/no, on/off (waiting calls served in turn"
+    " across client keys)",
     "failure_policy": _FAILURE_POLICY,
     "metrics": "a boolean: true/false, 1/0, yes/no, on/off",
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
     "backend": "one of 'memory' (state in this process) or 'redis' (state shared through Redis)",
-    "redis_url": "a redis://, rediss:// or unix:// URL (required when BACKEND is 'redis')",
+    "redis_url": (
+        "a redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or"
+        " redis+sentinel://host:port[,host:port...]/service_name URL (required when BACKEND is"
+        " 'redis')"
+    ),
     "redis_failure_policy": _FAILURE_POLICY,
     "redis_timeout": "a number of seconds > 0 (the longest any Redis call may take)",
     "redis_connect_timeout": (
@@ -200,8 +216,7 @@ ACCEPTED: dict[str, str] = {
     ),
     "redis_lease": "a number of seconds > 0 (a fleet slot's lease: a crashed replica's slots"
     " come back within it)",
-    "redis_prefix": "a non-empty string without braces (the Redis keys' namespace and cluster"
-    " hash tag)",
+    "redis_prefix": "a non-empty string without braces (the Redis keys' namespace)",
     "tools": "a JSON object mapping tool names or globs to objects of per-tool limits, e.g."
     ' {"billing.*": {"max_active": 2}, "search": {"rate": 5}}',
 }

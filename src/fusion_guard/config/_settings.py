@@ -51,6 +51,7 @@ from ._fields import (
     FailurePolicy,
     MaxActive,
     MaxQueue,
+    PerClient,
     Rate,
     RatePer,
     RateScope,
@@ -94,6 +95,8 @@ class ToolPolicy(BaseModel):
     burst: Burst = None
     rate_scope: RateScope | None = None
     lifo: bool | None = None
+    max_active_per_client: PerClient = None
+    fair_queueing: bool | None = None
     # Defaults to the global REDIS_FAILURE_POLICY; what this tool's rate limit and fleet slots
     # do when their shared state (Redis) cannot be reached.
     failure_policy: FailurePolicy | None = None
@@ -106,7 +109,9 @@ class ToolPolicy(BaseModel):
             return {key.lower() if isinstance(key, str) else key: v for key, v in data.items()}
         return data
 
-    @field_validator("rate_per", "rate_scope", "lifo", "failure_policy", mode="after")
+    @field_validator(
+        "rate_per", "rate_scope", "lifo", "fair_queueing", "failure_policy", mode="after"
+    )
     @classmethod
     def _not_off(cls, value: object) -> object:
         if value is None:
@@ -155,6 +160,9 @@ class GuardSettings(BaseSettings):
     burst: Burst = None
     rate_scope: RateScope = "tool"
     lifo: bool = False
+    # Fair shares across client keys (on whenever calls carry one), and an optional cap.
+    max_active_per_client: PerClient = None
+    fair_queueing: bool = True
     metrics: bool = True
     expose_exceptions: bool = False
     backend: Backend = "memory"
@@ -223,6 +231,29 @@ class GuardSettings(BaseSettings):
                 " is a hard cap shared through Redis and needs a number (an automatic limit"
                 " works within one process)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _per_client_within_max_active(self) -> Self:
+        # Where the two are set together (globally, or by one pattern over the globals); a
+        # composition through several patterns is checked when the tool's gate is made.
+        scopes = [("", self.max_active, self.max_active_per_client)]
+        for pattern, policy in self.tools.items():
+            given = policy.model_fields_set
+            scopes.append((
+                pattern,
+                policy.max_active if "max_active" in given else self.max_active,
+                policy.max_active_per_client
+                if "max_active_per_client" in given
+                else self.max_active_per_client,
+            ))  # fmt: skip
+        for pattern, max_active, cap in scopes:
+            if isinstance(max_active, int) and cap is not None and cap > max_active:
+                where = f" for tools {pattern!r}" if pattern else ""
+                raise ValueError(
+                    f"{ENV_PREFIX}MAX_ACTIVE_PER_CLIENT ({cap}) is above {ENV_PREFIX}MAX_ACTIVE"
+                    f" ({max_active}){where}: a client's cap must be at most max_active"
+                )
         return self
 
     def _uses_auto(self) -> bool:

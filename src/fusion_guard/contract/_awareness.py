@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .._checks import check_int
 from .._exceptions import ConfigurationError
 from ..wire._render import escape_attr, escape_content
 from ..wire._validation import CLOSING_TAG
@@ -61,12 +62,7 @@ def _severities(values: Iterable[ChangeSeverity | str]) -> frozenset[ChangeSever
 
 
 def _check_max(max_changes: object) -> int:
-    if isinstance(max_changes, bool) or not isinstance(max_changes, int) or max_changes < 1:
-        raise ConfigurationError(
-            f"max_changes must be a whole number >= 1 (default {DEFAULT_MAX_CHANGES}), "
-            f"not {max_changes!r}"
-        )
-    return max_changes
+    return check_int("max_changes", max_changes, 1, f"default {DEFAULT_MAX_CHANGES}")
 
 
 def _change_lines(change: ContractChange) -> list[str]:

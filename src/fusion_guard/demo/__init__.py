@@ -1,3 +1,5 @@
-"""The overload scenario of docs/benchmarks.md: a simulated scarce tool, an open-loop Poisson load
-generator, the policies compared, and the figures they produce. Used by ``fusion-guard demo``
-and by the full-length run in ``benchmarks/``."""
+"""The demos of ``fusion-guard demo``: a simulated scarce tool, an open-loop Poisson load
+generator, and three scenarios with their figures and targets: *overload* (the policies compared
+across loads, docs/benchmarks.md; also the full-length run in ``benchmarks/``), *shifting* (a
+tool whose capacity moves: fixed, oracle and automatic limits, docs/adaptive.md) and *tenants*
+(clients of different appetite, fair queueing on and off, docs/demo.md)."""

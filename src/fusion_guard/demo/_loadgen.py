@@ -7,14 +7,22 @@ time, and a client gives up (cancels) ``client_timeout`` after it, as MCP client
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 
-__all__ = ["CallRecord", "Outcome", "poisson_arrivals", "run_open_loop"]
+__all__ = [
+    "CallRecord",
+    "Outcome",
+    "drive_tool",
+    "percentile",
+    "poisson_arrivals",
+    "run_open_loop",
+]
 
 Outcome = Literal["ok", "shed", "rate_limited", "timeout", "error"]
 
@@ -41,6 +49,14 @@ def poisson_arrivals(rate: float, start: float, duration: float, rng: random.Ran
     return times
 
 
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` by the nearest rank (None when there are none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
 async def run_open_loop(
     arrivals: Sequence[float],
     call: Callable[[], Awaitable[Outcome]],
@@ -64,3 +80,23 @@ async def run_open_loop(
             if intended > anyio.current_time():
                 await anyio.sleep_until(intended)
             tg.start_soon(one, intended)
+
+
+_Tool = TypeVar("_Tool")
+
+
+async def drive_tool(
+    arrivals: Sequence[float],
+    policy: Callable[[_Tool], Awaitable[Outcome]],
+    tool: _Tool,
+    *,
+    client_timeout: float,
+    records: list[CallRecord],
+) -> None:
+    """``run_open_loop`` of calls to ``tool`` through ``policy``: how the demos drive each
+    policy with the same arrivals."""
+
+    async def call() -> Outcome:
+        return await policy(tool)
+
+    await run_open_loop(arrivals, call, client_timeout=client_timeout, records=records)

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ._run import DemoResult
 from ._scenario import LevelResult
@@ -19,6 +20,8 @@ __all__ = [
     "chart_path_problem",
     "check_targets",
     "format_tables",
+    "save_chart",
+    "save_json",
     "write_chart",
     "write_json",
 ]
@@ -144,15 +147,22 @@ def check_targets(demo: DemoResult, policy: str = "fusion_guard") -> list[Target
     return targets
 
 
-def format_targets(targets: list[Target], policy: str = "fusion_guard") -> str:
-    lines = [f"targets for {policy} (docs/benchmarks.md):"]
+def format_targets(
+    targets: list[Target], policy: str = "fusion_guard", page: str = "docs/benchmarks.md"
+) -> str:
+    lines = [f"targets for {policy} ({page}):"]
     lines += [f"  [{'PASS' if t.met else 'FAIL'}] {t.name}: {t.observed}" for t in targets]
     return "\n".join(lines)
 
 
 def write_json(demo: DemoResult, path: Path) -> None:
+    save_json(demo.to_json(), path)
+
+
+def save_json(figures: dict[str, object], path: Path) -> None:
+    """Write ``figures`` to ``path`` as indented JSON (its folder made)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(demo.to_json(), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 def _series(demo: DemoResult) -> Iterator[tuple[str, list[LevelResult]]]:
@@ -230,15 +240,20 @@ def write_chart(demo: DemoResult, path: Path) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize="small")
-    fig.text(
-        0.5,
-        0.01,
+    save_chart(
+        fig,
+        path,
         f"capacity {scenario.model.capacity_rps:.0f} calls/s ({scenario.model.workers} workers,"
         f" {scenario.model.mean_service_s * 1000:.0f} ms mean service); {scenario.duration_s:g} s"
         f" per load; seed {scenario.seed}",
-        ha="center",
-        fontsize="small",
     )
+
+
+def save_chart(fig: Any, path: Path, caption: str) -> None:
+    """Caption ``fig``, write it to ``path`` (its folder made) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.text(0.5, 0.01, caption, ha="center", fontsize="small")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

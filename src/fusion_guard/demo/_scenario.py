@@ -3,14 +3,14 @@ phase at half capacity; and the figures of docs/benchmarks.md computed from the 
 
 from __future__ import annotations
 
-import math
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import anyio
 
-from ._loadgen import CallRecord, Outcome, poisson_arrivals, run_open_loop
+from ._loadgen import CallRecord, drive_tool, percentile, poisson_arrivals
 from ._policies import GuardFactory, make_policy
 from ._tool import SimulatedTool, ToolModel
 
@@ -63,21 +63,13 @@ class LevelResult:
         return asdict(self)
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, math.ceil(q * len(ordered)) - 1)
-    return ordered[rank]
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
 def _is_normal(window: Sequence[CallRecord], p99_limit: float) -> bool:
     failures = sum(1 for r in window if r.outcome != "ok")
-    p99 = _percentile([r.latency for r in window], 0.99)
+    p99 = percentile([r.latency for r in window], 0.99)
     return failures <= 0.05 * len(window) and (p99 is None or p99 <= p99_limit)
 
 
@@ -137,13 +129,13 @@ def summarise(
         load=load,
         goodput=round(len(ok_latencies) / capacity_calls, 4),
         goodput_slo=round(sum(1 for x in ok_latencies if x <= scenario.slo_s) / capacity_calls, 4),
-        p50_ms=_ms(_percentile(served, 0.50)),
-        p99_ms=_ms(_percentile(served, 0.99)),
+        p50_ms=_ms(percentile(served, 0.50)),
+        p99_ms=_ms(percentile(served, 0.99)),
         shed_rate=round((counts["shed"] + counts["rate_limited"]) / total, 4),
         timeout_rate=round(counts["timeout"] / total, 4),
-        shed_p99_ms=_ms(_percentile(sheds, 0.99)),
+        shed_p99_ms=_ms(percentile(sheds, 0.99)),
         recovery_s=None if recovery is None else recovery_time(records, *recovery, p99_limit),
-        send_lag_p99_ms=_ms(_percentile([r.sent - r.intended for r in inside], 0.99)),
+        send_lag_p99_ms=_ms(percentile([r.sent - r.intended for r in inside], 0.99)),
         calls=len(inside),
         ok=counts["ok"],
         shed=counts["shed"],
@@ -185,20 +177,18 @@ async def run_load(
     if records_out is not None:
         records_out.update(records)
 
-    async def drive(name: str) -> None:
-        policy = make_policy(name, tools[name], guard_factory)
-        tool = tools[name]
-
-        async def call() -> Outcome:
-            return await policy(tool)
-
-        await run_open_loop(
-            arrivals, call, client_timeout=scenario.client_timeout_s, records=records[name]
-        )
-
     async with anyio.create_task_group() as tg:
         for name in policies:
-            tg.start_soon(drive, name)
+            tg.start_soon(
+                functools.partial(
+                    drive_tool,
+                    arrivals,
+                    make_policy(name, tools[name], guard_factory),
+                    tools[name],
+                    client_timeout=scenario.client_timeout_s,
+                    records=records[name],
+                )
+            )
     return [
         summarise(
             name,

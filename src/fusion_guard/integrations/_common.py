@@ -20,10 +20,10 @@ from pydantic_core import PydanticSerializationError
 
 from .._exceptions import Rejected
 from .._log import is_enabled, log_event
+from .._outcomes import response_from_exception
 from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
-from ..wire._internal import response_from_exception
 from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
 from ..wire._validation import format_validation_error

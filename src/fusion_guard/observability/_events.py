@@ -30,9 +30,9 @@ import os
 import time
 from collections.abc import Callable
 
+from .._checks import check_number
 from .._log import is_enabled, log_event
 from .._observer import Outcome, ShedReason
-from ..admission._rate import _check_number
 from ._metrics import LiveFigures
 
 __all__ = ["LogEventObserver"]
@@ -72,7 +72,7 @@ class LogEventObserver:
         clock: Callable[[], float] = time.monotonic,
         key_salt: bytes | None = None,
     ) -> None:
-        self._interval = _check_number("interval", interval, "seconds, the sampling window")
+        self._interval = check_number("interval", interval, 0, "seconds, the sampling window")
         self._clock = clock
         self._salt = os.urandom(16) if key_salt is None else bytes(key_salt)
         self._tools: dict[str, _ToolEvents] = {}

@@ -24,8 +24,9 @@ from __future__ import annotations
 import re
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, get_args
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, get_args
 
 from .._exceptions import ConfigurationError
 from .._observer import Outcome, ShedReason
@@ -69,17 +70,60 @@ RETRY_AFTER_BUCKETS: tuple[float, ...] = (
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
 
-_HELP = {
-    "inflight": "Calls executing now.",
-    "queue_depth": "Calls waiting for a slot.",
-    "concurrency_limit": "The slot count in force.",
-    "calls_total": "Every call that reached the guard, once, by how it ended.",
-    "shed_total": "SERVER_BUSY answers, by reason.",
-    "queue_wait_seconds": "Time from arrival to a slot, for admitted calls.",
-    "call_duration_seconds": "Handler time, for admitted calls.",
-    "retry_after_seconds": "The retry_after handed out, by error code.",
-    "backend_errors_total": "A shared backend failed; decision allowed (fail-open) or denied.",
-}
+
+@dataclass(frozen=True, slots=True)
+class _Definition:
+    """One metric: both stores (the lean collector and prometheus-client's objects) are built
+    from the table below, so they cannot disagree on a name, type, label or help text."""
+
+    suffix: str
+    kind: Literal["gauge", "counter", "histogram"]
+    labels: tuple[str, ...]
+    help: str
+    buckets: Literal["queue_wait", "call_duration", "retry_after", None] = None
+
+
+METRICS: tuple[_Definition, ...] = (
+    _Definition("inflight", "gauge", ("tool",), "Calls executing now."),
+    _Definition("queue_depth", "gauge", ("tool",), "Calls waiting for a slot."),
+    _Definition("concurrency_limit", "gauge", ("tool",), "The slot count in force."),
+    _Definition(
+        "calls_total",
+        "counter",
+        ("tool", "outcome"),
+        "Every call that reached the guard, once, by how it ended.",
+    ),
+    _Definition("shed_total", "counter", ("tool", "reason"), "SERVER_BUSY answers, by reason."),
+    _Definition(
+        "queue_wait_seconds",
+        "histogram",
+        ("tool",),
+        "Time from arrival to a slot, for admitted calls.",
+        "queue_wait",
+    ),
+    _Definition(
+        "call_duration_seconds",
+        "histogram",
+        ("tool",),
+        "Handler time, for admitted calls.",
+        "call_duration",
+    ),
+    _Definition(
+        "retry_after_seconds",
+        "histogram",
+        ("tool", "code"),
+        "The retry_after handed out, by error code.",
+        "retry_after",
+    ),
+    _Definition(
+        "backend_errors_total",
+        "counter",
+        ("backend", "decision"),
+        "A shared backend failed; decision allowed (fail-open) or denied.",
+    ),
+)
+_DEFINED = {metric.suffix: metric for metric in METRICS}
+_F = TypeVar("_F", bound="Metric")
 _NAMESPACE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 
 
@@ -91,7 +135,7 @@ def label_value(text: str) -> str:
 
 def metric_names(namespace: str = "fusion_guard") -> tuple[str, ...]:
     """Every metric name the observer exposes (counters with their ``_total``)."""
-    return tuple(f"{namespace}_{suffix}" for suffix in _HELP)
+    return tuple(f"{namespace}_{metric.suffix}" for metric in METRICS)
 
 
 class LiveFigures(Protocol):
@@ -288,7 +332,7 @@ class _LeanCollector:
 
 
 class _Families:
-    """The metric families of one scrape."""
+    """The metric families of one scrape, one per definition in ``METRICS`` (in its order)."""
 
     def __init__(self, ns: str) -> None:
         from prometheus_client.core import (
@@ -297,45 +341,26 @@ class _Families:
             HistogramMetricFamily,
         )
 
-        tool = ["tool"]
-        self.inflight = GaugeMetricFamily(f"{ns}_inflight", _HELP["inflight"], labels=tool)
-        self.queue = GaugeMetricFamily(f"{ns}_queue_depth", _HELP["queue_depth"], labels=tool)
-        self.limit = GaugeMetricFamily(
-            f"{ns}_concurrency_limit", _HELP["concurrency_limit"], labels=tool
-        )
-        self.calls = CounterMetricFamily(
-            f"{ns}_calls_total", _HELP["calls_total"], labels=["tool", "outcome"]
-        )
-        self.shed = CounterMetricFamily(
-            f"{ns}_shed_total", _HELP["shed_total"], labels=["tool", "reason"]
-        )
-        self.wait = HistogramMetricFamily(
-            f"{ns}_queue_wait_seconds", _HELP["queue_wait_seconds"], labels=tool
-        )
-        self.duration = HistogramMetricFamily(
-            f"{ns}_call_duration_seconds", _HELP["call_duration_seconds"], labels=tool
-        )
-        self.retry = HistogramMetricFamily(
-            f"{ns}_retry_after_seconds", _HELP["retry_after_seconds"], labels=["tool", "code"]
-        )
-        self.backend = CounterMetricFamily(
-            f"{ns}_backend_errors_total",
-            _HELP["backend_errors_total"],
-            labels=["backend", "decision"],
-        )
+        made: dict[str, Metric] = {}
+
+        def family(suffix: str, kind: Callable[..., _F]) -> _F:
+            metric = _DEFINED[suffix]
+            made[suffix] = built = kind(f"{ns}_{suffix}", metric.help, labels=list(metric.labels))
+            return built
+
+        self.inflight = family("inflight", GaugeMetricFamily)
+        self.queue = family("queue_depth", GaugeMetricFamily)
+        self.limit = family("concurrency_limit", GaugeMetricFamily)
+        self.calls = family("calls_total", CounterMetricFamily)
+        self.shed = family("shed_total", CounterMetricFamily)
+        self.wait = family("queue_wait_seconds", HistogramMetricFamily)
+        self.duration = family("call_duration_seconds", HistogramMetricFamily)
+        self.retry = family("retry_after_seconds", HistogramMetricFamily)
+        self.backend = family("backend_errors_total", CounterMetricFamily)
+        self._all = [made[m.suffix] for m in METRICS]  # a definition left unmade fails here
 
     def all(self) -> list[Metric]:
-        return [
-            self.inflight,
-            self.queue,
-            self.limit,
-            self.calls,
-            self.shed,
-            self.wait,
-            self.duration,
-            self.retry,
-            self.backend,
-        ]
+        return self._all
 
     def add_tool(self, bound: _LeanTool) -> None:
         name = bound.tool
@@ -436,33 +461,41 @@ class _ClientTool:
 
 
 class _ClientMetrics:
-    """The prometheus-client metric objects (multiprocess mode), made once per registry."""
+    """The prometheus-client metric objects (multiprocess mode), made once per registry from
+    ``METRICS``."""
 
     def __init__(self, namespace: str, buckets: _Buckets, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        def named(suffix: str) -> tuple[str, str]:
-            return f"{namespace}_{suffix}", _HELP[suffix]
+        made: set[str] = set()
+
+        def defined(suffix: str, kind: str) -> tuple[str, str, list[str]]:
+            metric = _DEFINED[suffix]
+            assert metric.kind == kind, suffix  # the table and the store agree on the type
+            made.add(suffix)
+            return f"{namespace}_{suffix}", metric.help, list(metric.labels)
 
         def gauge(suffix: str) -> Gauge:
             # livesum: the figures of live workers add up; a dead worker's drop out.
-            return Gauge(*named(suffix), ["tool"], registry=registry, multiprocess_mode="livesum")
+            return Gauge(*defined(suffix, "gauge"), registry=registry, multiprocess_mode="livesum")
 
-        def counter(suffix: str, labels: list[str]) -> Counter:
-            return Counter(*named(suffix), labels, registry=registry)
+        def counter(suffix: str) -> Counter:
+            return Counter(*defined(suffix, "counter"), registry=registry)
 
-        def histogram(suffix: str, labels: list[str], bounds: tuple[float, ...]) -> Histogram:
-            return Histogram(*named(suffix), labels, registry=registry, buckets=bounds)
+        def histogram(suffix: str) -> Histogram:
+            bounds = getattr(buckets, _DEFINED[suffix].buckets or "")
+            return Histogram(*defined(suffix, "histogram"), registry=registry, buckets=bounds)
 
         self.inflight = gauge("inflight")
         self.queue = gauge("queue_depth")
         self.limit = gauge("concurrency_limit")
-        self.calls = counter("calls_total", ["tool", "outcome"])
-        self.shed = counter("shed_total", ["tool", "reason"])
-        self.wait = histogram("queue_wait_seconds", ["tool"], buckets.queue_wait)
-        self.duration = histogram("call_duration_seconds", ["tool"], buckets.call_duration)
-        self.retry = histogram("retry_after_seconds", ["tool", "code"], buckets.retry_after)
-        self.backend = counter("backend_errors_total", ["backend", "decision"])
+        self.calls = counter("calls_total")
+        self.shed = counter("shed_total")
+        self.wait = histogram("queue_wait_seconds")
+        self.duration = histogram("call_duration_seconds")
+        self.retry = histogram("retry_after_seconds")
+        self.backend = counter("backend_errors_total")
+        assert made == set(_DEFINED), set(_DEFINED) - made  # every definition is made
         self.backend_children: dict[tuple[str, bool], Counter] = {}
         self.tools: dict[str, _ClientTool] = {}
 

@@ -1,22 +1,22 @@
 """What a handler's outcome becomes on the wire: raise or return.
 
 Handler dispatch (the guard, the MCP integrations, middleware) calls ``as_response`` on what a
-handler returned and ``response_from_exception`` on what it raised, so both paths give the model
-the same envelope, and an unexpected exception becomes ``INTERNAL_ERROR`` without leaking its text.
+handler returned and, on what it raised, ``raised_response`` (a raised envelope or refusal) or,
+for anything else, ``internal_error_response``: both paths give the model the same envelope, and
+an unexpected exception becomes ``INTERNAL_ERROR`` without leaking its text. Pure text: the log
+line that goes with an INTERNAL_ERROR is written a layer up (``fusion_guard._outcomes``).
 """
 
 from __future__ import annotations
 
-import logging
 import secrets
 
 from .._exceptions import Rejected
-from .._log import log_event
 from ._builder import ErrorBuilder
 from ._codes import ErrorCode
 from ._response import ToolResponse, success, tool_error
 
-__all__ = ["as_response", "internal_error", "response_from_exception"]
+__all__ = ["as_response", "internal_error_response", "new_reference", "raised_response"]
 
 _RECOVERY = (
     "Do not blindly retry: this failure is on the server side and the same call will likely fail"
@@ -24,16 +24,19 @@ _RECOVERY = (
 )
 
 
-def internal_error(
-    exc: BaseException, *, tool: str, expose_exception: bool = False
+def new_reference() -> str:
+    """A short random id tying an INTERNAL_ERROR envelope to its log line."""
+    return secrets.token_hex(4)
+
+
+def internal_error_response(
+    exc: BaseException, *, tool: str, reference: str, expose_exception: bool = False
 ) -> ToolResponse:
-    """``INTERNAL_ERROR`` for an unexpected exception, logged in full with a short reference id.
+    """``INTERNAL_ERROR`` for an unexpected exception, under ``reference``.
 
     The message names the tool and the reference, never the exception text (it can hold secrets)
     unless ``expose_exception`` is true, which appends ``ExceptionType: message``.
     """
-    reference = secrets.token_hex(4)
-    log_event(logging.ERROR, "internal_error", exc_info=exc, tool=tool, reference=reference)
     message = f'Tool "{tool}" failed with an internal error (reference {reference}).'
     if expose_exception:
         message = f"{message} {_describe(exc)}"
@@ -64,14 +67,12 @@ def as_response(value: object) -> ToolResponse:
     return success(value)
 
 
-def response_from_exception(
-    exc: BaseException, *, tool: str, expose_exception: bool = False
-) -> ToolResponse:
-    """What a handler raised, as a result: a raised response (or builder) arrives intact, a
-    ``Rejected`` gives its envelope, anything else becomes ``INTERNAL_ERROR``."""
+def raised_response(exc: BaseException) -> ToolResponse | None:
+    """What a handler raised, as a result, when it is one: a raised response (or builder)
+    arrives intact, a ``Rejected`` gives its envelope; None for anything else."""
     if isinstance(exc, ToolResponse):
         # A fresh copy drops the traceback (and the frames it keeps alive).
         return ToolResponse(exc.text, is_error=exc.is_error, code=exc.code)
     if isinstance(exc, Rejected):
         return exc.response
-    return internal_error(exc, tool=tool, expose_exception=expose_exception)
+    return None

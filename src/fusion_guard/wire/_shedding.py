@@ -75,6 +75,26 @@ class ServerBusyTemplate:
         )
         return make_response(text, True, "SERVER_BUSY")
 
+    def render_for_client(
+        self,
+        reason: str,
+        active: int,
+        queued: int,
+        retry_after: float,
+        client_active: int,
+        client_queued: int,
+    ) -> ToolResponse:
+        """The envelope of a refusal about the caller's own share (``fair_share``,
+        ``client_limit``): after the standard details, how many of the caller's own calls run
+        (``client_active``) and wait (``client_queued``). Never the caller's key."""
+        standard = self.render(reason, active, queued, retry_after).text
+        own = (
+            f'    <detail key="client_active">{client_active}</detail>\n'
+            f'    <detail key="client_queued">{client_queued}</detail>\n'
+            "  </details>\n"
+        )
+        return make_response(standard.replace("  </details>\n", own, 1), True, "SERVER_BUSY")
+
 
 def describe_rate(rate: float, per: float) -> str:
     """``10 calls per 1 second``, ``5 calls per 2.5 seconds``."""

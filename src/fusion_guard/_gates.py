@@ -1,0 +1,273 @@
+"""Where a tool's gate is assembled: once per tool, from the settings, one way down the layers.
+
+A gate is everything one tool's calls go through: its limits (``ToolLimits``), its observer, its
+slots (a ``ConcurrencyGuard`` deciding by a fixed or adaptive ``Limit``; with ``BACKEND=redis``
+a ``DistributedConcurrencyGuard`` holding fleet leases), its rate limiter on the one rate backend
+all tools share, and its failure policy for when that backend fails. ``GateAssembly.gate`` is the
+only place these are chosen; the Guard asks it once per tool and keeps the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import TYPE_CHECKING
+
+from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
+from ._policy import ToolLimits
+from .admission._adaptive import GradientLimit
+from .admission._concurrency import ConcurrencyGuard
+from .admission._context import CallContext
+from .admission._rate import RateLimit, RateLimiter
+from .backends._base import RateBackend
+from .backends._memory import MemoryBackend
+from .wire._shedding import TimeoutTemplate
+
+if TYPE_CHECKING:
+    from .admission._distributed import BackendFailure
+    from .config._settings import GuardSettings
+
+__all__ = ["NULL_OBSERVER", "Gate", "GateAssembly"]
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+class _NullObserver:
+    """The observer of a guard nobody watches: every event costs one empty call."""
+
+    __slots__ = ()
+
+    def admitted(self, queue_wait: float) -> None:
+        pass
+
+    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
+        pass
+
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
+        pass
+
+    def finished(self, outcome: Outcome, duration: float | None) -> None:
+        pass
+
+    def backend_error(self, backend: str, allowed: bool) -> None:
+        pass
+
+
+NULL_OBSERVER = _NullObserver()
+
+
+class Gate:
+    """One tool's state, made on its first call: limits, observer, slots, rate limits, and the
+    failure policy applied when the rate backend fails."""
+
+    __slots__ = (
+        "backend_failure",
+        "context",
+        "deadline",
+        "limits",
+        "observer",
+        "rates",
+        "slots",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        limits: ToolLimits,
+        observer: ToolObserver,
+        slots: ConcurrencyGuard | None,
+        rates: RateLimiter | None,
+        backend_failure: BackendFailure | None,
+    ) -> None:
+        self.tool = limits.tool
+        # The context of every call that names no client and no request, made once.
+        self.context = CallContext(limits.tool)
+        self.limits = limits
+        self.observer = observer
+        self.slots = slots
+        self.rates = rates
+        self.backend_failure = backend_failure
+        # Without slots the deadline is the ticket's own; with slots the Slot applies it.
+        self.deadline = (
+            TimeoutTemplate(limits.tool, limits.timeout)
+            if slots is None and limits.timeout is not None
+            else None
+        )
+
+
+class GateAssembly:
+    """Builds tools' gates from ``settings`` and the guard's ``observers``. ``rate_backend``:
+    where every tool's rate limits live (default: chosen by ``settings.backend``, made on first
+    use and shared, so that a ``global`` or ``client`` budget is really one)."""
+
+    __slots__ = ("_observers", "_rate_backend", "_settings")
+
+    def __init__(
+        self,
+        settings: GuardSettings,
+        observers: tuple[GuardObserver, ...],
+        rate_backend: RateBackend | None,
+    ) -> None:
+        self._settings = settings
+        self._observers = observers
+        self._rate_backend = rate_backend
+
+    def gate(self, limits: ToolLimits) -> Gate:
+        """The gate of ``limits.tool``: call once per tool and keep it."""
+        tool = limits.tool
+        adaptive = self._adaptive_limit() if limits.max_active == "auto" else None
+        initial = adaptive.limit if adaptive is not None else limits.max_active
+        assert initial != "auto"  # for the type checker: "auto" became the adaptive limit
+        bound = bind_tool(self._observers, tool, initial)
+        observer: ToolObserver = NULL_OBSERVER if bound is None else bound
+        slots = None
+        if adaptive is not None or initial is not None:
+            slots = self._slots(limits, bound, adaptive, initial)
+            _watch(observer, slots)
+        rates = self._rates(limits)
+        failure = None if rates is None else self._failure(limits, observer, slots)
+        return Gate(limits, observer, slots, rates, failure)
+
+    def rate_backend(self) -> RateBackend:
+        if self._rate_backend is None:
+            self._rate_backend = _backend_for(self._settings)
+        return self._rate_backend
+
+    def _slots(
+        self,
+        limits: ToolLimits,
+        observer: ToolObserver | None,
+        adaptive: GradientLimit | None,
+        initial: int | None,
+    ) -> ConcurrencyGuard:
+        settings = self._settings
+        queue_timeout = math.inf if limits.queue_timeout is None else limits.queue_timeout
+        if adaptive is not None:
+            # The slot count follows the tool's latency; a fleet cap needs a number (refused
+            # with BACKEND=redis at start-up), so these slots are this process's own.
+            # "auto" queue: 10 per slot the limit starts from (it starts lower, probing).
+            max_queue = (
+                10 * settings.auto_initial_active if limits.max_queue is None else limits.max_queue
+            )
+            return ConcurrencyGuard(
+                limit=adaptive,
+                max_queue=max_queue,
+                queue_timeout=queue_timeout,
+                name=limits.tool,
+                lifo=limits.lifo,
+                fair=limits.fair_queueing,
+                max_active_per_client=limits.max_active_per_client,
+                observer=observer,
+            )
+        assert initial is not None  # slots are made for a number or "auto"
+        if settings.backend != "redis" or settings.redis_url is None:
+            return ConcurrencyGuard(
+                initial,
+                limits.max_queue,
+                queue_timeout,
+                name=limits.tool,
+                lifo=limits.lifo,
+                fair=limits.fair_queueing,
+                max_active_per_client=limits.max_active_per_client,
+                observer=observer,
+            )
+        # Fleet-wide slots: Redis leases, on the rate backend's connection when it is Redis.
+        from .admission._distributed import DistributedConcurrencyGuard
+        from .backends._redis import RedisRateLimitBackend
+
+        backend = self.rate_backend()
+        redis: str | RedisRateLimitBackend = (
+            backend
+            if isinstance(backend, RedisRateLimitBackend)
+            else settings.redis_url.get_secret_value()
+        )
+        return DistributedConcurrencyGuard(
+            initial,
+            limits.max_queue,
+            queue_timeout,
+            redis=redis,
+            lease=settings.redis_lease,
+            failure_policy=limits.failure_policy,
+            timeout=settings.redis_timeout,
+            connect_timeout=settings.redis_connect_timeout,
+            prefix=settings.redis_prefix,
+            name=limits.tool,
+            lifo=limits.lifo,
+            fair=limits.fair_queueing,
+            max_active_per_client=limits.max_active_per_client,
+            observer=observer,
+        )
+
+    def _adaptive_limit(self) -> GradientLimit:
+        settings = self._settings
+        return GradientLimit(
+            min_limit=settings.auto_min_active,
+            max_limit=settings.auto_max_active,
+            initial_limit=settings.auto_initial_active,
+        )
+
+    def _rates(self, limits: ToolLimits) -> RateLimiter | None:
+        if limits.rate is None:
+            return None
+        burst = limits.burst or max(1, math.ceil(limits.rate))
+        limit = RateLimit(
+            limits.rate,
+            limits.rate_per,
+            burst,
+            scope=limits.rate_scope,
+            name=_limit_name(limits, burst),
+        )
+        # The tool's own failure policy is applied by its tickets (gate.backend_failure): one
+        # backend serves every tool, and each tool may have its own policy.
+        return RateLimiter(limits=(limit,), backend=self.rate_backend(), failure_policy="raise")
+
+    def _failure(
+        self, limits: ToolLimits, observer: ToolObserver, slots: ConcurrencyGuard | None
+    ) -> BackendFailure | None:
+        """The tool's failure policy for its rate backend, made once (None in memory, which
+        does not fail)."""
+        backend = self.rate_backend()
+        if isinstance(backend, MemoryBackend):
+            return None
+        from .admission._distributed import backend_failure
+
+        return backend_failure(limits.tool, limits.failure_policy, backend, observer, slots)
+
+
+def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
+    """Connect a tool's observer and slots: observers that show live figures (in-flight, queue
+    depth) read them from the slots, and the slots leave ``finished`` to the tool's tickets,
+    which know how the handler answered (an error envelope is no exception): each call is
+    reported once."""
+    slots.reports_finished = False
+    watch = getattr(observer, "watch", None)
+    if callable(watch):
+        watch(slots)
+
+
+def _backend_for(settings: GuardSettings) -> RateBackend:
+    if settings.backend == "redis" and settings.redis_url is not None:
+        from .backends._redis import RedisRateLimitBackend
+
+        return RedisRateLimitBackend(
+            settings.redis_url.get_secret_value(),
+            timeout=settings.redis_timeout,
+            connect_timeout=settings.redis_connect_timeout,
+            failure_policy=settings.redis_failure_policy,
+            prefix=settings.redis_prefix,
+        )
+    return MemoryBackend()
+
+
+def _limit_name(limits: ToolLimits, burst: int) -> str:
+    """A stable backend name for the budget: where the rate was set, scope and figures."""
+    source = limits.rate_source
+    if source:
+        digest = hashlib.blake2b(source.encode(), digest_size=4).hexdigest()
+        origin = f"{_NAME_UNSAFE.sub('_', source)[:80]}-{digest}"
+    else:
+        origin = "defaults"
+    # repr is exact (1234567 and 1234568 stay apart); '+' in '1e+22' is not a name character.
+    figures = _NAME_UNSAFE.sub("_", f"{limits.rate!r}/{limits.rate_per!r}")
+    return f"{origin}/{limits.rate_scope}/{figures}/{burst}"

@@ -1,0 +1,200 @@
+"""The queue discipline: who is refused at arrival, who is judged late, who is served next.
+
+A :class:`QueueDiscipline` *decides*; the :class:`~fusion_guard.ConcurrencyGuard` that owns it
+*enforces* (slots, waiters, hand-off). It holds the queue's shape over time (when it last was
+empty, how many hand-offs since, the arrival rates) and its settings, and is given the live
+figures it judges by: the calls queued, the slots in force, the hold-time estimate and the start
+of the youngest call in flight. What it decides (see the guard's module for the why):
+
+- **FIFO, or adaptive LIFO**: with ``lifo``, the newest waiter is served first while the queue
+  is standing (``serves_newest``).
+- **Standing-queue limit**: under sustained overload (standing *and* arrivals outrunning the
+  slots) a queue is held to ``standing_limit`` waiters (``holds_standing``).
+- **Predictive shedding**: a newcomer whose expected start is past its ``queue_timeout`` is
+  refused at arrival (``would_time_out``); waiters are re-judged from the tail as they wait
+  (``is_late``, and ``judge_delay`` for when the tail would become late).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._overload import LOOK_EVERY, OverloadDetector
+from ._service_time import ServiceTimeEstimator, expected_wait
+
+__all__ = ["LOOK_EVERY", "QueueDiscipline"]
+
+#: A queue not empty for this long (seconds) is standing, unless queue_timeout / 4 is shorter.
+STANDING_AFTER = 0.1
+#: A standing queue is held to this many waiters per slot (unless standing_limit is given).
+STANDING_SLOTS_FACTOR = 4
+#: The soonest a queued waiter wakes to judge the queue again (seconds): a floor against rounding.
+MIN_JUDGE_DELAY = 0.001
+#: A start expected within this many drain steps (mean hold / slots) of a waiter's deadline
+#: counts as a miss.
+LATE_MARGIN_STEPS = 0.5
+
+
+class QueueDiscipline:
+    """The queue's rules for one guard (see the module). ``standing_limit`` None follows the
+    limit in force (``STANDING_SLOTS_FACTOR`` per slot, at most ``max_queue``); ``handoffs`` is
+    counted by the guard at each hand-off."""
+
+    __slots__ = (
+        "_standing_derived",
+        "handoffs",
+        "last_empty",
+        "lifo",
+        "max_queue",
+        "overload",
+        "predictive",
+        "queue_timeout",
+        "rejudging",
+        "standing_after",
+        "standing_limit",
+    )
+
+    def __init__(
+        self,
+        *,
+        queue_timeout: float,
+        max_queue: int,
+        slots: int,
+        lifo: bool,
+        standing_after: float | None,
+        standing_limit: int | None,
+        predictive: bool,
+        now: float,
+    ) -> None:
+        self.queue_timeout = queue_timeout
+        self.max_queue = max_queue
+        self.lifo = lifo
+        self.predictive = predictive
+        self.standing_after = (
+            min(STANDING_AFTER, queue_timeout / 4) if standing_after is None else standing_after
+        )
+        self._standing_derived = standing_limit is None  # follows the limit in force
+        self.standing_limit = min(
+            max_queue, STANDING_SLOTS_FACTOR * slots if standing_limit is None else standing_limit
+        )
+        self.last_empty = -math.inf
+        self.handoffs = 0  # since the queue last formed (at last_empty)
+        # Waiters are re-judged while they wait (tail first, FIFO order only: under LIFO a
+        # position says nothing about a wait) when there is a finite timeout to miss.
+        self.rejudging = predictive and not lifo and queue_timeout < math.inf
+        self.overload = OverloadDetector(now)
+
+    def on_limit(self, slots: int) -> None:
+        """The limit in force moved: a derived standing limit follows it."""
+        if self._standing_derived:
+            self.standing_limit = min(self.max_queue, STANDING_SLOTS_FACTOR * slots)
+
+    def arrival(self, now: float, queued: int) -> None:
+        """A caller is about to queue behind ``queued`` others: an empty queue forms anew."""
+        if not queued:
+            self.last_empty = now
+            self.handoffs = 0
+
+    def standing(self, now: float, queued: int) -> bool:
+        """CoDel's test: the queue is standing when it has not been empty for
+        ``standing_after`` seconds (``last_empty`` is stamped by arrivals that find it empty)."""
+        return bool(queued) and now - self.last_empty > self.standing_after
+
+    def serves_newest(self, now: float, queued: int) -> bool:
+        """Adaptive LIFO: the newest waiter is served first while the queue stands."""
+        return self.lifo and self.standing(now, queued)
+
+    def holds_standing(self, now: float, queued: int, slots: int) -> bool:
+        """Sustained overload with a queue at the standing limit: refuse the newcomer."""
+        return (
+            queued >= self.standing_limit
+            and self.standing(now, queued)
+            and self.overload.overloaded(slots)
+        )
+
+    def would_time_out(
+        self,
+        position: int,
+        now: float,
+        slots: int,
+        service: ServiceTimeEstimator,
+        latest_start: float,
+    ) -> bool:
+        """Predictive early shedding: would a newcomer at ``position`` miss ``queue_timeout``?
+        Not while LIFO serves newcomers first (a newcomer's position then says nothing about
+        its wait). Asked only when ``predictive``."""
+        if self.serves_newest(now, position - 1):
+            return False
+        hold = service.evidence(now - latest_start)
+        start = self.expected_start(position, now, slots, hold, latest_start, position - 1)
+        return start > now + self.queue_timeout
+
+    def is_late(
+        self,
+        since: float,
+        position: int,
+        now: float,
+        slots: int,
+        hold: float,
+        latest_start: float,
+    ) -> bool:
+        """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
+        before its own deadline: the arrival test, against its deadline."""
+        start = self.expected_start(position, now, slots, hold, latest_start, position)
+        return start > since + self.queue_timeout
+
+    def expected_start(
+        self,
+        position: int,
+        now: float,
+        slots: int,
+        hold: float,
+        latest_start: float,
+        queued: int,
+    ) -> float:
+        """When the caller at ``position`` is expected to get a slot, on the evidence ``hold``
+        (``expected_wait``), plus half a drain step: waiting the whole timeout for a refusal is
+        the worst outcome a caller can have, so a start expected that close to the deadline
+        counts as a miss (the openings are not known more precisely than that)."""
+        youngest = now - latest_start
+        mean_age = self._mean_age(youngest, slots, latest_start, queued)
+        wait = expected_wait(position, slots, hold, youngest, mean_age)
+        return now + wait + LATE_MARGIN_STEPS * hold / slots
+
+    def _mean_age(self, youngest: float, slots: int, latest_start: float, queued: int) -> float:
+        """The mean age of the calls in flight, from the slow path alone (tracking every start
+        would cost the uncontended path a sixth). While a queue stands every start is a
+        hand-off, so the calls in flight started about one hand-off interval apart; before the
+        queue's first hand-off, they are taken to have started together (a burst)."""
+        handoffs = self.handoffs
+        if not (handoffs and queued):
+            return youngest
+        interval = (latest_start - self.last_empty) / handoffs
+        return youngest + 0.5 * (slots - 1) * max(interval, 0.0)
+
+    def judge_delay(
+        self,
+        tail_since: float,
+        queued: int,
+        now: float,
+        slots: int,
+        service: ServiceTimeEstimator,
+        latest_start: float,
+    ) -> float:
+        """Seconds until the tail (queued at ``tail_since``, ``queued`` waiting in all) would be
+        judged late should no slot open meanwhile.
+
+        No opening means the calls in flight age: the expected start stays put while they are
+        younger than the mean hold, then moves with the clock; and once the youngest outlives
+        the mean (or before any call has finished) the evidence of the hold grows with it.
+        Openings only move the moment later, so a wake then misses nothing.
+        """
+        rounds = (queued - 1) // slots
+        slack = tail_since + self.queue_timeout - now
+        margin = LATE_MARGIN_STEPS / slots
+        youngest = now - latest_start
+        # The hold grows with the youngest call in flight (the calls in flight are then all due).
+        delay = (slack - (rounds + margin) * youngest) / (1.0 + rounds + margin)
+        if service.samples:  # the mean hold: late once the calls in flight are overdue
+            delay = min(delay, slack - (rounds + margin) * service.mean)
+        return max(delay, MIN_JUDGE_DELAY)
