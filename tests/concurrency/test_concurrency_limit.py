@@ -79,7 +79,8 @@ class ParallelismLimit(SteeredLimit):
 
 
 @pytest.mark.parametrize(
-    ("parallelism", "standing"), [(2.0, 8), (2.4, 8), (16.0, 32), (float("nan"), 32), (0.2, 32)]
+    ("parallelism", "standing"),
+    [(2.0, 2), (2.4, 4), (1.0, 1), (6.0, 22), (16.0, 32), (float("nan"), 32), (0.2, 32)],
 )
 async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
     parallelism: float, standing: int
@@ -89,7 +90,10 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
     assert guard.standing_limit == 32  # 4 per slot until a call has finished
     async with guard.slot():
         pass
-    # 4 per call served in parallel, never more than per slot; a nonsense estimate is ignored.
+    # Guard and tool together hold 5 calls per call served in parallel (4 queued per call, as
+    # under a limit equal to the parallelism): the 8 - parallelism calls the limit keeps above
+    # it wait inside the tool, so they come off the queue; at least 1; never more than 4 per
+    # slot; a nonsense estimate is ignored.
     assert guard.standing_limit == standing
 
 

@@ -75,6 +75,7 @@ class GradientLimit:
         "_probing",
         "_quiet",
         "_window",
+        "_window_crowd",
         "_window_end",
         "_window_fastest",
         "_window_peak",
@@ -127,6 +128,7 @@ class GradientLimit:
         self._window: list[float] = []
         self._window_end = -math.inf
         self._window_peak = 0
+        self._window_crowd = 0
         self._window_fastest = math.inf
         self._limit = self._probe_limit()
         self._parallelism = float(initial)
@@ -167,9 +169,11 @@ class GradientLimit:
         if not window:
             self._window_end = end + self.window
             self._window_peak = 0
+            self._window_crowd = 0
             self._window_fastest = math.inf
         window.append(duration)
         self._window_peak = max(self._window_peak, inflight)
+        self._window_crowd += inflight
         self._window_fastest = min(self._window_fastest, duration)
         if (end >= self._window_end and len(window) >= self.window_samples) or (
             len(window) >= EARLY_SAMPLES
@@ -180,15 +184,18 @@ class GradientLimit:
 
     @property
     def parallelism(self) -> float:
-        """The calls the tool appears to serve in parallel: the limit scaled by its uncrowded
-        latency over its latency of late (the limit itself until measured)."""
+        """The calls the tool appears to serve in parallel: the calls in flight of the last
+        window (their mean, as each call found them) scaled by the uncrowded latency over the
+        window's; the initial limit until measured. The mean, not the peak: one call left over
+        from a higher limit would otherwise set it."""
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
         baseline = self.baseline
         if not (latency > 0 and baseline > 0):
             return
-        self._parallelism = max(1.0, self._window_peak * min(1.0, baseline / latency))
+        crowd = self._window_crowd / len(self._window)
+        self._parallelism = max(1.0, crowd * min(1.0, baseline / latency))
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold

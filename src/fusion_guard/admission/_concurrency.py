@@ -440,6 +440,7 @@ class ConcurrencyGuard:
         "_cancelled_queued",
         "_clock",
         "_discipline",
+        "_drain",
         "_ends",
         "_expiry",
         "_fair",
@@ -523,6 +524,10 @@ class ConcurrencyGuard:
         predictive = check_bool("predictive", predictive)
         prior = check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
+        # Under an adaptive limit, the time between slot openings at saturation: each call's
+        # hold over the calls in flight when it started. The mean hold over the slots in force
+        # is wrong for as long as the mean lags a moved limit, and a small limit moves often.
+        self._drain = None if self._adaptive is None else ServiceTimeEstimator(prior)
         self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
@@ -744,7 +749,7 @@ class ConcurrencyGuard:
         if queued and discipline.rejudging:  # an arrival is a moment to look (after the rates)
             queued = self._rejudge(now)
         discipline.arrival(now, queued)
-        if queued and not displaced and discipline.holds_standing(now, queued, self._max_active):
+        if queued and not displaced and discipline.holds_standing(now, queued):
             if not self._displace_for(tenant):
                 raise self._refuse("queue_full", queued, self._standing_busy)
             queued -= 1
@@ -1020,8 +1025,10 @@ class ConcurrencyGuard:
 
     def _learn(self, start: float, held: float, inflight: int, dropped: bool) -> None:
         """Feed one finished call to the adaptive limit and apply the limit it then gives."""
-        adaptive = self._adaptive
-        assert adaptive is not None  # called only with one
+        adaptive, drain = self._adaptive, self._drain
+        assert adaptive is not None
+        assert drain is not None
+        drain.observe(held / max(1, inflight))
         try:
             adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
@@ -1034,10 +1041,10 @@ class ConcurrencyGuard:
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
         # it, and the queue's wait, by as much.
-        slots = self._max_active
         if isinstance(parallelism, int | float) and parallelism >= 1:
-            slots = min(slots, round(parallelism))
-        self._discipline.on_limit(slots)
+            self._discipline.on_limit(self._max_active, float(parallelism))
+        else:
+            self._discipline.on_limit(self._max_active)
 
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
@@ -1100,7 +1107,12 @@ class ConcurrencyGuard:
             + self._shed_client
             + len(self._waiters)
         )
-        self._discipline.overload.observe(now, arrivals, self._service.mean)
+        drain = self._drain
+        if drain is not None and drain.samples:
+            opening = drain.mean
+        else:
+            opening = self._service.mean / self._max_active
+        self._discipline.overload.observe(now, arrivals, opening)
 
     # -- shedding -------------------------------------------------------------------------------
 

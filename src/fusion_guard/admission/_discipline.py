@@ -9,7 +9,9 @@ of the youngest call in flight. What it decides (see the guard's module for the 
 - **FIFO, or adaptive LIFO**: with ``lifo``, the newest waiter is served first while the queue
   is standing (``serves_newest``).
 - **Standing-queue limit**: under sustained overload (standing *and* arrivals outrunning the
-  slots) a queue is held to ``standing_limit`` waiters (``holds_standing``).
+  slots) a queue is held to ``standing_limit`` waiters (``holds_standing``): 4 per slot, or,
+  under a limit that runs above what the tool serves in parallel, as many as keep the calls
+  in the guard *and* the tool to 5 per call served in parallel (``on_limit``).
 - **Predictive shedding**: a newcomer whose expected start is past its ``queue_timeout`` is
   refused at arrival (``would_time_out``); waiters are re-judged from the tail as they wait
   (``is_late``, and ``judge_delay`` for when the tail would become late).
@@ -84,10 +86,23 @@ class QueueDiscipline:
         self.rejudging = predictive and not lifo and queue_timeout < math.inf
         self.overload = OverloadDetector(now)
 
-    def on_limit(self, slots: int) -> None:
-        """The limit in force moved: a derived standing limit follows it."""
-        if self._standing_derived:
-            self.standing_limit = min(self.max_queue, STANDING_SLOTS_FACTOR * slots)
+    def on_limit(self, slots: int, parallelism: float | None = None) -> None:
+        """The limit in force moved, or the estimate of the calls the tool serves in parallel
+        (``parallelism``, from an adaptive limit): a derived standing limit follows them.
+
+        A limit above the tool's parallelism keeps its excess calls waiting inside the tool, so
+        those count against the standing queue: with ``STANDING_SLOTS_FACTOR`` waiters per call
+        served in parallel, a queued call waits as long as under a limit equal to the
+        parallelism (``parallelism`` per slot otherwise would let the wait grow with the
+        headroom the limit keeps to find more capacity)."""
+        if not self._standing_derived:
+            return
+        if parallelism is None:
+            standing = STANDING_SLOTS_FACTOR * slots
+        else:
+            parallel = min(float(slots), parallelism)
+            standing = max(1, round((STANDING_SLOTS_FACTOR + 1) * parallel - slots))
+        self.standing_limit = min(self.max_queue, standing)
 
     def arrival(self, now: float, queued: int) -> None:
         """A caller is about to queue behind ``queued`` others: an empty queue forms anew."""
@@ -104,12 +119,12 @@ class QueueDiscipline:
         """Adaptive LIFO: the newest waiter is served first while the queue stands."""
         return self.lifo and self.standing(now, queued)
 
-    def holds_standing(self, now: float, queued: int, slots: int) -> bool:
+    def holds_standing(self, now: float, queued: int) -> bool:
         """Sustained overload with a queue at the standing limit: refuse the newcomer."""
         return (
             queued >= self.standing_limit
             and self.standing(now, queued)
-            and self.overload.overloaded(slots)
+            and self.overload.overloaded()
         )
 
     def would_time_out(

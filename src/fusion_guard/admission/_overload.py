@@ -10,10 +10,13 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
-Either one above its bar means overload. Capacity is ``slots / mean hold``; the guard's mean hold
-(about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
-that a streak of slow calls at moderate load does not read as overload and the guard's release
-path pays nothing for it. The figures come from a measured trade-off on the scenario of the
+Either one above its bar means overload. Capacity is one call per *opening*: the time between
+two slots freeing up when every slot is taken (the mean hold over the slots, for a fixed limit;
+for an adaptive limit, whose slot count moves faster than a mean hold follows, the mean of each
+call's hold over the calls in flight when it started). The guard's figure (about 20 calls deep)
+is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so that a streak of slow
+calls at moderate load does not read as overload and the guard's release path pays nothing for
+it. The figures come from a measured trade-off on the scenario of the
 README's overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity the
 guard must shed almost nothing, at 1.5x and above admitted calls must stay within a few service
 times.
@@ -42,19 +45,19 @@ class OverloadDetector:
     right whatever the spacing, and the fast path of the guard pays nothing.
     """
 
-    __slots__ = ("_count", "_fast", "_hold", "_slow", "_time")
+    __slots__ = ("_count", "_fast", "_opening", "_slow", "_time")
 
     def __init__(self, now: float) -> None:
         self._time = now
         self._count = 0
         self._slow = 0.0
         self._fast = 0.0
-        self._hold = math.nan
+        self._opening = math.nan
 
-    def observe(self, now: float, arrivals: int, mean_hold: float) -> None:
-        """``arrivals`` so far (a running count) and the guard's current mean hold time."""
-        if self._hold != self._hold:  # NaN: the first look
-            self._hold = mean_hold
+    def observe(self, now: float, arrivals: int, opening: float) -> None:
+        """``arrivals`` so far (a running count) and the guard's current seconds per opening."""
+        if self._opening != self._opening:  # NaN: the first look
+            self._opening = opening
         elapsed = now - self._time
         if elapsed <= 0.0:
             return
@@ -63,16 +66,16 @@ class OverloadDetector:
         fast = math.exp(-elapsed / FAST_HORIZON)
         self._slow = self._slow * slow + rate * (1.0 - slow)
         self._fast = self._fast * fast + rate * (1.0 - fast)
-        self._hold = self._hold * slow + mean_hold * (1.0 - slow)
+        self._opening = self._opening * slow + opening * (1.0 - slow)
         self._time = now
         self._count = arrivals
 
-    def overloaded(self, slots: int) -> bool:
-        """Calls have been arriving faster than ``slots`` serve them (with margins). Calls that
-        hold a slot for no measurable time never overload it."""
-        if not self._hold > 0.0:
+    def overloaded(self) -> bool:
+        """Calls have been arriving faster than the slots open (with margins). Calls that hold
+        a slot for no measurable time never overload it."""
+        if not self._opening > 0.0:
             return False
-        capacity = slots / self._hold
+        capacity = 1.0 / self._opening
         return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
 
     @property
