@@ -524,9 +524,10 @@ class ConcurrencyGuard:
         predictive = check_bool("predictive", predictive)
         prior = check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
-        # Under an adaptive limit, the time between slot openings at saturation: each call's
-        # hold over the calls in flight when it started. The mean hold over the slots in force
-        # is wrong for as long as the mean lags a moved limit, and a small limit moves often.
+        # Under an adaptive limit, the time between slot openings at saturation: the hold of
+        # each call that found every slot taken, over the calls then in flight. The mean hold
+        # over the slots in force is wrong for as long as the mean lags a moved limit (a small
+        # limit moves often); calls that found a free slot say nothing of how fast slots open.
         self._drain = None if self._adaptive is None else ServiceTimeEstimator(prior)
         self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
         if not callable(clock):
@@ -1028,7 +1029,8 @@ class ConcurrencyGuard:
         adaptive, drain = self._adaptive, self._drain
         assert adaptive is not None
         assert drain is not None
-        drain.observe(held / max(1, inflight))
+        if inflight >= self._max_active:  # it found every slot taken: it measures an opening
+            drain.observe(held / inflight)
         try:
             adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit

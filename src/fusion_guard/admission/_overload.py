@@ -12,11 +12,11 @@ averages of the arrival rate watch it:
 
 Either one above its bar means overload. Capacity is one call per *opening*: the time between
 two slots freeing up when every slot is taken (the mean hold over the slots, for a fixed limit;
-for an adaptive limit, whose slot count moves faster than a mean hold follows, the mean of each
-call's hold over the calls in flight when it started). The guard's figure (about 20 calls deep)
-is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so that a streak of slow
-calls at moderate load does not read as overload and the guard's release path pays nothing for
-it. The figures come from a measured trade-off on the scenario of the
+for an adaptive limit, whose slot count moves faster than a mean hold follows, the mean hold of
+the calls that found every slot taken, each over the calls then in flight). The guard's figure
+(about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
+that a streak of slow calls at moderate load does not read as overload and the guard's release
+path pays nothing for it. The figures come from a measured trade-off on the scenario of the
 README's overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity the
 guard must shed almost nothing, at 1.5x and above admitted calls must stay within a few service
 times.
