@@ -47,6 +47,20 @@ def test_its_parallelism_is_the_tools_true_concurrency_while_the_limit_runs_abov
     assert limit.parallelism == pytest.approx(workers, rel=0.3)  # ...its estimate does not
 
 
+def test_one_call_left_over_from_a_higher_limit_does_not_set_its_parallelism() -> None:
+    limit = GradientLimit(initial_limit=8, window=0.1, window_samples=20)
+    now = 0.0
+    for _ in range(limit.probe_samples):  # the first calls measure the uncrowded latency
+        limit.on_sample(now, 0.010, 1, False)
+        now += 0.010
+    # A window of calls the tool serves one at a time, but for one that started among 8.
+    limit.on_sample(now, 0.010, 8, False)
+    for _ in range(19):
+        now += 0.010
+        limit.on_sample(now, 0.010, 1, False)
+    assert limit.parallelism == pytest.approx((8 + 19) / 20)  # the window's mean, not its peak
+
+
 def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:
     limit = GradientLimit()
     now = _drive(limit, 8, 10.0)

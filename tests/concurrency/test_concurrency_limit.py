@@ -97,6 +97,82 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
     assert guard.standing_limit == standing
 
 
+def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:
+    """Slots whose standing queue is held to 40 under overload (and no predictive shedding)."""
+    return ConcurrencyGuard(limit=limit, max_queue=500, queue_timeout=30, standing_limit=40,
+                            standing_after=0.1, expected_service_time=0.02, predictive=False,
+                            clock=clock)  # fmt: skip
+
+
+async def _standing_refusals(
+    guard: ConcurrencyGuard, clock: FakeClock, arrivals_per_s: float
+) -> int:
+    """Every slot held, 60 calls arrive at ``arrivals_per_s`` and no slot opens meanwhile: how
+    many are refused by the standing-queue limit."""
+    held = [guard.acquire_nowait() for _ in range(guard.limit)]
+    refusals: list[str] = []
+
+    async def arrive() -> None:
+        try:
+            await guard.acquire()
+        except ServerBusy as busy:
+            refusals.append(details(busy.response.text).get("standing", "not standing"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(60):
+            clock.advance(1.0 / arrivals_per_s)
+            tg.start_soon(arrive)
+            await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    for slot in held:
+        slot.release()
+    assert set(refusals) <= {"true"}
+    return len(refusals)
+
+
+@pytest.mark.parametrize(("arrivals_per_s", "refused"), [(75.0, 20), (45.0, 0)])
+async def test_overload_is_judged_by_how_fast_slots_open_while_the_limit_moves(
+    arrivals_per_s: float, refused: int
+) -> None:
+    """A tool with one worker (20 ms a call) under a limit that went from 1 to 2: two slots now
+    open every 20 ms, as one did, since each call waits for the other inside the tool. The
+    guard's mean hold still remembers the 20 ms calls of the single slot; over 2 slots it would
+    say a slot opens every 11 ms (91 calls/s) and take 75 calls/s for a burst. Each call that
+    found every slot taken tells the truth: its hold over the calls then in flight."""
+    clock = FakeClock()
+    limit = SteeredLimit(1)
+    limit.next = 2
+    guard = _moving_guard(clock, limit)
+    alone = guard.acquire_nowait()
+    clock.advance(0.020)
+    alone.release()
+    assert guard.limit == 2
+    first, second = guard.acquire_nowait(), guard.acquire_nowait()
+    clock.advance(0.040)  # two calls inside a one-worker tool: 40 ms each
+    first.release()
+    second.release()
+    # 75/s against 50 calls/s (1.5x): past the standing limit, newcomers are refused. 45/s is
+    # within what the slots serve: the queue absorbs it as a burst, whatever its length.
+    assert await _standing_refusals(guard, clock, arrivals_per_s) == refused
+
+
+async def test_calls_that_found_a_free_slot_do_not_tell_how_fast_slots_open() -> None:
+    """In a lull, calls run alone and quickly (5 ms over 2 slots would read as a slot opening
+    every 2.5 ms); what the tool does when every slot is taken (two 40 ms calls: one every
+    20 ms) is what tells overload from a burst when the calls come back at 1.5x."""
+    clock = FakeClock()
+    guard = _moving_guard(clock, SteeredLimit(2))
+    first, second = guard.acquire_nowait(), guard.acquire_nowait()
+    clock.advance(0.040)
+    first.release()
+    second.release()
+    for _ in range(50):
+        alone = guard.acquire_nowait()
+        clock.advance(0.005)
+        alone.release()
+    assert await _standing_refusals(guard, clock, 75.0) == 20
+
+
 async def test_lowering_the_limit_lets_the_calls_in_flight_drain() -> None:
     limit = SteeredLimit(4)
     guard = ConcurrencyGuard(limit=limit, queue_timeout=10)
