@@ -134,7 +134,9 @@ def _sentinel(
     from redis.asyncio.sentinel import Sentinel
 
     assert multi.service is not None  # a sentinel URL is read with its service name
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+    # redis-py left Sentinel's constructor untyped before 8.2: called as Any for every version.
+    make_sentinel: Any = Sentinel
+    sentinel = make_sentinel(
         list(multi.nodes),
         sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": connect_timeout},
     )
