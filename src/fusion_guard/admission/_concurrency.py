@@ -440,7 +440,6 @@ class ConcurrencyGuard:
         "_cancelled_queued",
         "_clock",
         "_discipline",
-        "_drain",
         "_ends",
         "_expiry",
         "_fair",
@@ -455,6 +454,7 @@ class ConcurrencyGuard:
         "_max_queue",
         "_name",
         "_observer",
+        "_openings",
         "_per_client",
         "_permit",
         "_predicted",
@@ -528,7 +528,7 @@ class ConcurrencyGuard:
         # each call that found every slot taken, over the calls then in flight. The mean hold
         # over the slots in force is wrong for as long as the mean lags a moved limit (a small
         # limit moves often); calls that found a free slot say nothing of how fast slots open.
-        self._drain = None if self._adaptive is None else ServiceTimeEstimator(prior)
+        self._openings = None if self._adaptive is None else ServiceTimeEstimator(prior)
         self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
@@ -1026,11 +1026,11 @@ class ConcurrencyGuard:
 
     def _learn(self, start: float, held: float, inflight: int, dropped: bool) -> None:
         """Feed one finished call to the adaptive limit and apply the limit it then gives."""
-        adaptive, drain = self._adaptive, self._drain
+        adaptive, openings = self._adaptive, self._openings
         assert adaptive is not None
-        assert drain is not None
+        assert openings is not None
         if inflight >= self._max_active:  # it found every slot taken: it measures an opening
-            drain.observe(held / inflight)
+            openings.observe(held / inflight)
         try:
             adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
@@ -1043,10 +1043,9 @@ class ConcurrencyGuard:
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
         # it, and the queue's wait, by as much.
-        if isinstance(parallelism, int | float) and parallelism >= 1:
-            self._discipline.on_limit(self._max_active, float(parallelism))
-        else:
-            self._discipline.on_limit(self._max_active)
+        if not (isinstance(parallelism, int | float) and parallelism >= 1):
+            parallelism = None  # none, or a nonsense estimate: held per slot
+        self._discipline.on_limit(self._max_active, parallelism)
 
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
@@ -1109,9 +1108,9 @@ class ConcurrencyGuard:
             + self._shed_client
             + len(self._waiters)
         )
-        drain = self._drain
-        if drain is not None and drain.samples:
-            opening = drain.mean
+        openings = self._openings
+        if openings is not None and openings.samples:
+            opening = openings.mean
         else:
             opening = self._service.mean / self._max_active
         self._discipline.overload.observe(now, arrivals, opening)

@@ -93,8 +93,8 @@ class QueueDiscipline:
         A limit above the tool's parallelism keeps its excess calls waiting inside the tool, so
         those count against the standing queue: with ``STANDING_SLOTS_FACTOR`` waiters per call
         served in parallel, a queued call waits as long as under a limit equal to the
-        parallelism (``parallelism`` per slot otherwise would let the wait grow with the
-        headroom the limit keeps to find more capacity)."""
+        parallelism. Counted per slot instead, the wait would grow with the headroom the limit
+        keeps to find more capacity."""
         if not self._standing_derived:
             return
         if parallelism is None:
