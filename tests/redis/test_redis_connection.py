@@ -69,9 +69,9 @@ async def test_gcra_refusal_spends_no_other_budget(redis_url: str) -> None:
 
 async def test_gcra_keys_expire_when_full_again(redis_url: str) -> None:
     conn = RedisConnection(redis_url, timeout=1.0)
-    await _gcra(conn, ("idle", 200_000, 0))
+    await _gcra(conn, ("idle", 2 * SECOND_US, 0))  # 2 s: a loaded machine's look still finds it
     ttl_ms = await conn.client.pttl(conn.key_prefix + "idle")
-    assert 0 < ttl_ms <= 200
+    assert 0 < ttl_ms <= 2000
     await conn.aclose()
 
 

@@ -51,6 +51,7 @@ async def test_env_variables_select_the_redis_backend(
     monkeypatch.setenv("FUSION_GUARD_REDIS_LEASE", "2")
     monkeypatch.setenv("FUSION_GUARD_REDIS_PREFIX", "env-test")
     monkeypatch.setenv("FUSION_GUARD_RATE", "5")
+    monkeypatch.setenv("FUSION_GUARD_RATE_PER", "60")  # its key outlives the look below
     guard = Guard.from_env(registry=CollectorRegistry())
     assert guard.settings.redis_connect_timeout == 2.5
     slots = guard.concurrency("search")

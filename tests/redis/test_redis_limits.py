@@ -49,7 +49,9 @@ async def test_burst_then_refusal_with_exact_retry_after(redis_url: str) -> None
 
 async def test_caller_keys_are_stored_as_digests(redis_url: str, redis_server: RedisServer) -> None:
     backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="fg-test")
-    limits = _limits(backend, RateLimiter(5, scope="client"))
+    # One call per minute: the key lives a minute, not the 0.2 s of 5/s that a loaded machine
+    # can spend before the look below.
+    limits = _limits(backend, RateLimiter(1, per=60.0, scope="client"))
     assert await limits.acheck(CTX) is None
     with redis_server.client() as client:
         keys = [key.decode() for key in client.keys("*")]
