@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion_guard.admission._overload import OverloadDetector
+from fusion_guard.admission._discipline import QueueDiscipline
+from fusion_guard.admission._overload import SETTLING_CALLS, OverloadDetector
 
 CAPACITY = 100.0
 OPENING = 0.01  # two slots held 20 ms each: a slot opens every 10 ms, 100 calls per second
+SETTLED = 10 * SETTLING_CALLS  # the guard's figure rests on plenty of finished calls
 
 
 def _feed(detector: OverloadDetector, rate: float, start: float, seconds: float, step: float,
@@ -20,7 +22,7 @@ def _feed(detector: OverloadDetector, rate: float, start: float, seconds: float,
     t, steps = start, round(seconds / step)
     for i in range(1, steps + 1):
         t = start + i * step
-        detector.observe(t, count + round(rate * i * step), OPENING)
+        detector.observe(t, count + round(rate * i * step), OPENING, SETTLED)
     return t, count + round(rate * steps * step)
 
 
@@ -45,14 +47,14 @@ def test_a_streak_of_slow_calls_at_moderate_load_is_not_overload() -> None:
     t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0)
     # The guard's mean hold jumps to 30 ms (capacity 67/s) for a quarter of a second.
     for i in range(1, 26):
-        detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.015)
+        detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.015, SETTLED)
     assert not detector.overloaded()
 
 
 def test_no_measurable_hold_is_never_overload() -> None:
     detector = OverloadDetector(0.0)
     for i in range(1, 100):
-        detector.observe(i * 0.01, i * 50, 0.0)
+        detector.observe(i * 0.01, i * 50, 0.0, SETTLED)
     assert not detector.overloaded()
 
 
@@ -60,7 +62,7 @@ def test_a_short_burst_at_moderate_load_is_not_overload() -> None:
     detector = OverloadDetector(0.0)
     t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0)
     # Ten extra calls at once, as a Poisson burst brings: the queue grows, the load does not.
-    detector.observe(t + 0.01, count + 11, OPENING)
+    detector.observe(t + 0.01, count + 11, OPENING, SETTLED)
     assert not detector.overloaded()
 
 
@@ -73,7 +75,75 @@ def test_rates_do_not_depend_on_how_often_it_looks(steps: list[float], seed: int
     t = 0.0
     for step in steps:
         t += step
-        detector.observe(t, int(rate * t), OPENING)
+        detector.observe(t, int(rate * t), OPENING, SETTLED)
     # Warm from zero: after t seconds the slow average has reached 1 - exp(-t) of the rate.
     expected = rate * (1.0 - pow(2.718281828459045, -t))
     assert detector.arrival_rate == pytest.approx(expected, rel=0.05, abs=rate * 0.02 + 2.0)
+
+
+def test_a_figure_of_a_few_calls_is_not_kept_for_a_second() -> None:
+    """A new guard's first calls were short: its figure, from 3 calls, says a slot opens every
+    3.5 ms (285 calls/s). Calls then come at 1.5x the true capacity while the figure settles on
+    a slot every 10 ms: smoothed from the first look, it would still read 150 calls/s after
+    0.6 s, and 1.5x as no overload; taken as it is until it rests on enough calls, it is seen."""
+    detector = OverloadDetector(0.0)
+    detector.observe(0.01, 1, 0.0035, 3)
+    t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1)  # a lull: few looks, none saturated
+    for i in range(1, 61):
+        evidence = 3 + i
+        detector.observe(t + i * 0.01, count + round(150.0 * i * 0.01), OPENING, evidence)
+    assert evidence < SETTLING_CALLS
+    assert detector.overloaded()
+
+
+def test_a_settled_figure_is_smoothed() -> None:
+    """Once the figure rests on enough calls, a sudden change in it is smoothed: the streak of
+    slow calls above, seen through a settled figure, is no overload; through a settling one,
+    taken as it is, it would be."""
+    outcomes = []
+    for evidence in (SETTLED, 10):
+        detector = OverloadDetector(0.0)
+        t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0)
+        for i in range(1, 26):
+            detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.015, evidence)
+        outcomes.append(detector.overloaded())
+    assert outcomes == [False, True]
+
+
+def _discipline() -> QueueDiscipline:
+    return QueueDiscipline(
+        queue_timeout=30.0,
+        max_queue=100,
+        slots=2,
+        lifo=False,
+        standing_after=0.1,
+        standing_limit=4,
+        predictive=False,
+        now=0.0,
+    )
+
+
+def test_a_queue_that_empties_for_an_instant_under_overload_keeps_standing() -> None:
+    """At 2x capacity a standing queue held to 4 can empty for an instant (a few short calls in
+    a row). If the next arrival started the standing clock again, the queue would grow without
+    a limit for the next 100 ms: at 4x that is 40 calls, 400 ms of waiting."""
+    discipline = _discipline()
+    discipline.arrival(0.0, 0)  # the queue forms
+    _feed(discipline.overload, 200.0, 0.0, 1.0, 0.01, 0)
+    assert discipline.holds_standing(1.0, 4)
+    discipline.arrival(1.0, 0)  # it emptied for an instant; calls still come at 2x
+    assert discipline.holds_standing(1.001, 4)
+
+
+def test_once_calls_stop_outrunning_the_slots_a_new_queue_is_a_burst() -> None:
+    """After a 10x overload, arrivals at half capacity: the fast average falls below what the
+    slots serve within a second, and a queue that forms then is a burst again (the slow average
+    still remembers the overload for seconds, so it alone must not keep the queue standing)."""
+    discipline = _discipline()
+    discipline.arrival(0.0, 0)
+    t, count = _feed(discipline.overload, 1000.0, 0.0, 2.0, 0.01, 0)
+    _feed(discipline.overload, 50.0, t, 1.0, 0.01, count)
+    assert discipline.overload.overloaded()  # the slow average: still above 1.15x capacity
+    assert not discipline.overload.outrunning()
+    discipline.arrival(2.0, 0)
+    assert not discipline.holds_standing(2.01, 4)

@@ -105,8 +105,10 @@ class QueueDiscipline:
         self.standing_limit = min(self.max_queue, standing)
 
     def arrival(self, now: float, queued: int) -> None:
-        """A caller is about to queue behind ``queued`` others: an empty queue forms anew."""
-        if not queued:
+        """A caller is about to queue behind ``queued`` others: an empty queue forms anew,
+        unless calls are still coming faster than slots open (then the queue emptied for an
+        instant, and has not stopped standing)."""
+        if not queued and not self.overload.outrunning():
             self.last_empty = now
             self.handoffs = 0
 

@@ -16,10 +16,13 @@ for an adaptive limit, whose slot count moves faster than a mean hold follows, t
 the calls that found every slot taken, each over the calls then in flight). The guard's figure
 (about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
 that a streak of slow calls at moderate load does not read as overload and the guard's release
-path pays nothing for it. The figures come from a measured trade-off on the scenario of the
-README's overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity the
-guard must shed almost nothing, at 1.5x and above admitted calls must stay within a few service
-times.
+path pays nothing for it; but only once it rests on ``SETTLING_CALLS`` finished calls. Before
+that, smoothing would keep the figure of the first few calls for a second or more (a new
+guard's first calls were short: the demo's tool then read as serving 280 calls a second instead
+of 100, and a 1.5x overload as no overload for two seconds). The figures come from a measured
+trade-off on the scenario of the README's overload demo (``fusion-guard demo``: 2 slots,
+log-normal service): at 0.8x capacity the guard must shed almost nothing, at 1.5x and above
+admitted calls must stay within a few service times.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ SLOW_HORIZON = 1.0
 SLOW_FACTOR = 1.15
 FAST_HORIZON = 0.25
 FAST_FACTOR = 1.3
+#: The guard's figure for an opening rests on this many finished calls before it is smoothed
+#: here: until then it is taken as it is (about a second of calls at the demo's capacity).
+SETTLING_CALLS = 100
 #: The guard looks at the rates at most this often (seconds): looks closer together change
 #: nothing measurable, and a queued arrival then costs less.
 LOOK_EVERY = 0.001
@@ -54,10 +60,11 @@ class OverloadDetector:
         self._fast = 0.0
         self._opening = math.nan
 
-    def observe(self, now: float, arrivals: int, opening: float) -> None:
-        """``arrivals`` so far (a running count) and the guard's current seconds per opening."""
-        if self._opening != self._opening:  # NaN: the first look
-            self._opening = opening
+    def observe(self, now: float, arrivals: int, opening: float, evidence: int) -> None:
+        """``arrivals`` so far (a running count) and the guard's current seconds per opening,
+        measured from ``evidence`` finished calls."""
+        if self._opening != self._opening or evidence < SETTLING_CALLS:
+            self._opening = opening  # the first look, or a figure still settling: taken as is
         elapsed = now - self._time
         if elapsed <= 0.0:
             return
@@ -77,6 +84,11 @@ class OverloadDetector:
             return False
         capacity = 1.0 / self._opening
         return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
+
+    def outrunning(self) -> bool:
+        """Calls are arriving faster than the slots open, on the fast average and without a
+        margin: a queue that empties for an instant now has not stopped standing."""
+        return self._opening > 0.0 and self._fast * self._opening > 1.0
 
     @property
     def last_look(self) -> float:
