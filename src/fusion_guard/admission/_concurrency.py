@@ -1110,10 +1110,10 @@ class ConcurrencyGuard:
         )
         openings = self._openings
         if openings is not None and openings.samples:
-            opening, evidence = openings.mean, openings.samples
+            opening = openings.mean
         else:
-            opening, evidence = self._service.mean / self._max_active, self._service.samples
-        self._discipline.overload.observe(now, arrivals, opening, evidence)
+            opening = self._service.mean / self._max_active
+        self._discipline.overload.observe(now, arrivals, opening, self._service.samples)
 
     # -- shedding -------------------------------------------------------------------------------
 
