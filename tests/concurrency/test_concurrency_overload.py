@@ -17,12 +17,14 @@ SETTLED = 10 * SETTLING_CALLS  # the guard's figure rests on plenty of finished 
 
 
 def _feed(detector: OverloadDetector, rate: float, start: float, seconds: float, step: float,
-          count: int) -> tuple[float, int]:  # fmt: skip
-    """Arrivals at ``rate`` per second, observed every ``step`` seconds."""
+          count: int, *, opening: float = OPENING, evidence: int = SETTLED,
+          ) -> tuple[float, int]:  # fmt: skip
+    """Arrivals at ``rate`` per second, observed every ``step`` seconds, with the guard's figure
+    ``opening`` resting on ``evidence`` finished calls."""
     t, steps = start, round(seconds / step)
     for i in range(1, steps + 1):
         t = start + i * step
-        detector.observe(t, count + round(rate * i * step), OPENING, SETTLED)
+        detector.observe(t, count + round(rate * i * step), opening, evidence)
     return t, count + round(rate * steps * step)
 
 
@@ -88,7 +90,8 @@ def test_a_figure_of_a_few_calls_is_not_kept_for_a_second() -> None:
     0.6 s, and 1.5x as no overload; taken as it is until it rests on enough calls, it is seen."""
     detector = OverloadDetector(0.0)
     detector.observe(0.01, 1, 0.0035, 3)
-    t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1)  # a lull: few looks, none saturated
+    # A lull: few looks, and no call finishes with every slot taken, so the figure stays.
+    t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1, opening=0.0035, evidence=3)
     for i in range(1, 61):
         evidence = 3 + i
         detector.observe(t + i * 0.01, count + round(150.0 * i * 0.01), OPENING, evidence)
@@ -103,7 +106,7 @@ def test_a_settled_figure_is_smoothed() -> None:
     outcomes = []
     for evidence in (SETTLED, 10):
         detector = OverloadDetector(0.0)
-        t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0)
+        t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0, evidence=evidence)
         for i in range(1, 26):
             detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.015, evidence)
         outcomes.append(detector.overloaded())
