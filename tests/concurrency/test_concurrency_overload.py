@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -9,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fusion_guard.admission._discipline import QueueDiscipline
-from fusion_guard.admission._overload import SETTLING_CALLS, OverloadDetector
+from fusion_guard.admission._overload import (
+    FIRST_AGE,
+    SETTLING_CALLS,
+    SLOW_HORIZON,
+    OverloadDetector,
+)
 
 CAPACITY = 100.0
 OPENING = 0.01  # two slots held 20 ms each: a slot opens every 10 ms, 100 calls per second
@@ -26,6 +32,16 @@ def _feed(detector: OverloadDetector, rate: float, start: float, seconds: float,
         t = start + i * step
         detector.observe(t, count + round(rate * i * step), opening, evidence)
     return t, count + round(rate * steps * step)
+
+
+def _seen(rate: float, seconds: float) -> float:
+    """The slow average of a new detector after ``seconds`` of arrivals at ``rate``: taken over
+    the time it has seen, as if that began FIRST_AGE earlier with no arrivals."""
+    return (
+        rate
+        * math.expm1(-seconds / SLOW_HORIZON)
+        / math.expm1(-(seconds + FIRST_AGE) / SLOW_HORIZON)
+    )
 
 
 def test_steady_load_under_capacity_is_not_overload() -> None:
@@ -70,7 +86,8 @@ def test_a_short_burst_at_moderate_load_is_not_overload() -> None:
 
 @given(steps=st.lists(st.floats(0.001, 0.5), min_size=1, max_size=60), seed=st.integers(0, 99))
 def test_rates_do_not_depend_on_how_often_it_looks(steps: list[float], seed: int) -> None:
-    """Arrivals at a constant rate give that rate, whether observed often or rarely."""
+    """Arrivals at a constant rate give that rate, whether observed often or rarely, and from
+    the first look (the average is taken over the time it has seen, not warmed from zero)."""
     rng = random.Random(seed)
     rate = rng.uniform(10.0, 500.0)
     detector = OverloadDetector(0.0)
@@ -78,9 +95,7 @@ def test_rates_do_not_depend_on_how_often_it_looks(steps: list[float], seed: int
     for step in steps:
         t += step
         detector.observe(t, int(rate * t), OPENING, SETTLED)
-    # Warm from zero: after t seconds the slow average has reached 1 - exp(-t) of the rate.
-    expected = rate * (1.0 - pow(2.718281828459045, -t))
-    assert detector.arrival_rate == pytest.approx(expected, rel=0.05, abs=rate * 0.02 + 2.0)
+    assert detector.arrival_rate == pytest.approx(_seen(rate, t), rel=0.05, abs=2.0 / t)
 
 
 def test_a_figure_of_a_few_calls_is_not_kept_for_a_second() -> None:
@@ -150,3 +165,24 @@ def test_once_calls_stop_outrunning_the_slots_a_new_queue_is_a_burst() -> None:
     assert not discipline.overload.outrunning()
     discipline.arrival(2.0, 0)
     assert not discipline.holds_standing(2.01, 4)
+
+
+@pytest.mark.parametrize("load", [1.5, 4.0])
+def test_a_new_guard_sees_an_overload_that_starts_with_it(load: float) -> None:
+    """A guard created as a 1.5x overload begins (a server started under load, each level of the
+    overload demo): averages warmed from zero read its arrivals low for their horizon, and 1.5x
+    as no overload for 1.5 s; taken over the time they have seen, it is seen within 0.3 s.
+    """
+    detector = OverloadDetector(0.0)
+    _feed(detector, load * CAPACITY, 0.0, 0.3, 0.01, 0)
+    assert detector.overloaded()
+    assert detector.arrival_rate == pytest.approx(_seen(load * CAPACITY, 0.3), rel=0.05)
+
+
+def test_a_new_guard_at_moderate_load_is_not_overloaded_on_its_first_looks() -> None:
+    detector = OverloadDetector(0.0)
+    outcomes = []
+    for i in range(1, 201):
+        detector.observe(i * 0.005, round(80.0 * i * 0.005), OPENING, SETTLED)
+        outcomes.append(detector.overloaded() or detector.outrunning())
+    assert not any(outcomes)

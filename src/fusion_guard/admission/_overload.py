@@ -10,7 +10,9 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
-Either one above its bar means overload. Capacity is one call per *opening*: the time between
+Either one above its bar means overload. Each is taken over the time it has seen: started at
+zero, an average would read a new guard's arrivals low for a whole horizon (a guard created as a
+1.5x overload began saw none for 1.5 s). Capacity is one call per *opening*: the time between
 two slots freeing up when every slot is taken (the mean hold over the slots, for a fixed limit;
 for an adaptive limit, whose slot count moves faster than a mean hold follows, the mean hold of
 the calls that found every slot taken, each over the calls then in flight). The guard's figure
@@ -38,6 +40,9 @@ FAST_FACTOR = 1.3
 #: The guard's figure for an opening rests on this many finished calls before it is smoothed
 #: here: until then it is taken as it is (about a second of calls at the demo's capacity).
 SETTLING_CALLS = 100
+#: A new guard's averages are taken as if they had seen this long (seconds) of no arrivals
+#: before its first: one call a few milliseconds after the start is not a rate of hundreds.
+FIRST_AGE = 0.05
 #: The guard looks at the rates at most this often (seconds): looks closer together change
 #: nothing measurable, and a queued arrival then costs less.
 LOOK_EVERY = 0.001
@@ -51,13 +56,19 @@ class OverloadDetector:
     right whatever the spacing, and the fast path of the guard pays nothing.
     """
 
-    __slots__ = ("_count", "_fast", "_opening", "_slow", "_time")
+    __slots__ = ("_count", "_fast", "_fast_weight", "_opening", "_slow", "_slow_weight", "_time")
 
     def __init__(self, now: float) -> None:
         self._time = now
         self._count = 0
         self._slow = 0.0
         self._fast = 0.0
+        # The weight each average has gathered, 1 - exp(-age / horizon): an average started at
+        # 0 reads a new guard's arrivals low for a horizon (at 1.5x capacity, as no overload for
+        # a second), so the bars are compared with the average over the time it has seen, as
+        # if it had seen FIRST_AGE more of no arrivals (its first call is not a rate).
+        self._slow_weight = -math.expm1(-FIRST_AGE / SLOW_HORIZON)
+        self._fast_weight = -math.expm1(-FIRST_AGE / FAST_HORIZON)
         self._opening = math.nan
 
     def observe(self, now: float, arrivals: int, opening: float, evidence: int) -> None:
@@ -73,6 +84,8 @@ class OverloadDetector:
         fast = math.exp(-elapsed / FAST_HORIZON)
         self._slow = self._slow * slow + rate * (1.0 - slow)
         self._fast = self._fast * fast + rate * (1.0 - fast)
+        self._slow_weight = self._slow_weight * slow + (1.0 - slow)
+        self._fast_weight = self._fast_weight * fast + (1.0 - fast)
         self._opening = self._opening * slow + opening * (1.0 - slow)
         self._time = now
         self._count = arrivals
@@ -83,12 +96,15 @@ class OverloadDetector:
         if not self._opening > 0.0:
             return False
         capacity = 1.0 / self._opening
-        return self._slow > capacity * SLOW_FACTOR or self._fast > capacity * FAST_FACTOR
+        return (
+            self._slow > capacity * SLOW_FACTOR * self._slow_weight
+            or self._fast > capacity * FAST_FACTOR * self._fast_weight
+        )
 
     def outrunning(self) -> bool:
         """Calls are arriving faster than the slots open, on the fast average and without a
         margin: a queue that empties for an instant now has not stopped standing."""
-        return self._opening > 0.0 and self._fast * self._opening > 1.0
+        return self._opening > 0.0 and self._fast * self._opening > self._fast_weight
 
     @property
     def last_look(self) -> float:
@@ -98,4 +114,4 @@ class OverloadDetector:
     @property
     def arrival_rate(self) -> float:
         """The slow average, calls per second."""
-        return self._slow
+        return self._slow / self._slow_weight if self._slow_weight else 0.0
