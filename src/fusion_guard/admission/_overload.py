@@ -10,7 +10,8 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
-Either one above its bar means overload. Each is taken over the time it has seen: started at
+Either one above its bar means overload, the slow one only while the fast one still sees calls
+coming at least as fast as slots open (it remembers an overload for seconds after it ended). Each is taken over the time it has seen: started at
 zero, an average would read a new guard's arrivals low for a whole horizon (a guard created as a
 1.5x overload began saw none for 1.5 s). Capacity is one call per *opening*: the time between
 two slots freeing up when every slot is taken (the mean hold over the slots, for a fixed limit;
@@ -91,14 +92,16 @@ class OverloadDetector:
         self._count = arrivals
 
     def overloaded(self) -> bool:
-        """Calls have been arriving faster than the slots open (with margins). Calls that hold
-        a slot for no measurable time never overload it."""
+        """Calls have been arriving faster than the slots open (with margins), and still are:
+        the slow average alone remembers a 10x overload for two seconds after it ended, and
+        held the queue short through the calm that followed. Calls that hold a slot for no
+        measurable time never overload it."""
         if not self._opening > 0.0:
             return False
         capacity = 1.0 / self._opening
-        return (
-            self._slow > capacity * SLOW_FACTOR * self._slow_weight
-            or self._fast > capacity * FAST_FACTOR * self._fast_weight
+        fast = self._fast / self._fast_weight
+        return fast > capacity * FAST_FACTOR or (
+            fast > capacity and self._slow > capacity * SLOW_FACTOR * self._slow_weight
         )
 
     def outrunning(self) -> bool:
