@@ -11,21 +11,21 @@ averages of the arrival rate watch it:
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
 Either one above its bar means overload, the slow one only while the fast one still sees calls
-coming at least as fast as slots open (it remembers an overload for seconds after it ended). Each is taken over the time it has seen: started at
-zero, an average would read a new guard's arrivals low for a whole horizon (a guard created as a
-1.5x overload began saw none for 1.5 s). Capacity is one call per *opening*: the time between
-two slots freeing up when every slot is taken (the mean hold over the slots, for a fixed limit;
-for an adaptive limit, whose slot count moves faster than a mean hold follows, the mean hold of
-the calls that found every slot taken, each over the calls then in flight). The guard's figure
-(about 20 calls deep) is smoothed once more here over ``SLOW_HORIZON``, at the same looks, so
-that a streak of slow calls at moderate load does not read as overload and the guard's release
-path pays nothing for it; but only once it rests on ``SETTLING_CALLS`` finished calls. Before
-that, smoothing would keep the figure of the first few calls for a second or more (a new
-guard's first calls were short: the demo's tool then read as serving 280 calls a second instead
-of 100, and a 1.5x overload as no overload for two seconds). The figures come from a measured
-trade-off on the scenario of the README's overload demo (``fusion-guard demo``: 2 slots,
-log-normal service): at 0.8x capacity the guard must shed almost nothing, at 1.5x and above
-admitted calls must stay within a few service times.
+coming at least as fast as slots open (it remembers an overload for seconds after it ended).
+Each is taken over the time it has seen: started at zero, an average would read a new guard's
+arrivals low for a whole horizon (a guard created as a 1.5x overload began saw none for 1.5 s).
+Capacity is one call per *opening*: the time between two slots freeing up when every slot is
+taken (the mean hold over the slots, for a fixed limit; for an adaptive limit, whose slot count
+moves faster than a mean hold follows, the mean hold of the calls that found every slot taken,
+each over the calls then in flight). The guard's figure (about 20 calls deep) is smoothed once
+more here over ``SLOW_HORIZON``, at the same looks, so that a streak of slow calls at moderate
+load does not read as overload and the guard's release path pays nothing for it; but only once
+it rests on ``SETTLING_CALLS`` finished calls. Before that, smoothing would keep the figure of
+the first few calls for a second or more (a new guard's first calls were short: the demo's tool
+then read as serving 280 calls a second instead of 100, and a 1.5x overload as no overload for
+two seconds). The figures come from a measured trade-off on the scenario of the README's
+overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity the guard
+must shed almost nothing, at 1.5x and above admitted calls must stay within a few service times.
 """
 
 from __future__ import annotations
