@@ -66,7 +66,7 @@ class OverloadDetector:
         self._fast = 0.0
         # The weight each average has gathered, 1 - exp(-age / horizon): an average started at
         # 0 reads a new guard's arrivals low for a horizon (at 1.5x capacity, as no overload for
-        # a second), so the bars are compared with the average over the time it has seen, as
+        # 1.5 s), so the bars are compared with the average over the time it has seen, as
         # if it had seen FIRST_AGE more of no arrivals (its first call is not a rate).
         self._slow_weight = -math.expm1(-FIRST_AGE / SLOW_HORIZON)
         self._fast_weight = -math.expm1(-FIRST_AGE / FAST_HORIZON)
@@ -100,9 +100,8 @@ class OverloadDetector:
             return False
         capacity = 1.0 / self._opening
         fast = self._fast / self._fast_weight
-        return fast > capacity * FAST_FACTOR or (
-            fast > capacity and self._slow > capacity * SLOW_FACTOR * self._slow_weight
-        )
+        slow = self._slow / self._slow_weight
+        return fast > capacity * FAST_FACTOR or (fast > capacity and slow > capacity * SLOW_FACTOR)
 
     def outrunning(self) -> bool:
         """Calls are arriving faster than the slots open, on the fast average and without a
@@ -117,4 +116,4 @@ class OverloadDetector:
     @property
     def arrival_rate(self) -> float:
         """The slow average, calls per second."""
-        return self._slow / self._slow_weight if self._slow_weight else 0.0
+        return self._slow / self._slow_weight
