@@ -99,14 +99,20 @@ class OverloadDetector:
         if not self._opening > 0.0:
             return False
         capacity = 1.0 / self._opening
-        fast = self._fast / self._fast_weight
-        slow = self._slow / self._slow_weight
-        return fast > capacity * FAST_FACTOR or (fast > capacity and slow > capacity * SLOW_FACTOR)
+        fast = self._fast_rate
+        return fast > capacity * FAST_FACTOR or (
+            fast > capacity and self.arrival_rate > capacity * SLOW_FACTOR
+        )
 
     def outrunning(self) -> bool:
         """Calls are arriving faster than the slots open, on the fast average and without a
         margin: a queue that empties for an instant now has not stopped standing."""
-        return self._opening > 0.0 and self._fast * self._opening > self._fast_weight
+        return self._opening > 0.0 and self._fast_rate * self._opening > 1.0
+
+    @property
+    def _fast_rate(self) -> float:
+        """The fast average, calls per second."""
+        return self._fast / self._fast_weight
 
     @property
     def last_look(self) -> float:
