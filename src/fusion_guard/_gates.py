@@ -146,13 +146,10 @@ class GateAssembly:
         if adaptive is not None:
             # The slot count follows the tool's latency; a fleet cap needs a number (refused
             # with BACKEND=redis at start-up), so these slots are this process's own.
-            # "auto" queue: 10 per slot the limit starts from (it starts lower, probing).
-            max_queue = (
-                10 * settings.auto_initial_active if limits.max_queue is None else limits.max_queue
-            )
+            # The default queue follows the limit's estimate of the tool's parallelism.
             return ConcurrencyGuard(
                 limit=adaptive,
-                max_queue=max_queue,
+                max_queue=limits.max_queue,
                 queue_timeout=queue_timeout,
                 name=limits.tool,
                 lifo=limits.lifo,

@@ -10,14 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fusion_guard import ConfigurationError
-from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive import PARALLELISM_WEIGHT, GradientLimit
 
 
-def _drive(limit: GradientLimit, workers: int, seconds: float, now: float = 0.0) -> float:
-    """A tool of ``workers`` workers with 10 ms calls, always offered more than the limit: calls
-    beyond the workers wait inside it, so each takes 10 ms x in-flight / workers. Returns the
-    simulated time reached."""
-    service = 0.010
+def _drive(
+    limit: GradientLimit, workers: int, seconds: float, now: float = 0.0, service: float = 0.010
+) -> float:
+    """A tool of ``workers`` workers with ``service``-long calls (10 ms), always offered more
+    than the limit: calls beyond the workers wait inside it, so each takes ``service`` x in-flight
+    / workers. Returns the simulated time reached."""
     end = now + seconds
     while now < end:
         inflight = limit.limit
@@ -61,6 +62,21 @@ def test_one_call_left_over_from_a_higher_limit_does_not_set_its_parallelism() -
     assert limit.parallelism == pytest.approx((8 + 19) / 20)  # the window's mean, not its peak
 
 
+def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    before, crowd = limit.parallelism, limit.limit
+    assert before == pytest.approx(2, rel=0.3)
+    assert crowd > 2
+    # Every call as fast as half the uncrowded latency: the first closes the window in progress
+    # (its median is the tool's), the next 20 make one window of lucky calls alone.
+    for i in range(2 * limit.window_samples):
+        limit.on_sample(now + 0.010 * i, 0.005, crowd, False)
+    # The window alone reads every call in flight as served in parallel (the standing queue
+    # and the default queue would follow): it weighs PARALLELISM_WEIGHT.
+    assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (crowd - before))
+
+
 def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:
     limit = GradientLimit()
     now = _drive(limit, 8, 10.0)
@@ -91,6 +107,18 @@ def test_timeouts_halve_it_and_it_recovers() -> None:
     assert limit.limit == 2
     _drive(limit, 8, 5.0, now + 50.0)
     assert limit.limit >= 8
+
+
+def test_a_limit_cut_to_one_climbs_without_waiting_for_full_windows_of_calls() -> None:
+    # 50 ms calls: at a limit of 1 a full window of 20 calls takes a second, so a limit cut to 1
+    # (by a noisy window, here by timeouts) climbed back to 4 slots in about 1.8 s.
+    limit = GradientLimit()
+    now = _drive(limit, 4, 20.0, service=0.050)
+    assert limit.limit >= 4
+    while limit.limit > 1:
+        limit.on_sample(now, 0.050, limit.limit, True)
+    _drive(limit, 4, 1.2, now, service=0.050)
+    assert limit.limit >= 4  # 5 calls a slot, 0.25 s a step
 
 
 @given(

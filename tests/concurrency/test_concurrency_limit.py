@@ -97,6 +97,56 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
     assert guard.standing_limit == standing
 
 
+async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -> None:
+    limit = ParallelismLimit(4, 4.0)
+    guard = ConcurrencyGuard(limit=limit, queue_timeout=10, predictive=False, clock=FakeClock())
+    assert guard.max_queue == 40  # 10 per call served in parallel, as 10 per slot when fixed
+    first, rest = anyio.Event(), anyio.Event()
+    started: list[int] = []
+    refused: list[dict[str, str]] = []
+
+    async def call(release: anyio.Event) -> None:
+        try:
+            await _hold(guard, release, started)
+        except ServerBusy as busy:
+            refused.append(details(busy.response.text))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, first)
+        await anyio.wait_all_tasks_blocked()  # it holds a slot (trio starts tasks in any order)
+        for _ in range(3 + 30):
+            tg.start_soon(call, rest)
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (4, 30)
+        limit.parallelism = 1.3  # learnt when the next call ends: the queue comes to 10
+        first.set()
+        await anyio.wait_all_tasks_blocked()
+        assert guard.max_queue == 10
+        assert guard.queued == 29  # the waiters it had stay (one took the freed slot)
+        tg.start_soon(call, rest)
+        await anyio.wait_all_tasks_blocked()
+        assert len(refused) == 1
+        assert refused[0]["reason"] == "queue_full"
+        assert refused[0]["max_queue"] == "10"  # the envelope reports the queue in force
+        rest.set()
+    assert len(started) == 4 + 30
+    assert (guard.active, guard.queued) == (0, 0)
+
+
+@pytest.mark.parametrize("parallelism", [float("nan"), float("inf"), 0.2])
+async def test_a_given_queue_or_a_nonsense_estimate_keeps_the_queue_still(
+    parallelism: float,
+) -> None:
+    given = ConcurrencyGuard(limit=ParallelismLimit(4, 4.0), max_queue=15)
+    nonsense = ConcurrencyGuard(limit=ParallelismLimit(4, parallelism))
+    assert (given.max_queue, nonsense.max_queue) == (15, 40)  # 10 per slot without an estimate
+    given.adaptive_limit.parallelism = 1.0  # type: ignore[union-attr]
+    for guard in (given, nonsense):
+        async with guard.slot():
+            pass
+    assert (given.max_queue, nonsense.max_queue) == (15, 40)
+
+
 def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:
     """Slots whose standing queue is held to 40 under overload (and no predictive shedding)."""
     return ConcurrencyGuard(limit=limit, max_queue=500, queue_timeout=30, standing_limit=40,

@@ -93,4 +93,5 @@ def test_automatic_values_show_the_number_they_come_to(
     text = capsys.readouterr().out
     assert "auto (30 = 10 x max_active)" in text
     assert "auto (3 = rate rounded up)" in text
-    assert "auto (40 = 10 x auto_initial_active)" in text  # the pattern's adaptive limit
+    # the pattern's adaptive limit: its queue follows the parallelism it finds
+    assert "auto (40 = 10 x auto_initial_active, then 10 x parallelism)" in text

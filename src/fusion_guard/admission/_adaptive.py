@@ -13,7 +13,10 @@ limit in seconds:
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
   ``EARLY_FACTOR`` times the tolerated latency: a tool that lost capacity answers so slowly that
-  a full window of its calls would take seconds to gather.
+  a full window of its calls would take seconds to gather. A window that would only grow the
+  limit closes after ``GROWTH_SAMPLES_PER_SLOT`` calls per slot: at a small limit a full window
+  is many services in a row, and a limit cut too low costs throughput for every one of them.
+  Such a window grows the limit only on a gradient of ``GROWTH_GRADIENT``.
 - **The gradient** ``tolerance * baseline / window median``, clamped to [0.5, 2]. Above 1.25
   the tool answers as fast as uncrowded: the limit grows by one slot, but only if the calls
   reached the limit in that window (otherwise nothing says a larger one is needed). Below
@@ -53,6 +56,17 @@ PROBE_SPACING_BASELINES = 200
 #: window of such slow calls is what made the limit take seconds to come down.
 EARLY_SAMPLES = 5
 EARLY_FACTOR = 3.0
+#: A window that would only grow the limit closes once it holds this many calls per slot (and
+#: has lasted ``window``): at a limit of 1 a full window takes ``window_samples`` services one
+#: after another, so a limit that a noisy window had cut to 1 took a second or more to climb.
+GROWTH_SAMPLES_PER_SLOT = 5
+#: The gradient such a short window needs to grow the limit (a full window needs DEAD_BAND): the
+#: median of a few calls is noisier, and a limit pushed up by noise puts calls in the tool's queue.
+GROWTH_GRADIENT = 1.5
+#: Weight of each window's estimate in ``parallelism`` (after the first, taken as measured): the
+#: standing queue and the default queue follow it, and one window of lucky calls read 4.6 for a
+#: tool of 2 workers.
+PARALLELISM_WEIGHT = 0.3
 
 
 class GradientLimit:
@@ -71,6 +85,7 @@ class GradientLimit:
         "_limit",
         "_next_probe",
         "_parallelism",
+        "_parallelism_measured",
         "_probe_taken",
         "_probing",
         "_quiet",
@@ -132,6 +147,7 @@ class GradientLimit:
         self._window_fastest = math.inf
         self._limit = self._probe_limit()
         self._parallelism = float(initial)
+        self._parallelism_measured = False
 
     @property
     def limit(self) -> int:
@@ -181,13 +197,23 @@ class GradientLimit:
         ):
             self._decide(statistics.median(window))
             window.clear()
+        elif (
+            end >= self._window_end
+            and len(window) >= GROWTH_SAMPLES_PER_SLOT * self._limit
+            and self._window_peak >= self._limit
+        ):
+            latency = statistics.median(window)
+            if self.tolerance * self.baseline >= GROWTH_GRADIENT * latency:
+                self._decide(latency)
+                window.clear()
 
     @property
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's; the initial limit until measured. The mean, not the peak: one call left over
-        from a higher limit would otherwise set it."""
+        window's, averaged over windows (``PARALLELISM_WEIGHT``); the initial limit until
+        measured. The mean, not the peak: one call left over from a higher limit would otherwise
+        set it."""
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
@@ -195,7 +221,12 @@ class GradientLimit:
         if not (latency > 0 and baseline > 0):
             return
         crowd = self._window_crowd / len(self._window)
-        self._parallelism = max(1.0, crowd * min(1.0, baseline / latency))
+        measured = max(1.0, crowd * min(1.0, baseline / latency))
+        if self._parallelism_measured:
+            self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
+        else:
+            self._parallelism = measured
+            self._parallelism_measured = True
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold

@@ -81,6 +81,9 @@ __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Permit", "Slot"]
 TIMEOUT_TEMPLATES = 8
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
 MAX_LIMIT_TEMPLATES = 64
+#: The default queue: this many waiters per slot, or per call the tool serves in parallel under
+#: an adaptive limit that estimates it (such a limit runs above it on purpose, to find more).
+QUEUE_PER_SLOT = 10
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
 
@@ -412,7 +415,8 @@ class ConcurrencyGuard:
     """At most ``max_active`` calls at once, up to ``max_queue`` more waiting at most
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
 
-    ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``.
+    ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``
+    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, following it).
     The queue counts as standing once it has not been empty for ``standing_after`` seconds
     (default ``min(0.1, queue_timeout / 4)``); a standing queue is held to ``standing_limit``
     waiters (default ``min(max_queue, 4 * max_active)``) and, with ``lifo``, serves the newest
@@ -460,6 +464,7 @@ class ConcurrencyGuard:
         "_predicted",
         "_predicted_busy",
         "_promises",
+        "_queue_follows",
         "_queue_timeout",
         "_reports_finished",
         "_service",
@@ -511,9 +516,16 @@ class ConcurrencyGuard:
         self._slot_type: type[Slot] = Slot if permit is None else _PermitSlot
         self._limit_logged = self._max_active  # the limit last reported in the log
         self._log_due = -math.inf
-        self._max_queue = (
-            10 * self._max_active if max_queue is None else check_int("max_queue", max_queue, 0)
-        )
+        # Under an adaptive limit that estimates the tool's parallelism, a default queue follows
+        # it; per slot in force, the wait of a full queue would grow with the limit's headroom.
+        parallelism = _parallelism_of(self._adaptive)
+        self._queue_follows = max_queue is None and parallelism is not None
+        if max_queue is not None:
+            self._max_queue = check_int("max_queue", max_queue, 0)
+        else:
+            self._max_queue = QUEUE_PER_SLOT * (
+                self._max_active if parallelism is None else max(1, round(parallelism))
+            )
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = check_name(name)
         lifo = check_bool("lifo", lifo)
@@ -1034,18 +1046,29 @@ class ConcurrencyGuard:
         try:
             adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
-            parallelism = getattr(adaptive, "parallelism", None)
+            parallelism = _parallelism_of(adaptive)
         except Exception as failure:  # a limit's bug never changes a call's answer
             observer_failed(adaptive, "on_sample", failure)
             return
         if limit != self._max_active and isinstance(limit, int) and limit >= 1:
             self._set_limit(limit)
+        if parallelism is not None and self._queue_follows:
+            self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
-        # it, and the queue's wait, by as much.
-        if not (isinstance(parallelism, int | float) and parallelism >= 1):
-            parallelism = None  # none, or a nonsense estimate: held per slot
+        # it, and the queue's wait, by as much. Without an estimate: held per slot.
         self._discipline.on_limit(self._max_active, parallelism)
+
+    def _follow_parallelism(self, parallelism: float) -> None:
+        """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
+        serves in parallel. A smaller queue refuses newcomers; it cancels no waiter."""
+        queue = QUEUE_PER_SLOT * max(1, round(parallelism))
+        if queue != self._max_queue:
+            self._max_queue = self._discipline.max_queue = queue
+            self._templates_by_limit.clear()  # the envelopes report the queue in force
+            self._busy, self._predicted_busy, self._standing_busy = self._templates(
+                self._max_active
+            )
 
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
@@ -1248,6 +1271,15 @@ def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int
             f" max_active ({max_active})"
         )
     return value
+
+
+def _parallelism_of(adaptive: object) -> float | None:
+    """An adaptive limit's estimate of the calls the tool serves in parallel (its optional
+    ``parallelism``), or None: none, or a nonsense one (not a finite number >= 1)."""
+    parallelism = getattr(adaptive, "parallelism", None)
+    if isinstance(parallelism, int | float) and 1 <= parallelism < math.inf:
+        return float(parallelism)
+    return None
 
 
 def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:

@@ -152,7 +152,7 @@ def _shown(
         if key == "max_queue" and isinstance(max_active, int):
             return _Auto(10 * max_active, "10 x max_active")
         if key == "max_queue" and max_active == "auto":
-            return _Auto(10 * initial_active, "10 x auto_initial_active")
+            return _Auto(10 * initial_active, "10 x auto_initial_active, then 10 x parallelism")
         if key == "burst" and rate is not None:
             return _Auto(max(1, math.ceil(rate)), "rate rounded up")
         return "auto" if key in _AUTO_WHEN_NONE else "off"
