@@ -198,9 +198,28 @@ def _row(name: str, r: Result, oracle: Result | None = None) -> str:
     )
 
 
+def _worst_phases(limit: Callable[..., Any], seeds: int) -> list[float]:
+    """Per seed 1..seeds of the shifting scenario, ``limit``'s worst phase against the oracle."""
+    worst = []
+    for seed in range(1, seeds + 1):
+        oracle = simulate(None, PHASES, oracle=True, seed=seed)
+        run = simulate(limit, PHASES, seed=seed)
+        worst.append(
+            min(a / b for a, b in zip(run.per_phase_goodput, oracle.per_phase_goodput, strict=True))
+        )
+    return worst
+
+
 if __name__ == "__main__":
+    import argparse
+
     from fusion_guard.admission._adaptive import GradientLimit
 
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--seeds", type=int, default=0, help="also summarise the worst phase over seeds 1..N"
+    )
+    args = parser.parse_args()
     for seed in (1, 2, 3, 4):
         oracle = simulate(None, PHASES, oracle=True, seed=seed)
         print(f"seed {seed}, shifting 2 -> 8 -> 1 -> 4 workers at 1.5x the current capacity")
@@ -210,3 +229,10 @@ if __name__ == "__main__":
     for seed in (1, 2, 3):
         print(f"seed {seed}, steady 4 workers at 0.8x capacity")
         print(_row("auto", simulate(GradientLimit, STEADY, load=0.8, seed=seed)))
+    if args.seeds > 0:
+        worst = _worst_phases(GradientLimit, args.seeds)
+        kept = sum(w >= 0.85 for w in worst)
+        print(
+            f"seeds 1-{args.seeds}: every phase >= 0.85x the oracle on {kept} of {len(worst)},"
+            f" worst phase mean {statistics.mean(worst):.3f}, lowest {min(worst):.2f}"
+        )

@@ -42,7 +42,7 @@ def test_its_parallelism_is_the_tools_true_concurrency_while_the_limit_runs_abov
     workers: int,
 ) -> None:
     limit = GradientLimit()
-    assert limit.parallelism == 4  # the initial limit, until measured
+    assert limit.parallelism == 2  # until measured: the initial limit (4) over the tolerance (2)
     _drive(limit, workers, 10.0)
     assert limit.limit >= workers  # the limit keeps headroom above the tool...
     assert limit.parallelism == pytest.approx(workers, rel=0.3)  # ...its estimate does not
@@ -75,6 +75,16 @@ def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
     # The window alone reads every call in flight as served in parallel (the standing queue
     # and the default queue would follow): it weighs PARALLELISM_WEIGHT.
     assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (crowd - before))
+
+
+def test_its_parallelism_follows_a_tool_that_lost_workers_at_once() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 8, 10.0)
+    assert limit.parallelism == pytest.approx(8, rel=0.3)
+    _drive(limit, 1, 1.0, now)
+    # A lower estimate is taken as measured: averaged like a higher one, it read about 2 here,
+    # and the standing queue of a one-worker tool would be held twice as long.
+    assert limit.parallelism <= 1.5
 
 
 def test_the_limit_follows_a_change_of_capacity_within_seconds() -> None:

@@ -118,33 +118,40 @@ async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -
             tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
         assert (guard.active, guard.queued) == (4, 30)
-        limit.parallelism = 1.3  # learnt when the next call ends: the queue comes to 10
+        # Learnt when the next call ends: the queue comes to 20 (10 per call, rounded up: a
+        # tool partly used reads below what it can serve).
+        limit.parallelism = 1.3
         first.set()
         await anyio.wait_all_tasks_blocked()
-        assert guard.max_queue == 10
+        assert guard.max_queue == 20
         assert guard.queued == 29  # the waiters it had stay (one took the freed slot)
         tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
         assert len(refused) == 1
         assert refused[0]["reason"] == "queue_full"
-        assert refused[0]["max_queue"] == "10"  # the envelope reports the queue in force
+        assert refused[0]["max_queue"] == "20"  # the envelope reports the queue in force
         rest.set()
     assert len(started) == 4 + 30
     assert (guard.active, guard.queued) == (0, 0)
 
 
 @pytest.mark.parametrize("parallelism", [float("nan"), float("inf"), 0.2])
-async def test_a_given_queue_or_a_nonsense_estimate_keeps_the_queue_still(
+async def test_a_given_queue_stays_and_a_nonsense_estimate_moves_no_queue(
     parallelism: float,
 ) -> None:
     given = ConcurrencyGuard(limit=ParallelismLimit(4, 4.0), max_queue=15)
-    nonsense = ConcurrencyGuard(limit=ParallelismLimit(4, parallelism))
-    assert (given.max_queue, nonsense.max_queue) == (15, 40)  # 10 per slot without an estimate
+    steered = ParallelismLimit(4, parallelism)
+    derived = ConcurrencyGuard(limit=steered)
+    assert (given.max_queue, derived.max_queue) == (15, 40)  # 10 per slot without an estimate
     given.adaptive_limit.parallelism = 1.0  # type: ignore[union-attr]
-    for guard in (given, nonsense):
+    for guard in (given, derived):
         async with guard.slot():
             pass
-    assert (given.max_queue, nonsense.max_queue) == (15, 40)
+    assert (given.max_queue, derived.max_queue) == (15, 40)
+    steered.parallelism = 1.0  # an estimate at last
+    async with derived.slot():
+        pass
+    assert derived.max_queue == 10
 
 
 def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:

@@ -63,9 +63,10 @@ GROWTH_SAMPLES_PER_SLOT = 5
 #: The gradient such a short window needs to grow the limit (a full window needs DEAD_BAND): the
 #: median of a few calls is noisier, and a limit pushed up by noise puts calls in the tool's queue.
 GROWTH_GRADIENT = 1.5
-#: Weight of each window's estimate in ``parallelism`` (after the first, taken as measured): the
-#: standing queue and the default queue follow it, and one window of lucky calls read 4.6 for a
-#: tool of 2 workers.
+#: Weight of a window's estimate in ``parallelism`` when it is higher (the first, or a lower one,
+#: is taken as measured): the standing queue and the default queue follow it, one window of
+#: lucky calls read 4.6 for a tool of 2 workers, and a queue too long costs more than one too
+#: short. A tool that lost workers is followed at once.
 PARALLELISM_WEIGHT = 0.3
 
 
@@ -146,7 +147,8 @@ class GradientLimit:
         self._window_crowd = 0
         self._window_fastest = math.inf
         self._limit = self._probe_limit()
-        self._parallelism = float(initial)
+        # Until measured: the limit settles at about ``tolerance`` times the parallelism.
+        self._parallelism = max(1.0, initial / self.tolerance)
         self._parallelism_measured = False
 
     @property
@@ -211,9 +213,10 @@ class GradientLimit:
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, averaged over windows (``PARALLELISM_WEIGHT``); the initial limit until
-        measured. The mean, not the peak: one call left over from a higher limit would otherwise
-        set it."""
+        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``), falling to
+        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
+        limit would settle). The mean, not the peak: one call left over from a higher limit would
+        otherwise set it."""
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
@@ -222,9 +225,9 @@ class GradientLimit:
             return
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
-        if self._parallelism_measured:
+        if self._parallelism_measured and measured > self._parallelism:
             self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
-        else:
+        else:  # the first estimate, or a lower one: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)

@@ -519,12 +519,12 @@ class ConcurrencyGuard:
         # Under an adaptive limit that estimates the tool's parallelism, a default queue follows
         # it; per slot in force, the wait of a full queue would grow with the limit's headroom.
         parallelism = _parallelism_of(self._adaptive)
-        self._queue_follows = max_queue is None and parallelism is not None
+        self._queue_follows = max_queue is None and hasattr(self._adaptive, "parallelism")
         if max_queue is not None:
             self._max_queue = check_int("max_queue", max_queue, 0)
         else:
             self._max_queue = QUEUE_PER_SLOT * (
-                self._max_active if parallelism is None else max(1, round(parallelism))
+                self._max_active if parallelism is None else math.ceil(parallelism)
             )
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = check_name(name)
@@ -1062,7 +1062,7 @@ class ConcurrencyGuard:
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
         serves in parallel. A smaller queue refuses newcomers; it cancels no waiter."""
-        queue = QUEUE_PER_SLOT * max(1, round(parallelism))
+        queue = QUEUE_PER_SLOT * math.ceil(parallelism)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
             self._templates_by_limit.clear()  # the envelopes report the queue in force

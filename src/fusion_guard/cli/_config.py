@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypedDict
 
 from .._policy import IgnoredSetting, PolicyTable, ignored_settings, specificity
+from ..admission._adaptive import GradientLimit
+from ..admission._concurrency import QUEUE_PER_SLOT
 from ..config._errors import InvalidSettings
 from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, SecretUrl
 from ..config._settings import GuardSettings
@@ -152,7 +154,12 @@ def _shown(
         if key == "max_queue" and isinstance(max_active, int):
             return _Auto(10 * max_active, "10 x max_active")
         if key == "max_queue" and max_active == "auto":
-            return _Auto(10 * initial_active, "10 x auto_initial_active, then 10 x parallelism")
+            # The guard's own rule: QUEUE_PER_SLOT per call of the limit's parallelism estimate.
+            prior = GradientLimit(initial_limit=initial_active, max_limit=initial_active)
+            return _Auto(
+                QUEUE_PER_SLOT * math.ceil(prior.parallelism),
+                "10 x parallelism, from auto_initial_active / 2",
+            )
         if key == "burst" and rate is not None:
             return _Auto(max(1, math.ceil(rate)), "rate rounded up")
         return "auto" if key in _AUTO_WHEN_NONE else "off"
