@@ -98,10 +98,10 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
 
 
 async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -> None:
-    limit = ParallelismLimit(4, 4.0)
+    limit = ParallelismLimit(4, 2.0)
     guard = ConcurrencyGuard(limit=limit, queue_timeout=10, predictive=False, clock=FakeClock())
-    assert guard.max_queue == 40  # 10 per call served in parallel, as 10 per slot when fixed
-    first, rest = anyio.Event(), anyio.Event()
+    assert guard.max_queue == 20  # 10 per call served in parallel, as 10 per slot when fixed
+    first, second, rest = anyio.Event(), anyio.Event(), anyio.Event()
     started: list[int] = []
     refused: list[dict[str, str]] = []
 
@@ -112,26 +112,32 @@ async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -
             refused.append(details(busy.response.text))
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(call, first)
-        await anyio.wait_all_tasks_blocked()  # it holds a slot (trio starts tasks in any order)
-        for _ in range(3 + 30):
+        for release in (first, second):  # these two hold slots (trio starts tasks in any order)
+            tg.start_soon(call, release)
+            await anyio.wait_all_tasks_blocked()
+        for _ in range(2 + 20):
             tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
-        assert (guard.active, guard.queued) == (4, 30)
-        # Learnt when the next call ends: the queue comes to 20 (10 per call, rounded up: a
-        # tool partly used reads below what it can serve).
-        limit.parallelism = 1.3
+        assert (guard.active, guard.queued, refused) == (4, 20, [])
+        # Learnt when the next call ends: 3.2 in parallel, a queue of 40 (rounded up: a tool
+        # partly used reads below what it can serve).
+        limit.parallelism = 3.2
         first.set()
         await anyio.wait_all_tasks_blocked()
-        assert guard.max_queue == 20
-        assert guard.queued == 29  # the waiters it had stay (one took the freed slot)
+        assert (guard.max_queue, guard.queued) == (40, 19)
+        for _ in range(15):
+            tg.start_soon(call, rest)
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.queued, refused) == (34, [])
+        limit.parallelism = 1.0  # never below where it started: 20
+        second.set()
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.max_queue, guard.queued) == (20, 33)  # the waiters it had all stay
         tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
-        assert len(refused) == 1
-        assert refused[0]["reason"] == "queue_full"
-        assert refused[0]["max_queue"] == "20"  # the envelope reports the queue in force
+        assert [(r["reason"], r["max_queue"]) for r in refused] == [("queue_full", "20")]
         rest.set()
-    assert len(started) == 4 + 30
+    assert len(started) == 4 + 20 + 15
     assert (guard.active, guard.queued) == (0, 0)
 
 
@@ -148,10 +154,10 @@ async def test_a_given_queue_stays_and_a_nonsense_estimate_moves_no_queue(
         async with guard.slot():
             pass
     assert (given.max_queue, derived.max_queue) == (15, 40)
-    steered.parallelism = 1.0  # an estimate at last
+    steered.parallelism = 6.0  # an estimate at last
     async with derived.slot():
         pass
-    assert derived.max_queue == 10
+    assert derived.max_queue == 60
 
 
 def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:

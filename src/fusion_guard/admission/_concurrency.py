@@ -464,6 +464,7 @@ class ConcurrencyGuard:
         "_predicted",
         "_predicted_busy",
         "_promises",
+        "_queue_floor",
         "_queue_follows",
         "_queue_timeout",
         "_reports_finished",
@@ -526,6 +527,7 @@ class ConcurrencyGuard:
             self._max_queue = QUEUE_PER_SLOT * (
                 self._max_active if parallelism is None else math.ceil(parallelism)
             )
+        self._queue_floor = self._max_queue
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
         self._name = check_name(name)
         lifo = check_bool("lifo", lifo)
@@ -1062,7 +1064,7 @@ class ConcurrencyGuard:
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
         serves in parallel. A smaller queue refuses newcomers; it cancels no waiter."""
-        queue = QUEUE_PER_SLOT * math.ceil(parallelism)
+        queue = max(QUEUE_PER_SLOT * math.ceil(parallelism), self._queue_floor)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
             self._templates_by_limit.clear()  # the envelopes report the queue in force
