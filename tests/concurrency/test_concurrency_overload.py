@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion_guard.admission._discipline import QueueDiscipline
+from fusion_guard.admission._discipline import IDLE_SHARE, QueueDiscipline, keeping_busy
 from fusion_guard.admission._overload import (
     FIRST_AGE,
     SETTLING_CALLS,
@@ -188,3 +188,47 @@ def test_a_new_guard_at_moderate_load_is_not_overloaded_on_its_first_looks() -> 
         detector.observe(i * 0.005, round(80.0 * i * 0.005), OPENING, SETTLED)
         outcomes.append(detector.overloaded() or detector.outrunning())
     assert not any(outcomes)
+
+
+@given(st.floats(1.0001, 1e6), st.floats(1.0001, 1e6))
+def test_keeping_busy_takes_fewer_calls_the_further_arrivals_outrun(a: float, b: float) -> None:
+    low, high = sorted((a, b))
+    assert keeping_busy(low) >= keeping_busy(high) >= 0
+
+    def idle(load: float, places: int) -> float:  # the M/M/1 queue with ``places`` places
+        return (load - 1.0) / (load**places - 1.0) if load**places < math.inf else 0.0
+
+    calls = keeping_busy(low)
+    assert idle(low, calls + 1) <= IDLE_SHARE * (1 + 1e-9)
+    if calls:
+        assert idle(low, calls) > IDLE_SHARE  # and no fewer would do
+
+
+def _derived(slots: int) -> QueueDiscipline:
+    """A standing limit that follows the slots and the parallelism."""
+    return QueueDiscipline(queue_timeout=30.0, max_queue=100, slots=slots, lifo=False,
+                           standing_after=0.1, standing_limit=None, predictive=False,
+                           now=0.0)  # fmt: skip
+
+
+@pytest.mark.parametrize(("rate", "standing"), [(None, 5), (150.0, 5), (200.0, 2), (1000.0, 1)])
+def test_a_standing_queue_under_an_adaptive_limit_keeps_the_slots_busy_and_no_more(
+    rate: float | None, standing: int
+) -> None:
+    # 5 slots over a tool serving 2 in parallel, slots opening 100 times a second.
+    discipline = _derived(5)
+    if rate is not None:
+        _feed(discipline.overload, rate, 0.0, 3.0, 0.01, 0)
+        assert discipline.overload.offered_load == pytest.approx(rate / CAPACITY, rel=0.02)
+    discipline.on_limit(5, 2.0)
+    # 5 per call served in parallel, guard and tool together: 10 - 5 in the tool. No more than
+    # keeps the tool busy: 2 - 1 + keeping_busy(load) - 5 (9 at 1.5x, 6 at 2x, 2 at 10x), at
+    # least 1; the load unknown (no slot has opened yet), the first rule alone.
+    assert discipline.standing_limit == standing
+
+
+def test_its_offered_load_is_unknown_until_slots_have_opened() -> None:
+    detector = OverloadDetector(0.0)
+    assert math.isnan(detector.offered_load)
+    _feed(detector, 80.0, 0.0, 3.0, 0.01, 0, opening=0.02)
+    assert detector.offered_load == pytest.approx(80 * 0.02, rel=0.02)

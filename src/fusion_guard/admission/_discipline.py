@@ -11,7 +11,8 @@ of the youngest call in flight. What it decides (see the guard's module for the 
 - **Standing-queue limit**: under sustained overload (standing *and* arrivals outrunning the
   slots) a queue is held to ``standing_limit`` waiters (``holds_standing``): 4 per slot, or,
   under a limit that runs above what the tool serves in parallel, as many as keep the calls
-  in the guard *and* the tool to 5 per call served in parallel (``on_limit``).
+  in the guard *and* the tool to 5 per call served in parallel, and no more than keep the
+  slots busy when calls arrive far faster than they open (``on_limit``, ``keeping_busy``).
 - **Predictive shedding**: a newcomer whose expected start is past its ``queue_timeout`` is
   refused at arrival (``would_time_out``); waiters are re-judged from the tail as they wait
   (``is_late``, and ``judge_delay`` for when the tail would become late).
@@ -35,6 +36,18 @@ MIN_JUDGE_DELAY = 0.001
 #: A start expected within this many drain steps (mean hold / slots) of a waiter's deadline
 #: counts as a miss.
 LATE_MARGIN_STEPS = 0.5
+#: Under an adaptive limit, a standing queue need keep the slots idle no more than this share of
+#: the time (``keeping_busy``).
+IDLE_SHARE = 0.01
+
+
+def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
+    """The calls beyond the first that keep a server idle at most ``idle`` of the time when
+    calls come ``load`` (> 1) times as fast as it serves them: the least K with an idle share
+    ``(load - 1) / (load ** (K + 1) - 1)`` <= ``idle`` (the M/M/1 queue of K + 1 places).
+    9 at 1.5x, 4 at 4x, 2 at 10x: the further arrivals outrun the server, the sooner a call
+    comes to take a freed place."""
+    return max(0, math.ceil(math.log1p((load - 1.0) / idle) / math.log(load)) - 1)
 
 
 class QueueDiscipline:
@@ -94,14 +107,20 @@ class QueueDiscipline:
         those count against the standing queue: with ``STANDING_SLOTS_FACTOR`` waiters per call
         served in parallel, a queued call waits as long as under a limit equal to the
         parallelism. Counted per slot instead, the wait would grow with the headroom the limit
-        keeps to find more capacity."""
+        keeps to find more capacity. Nor is it held longer than keeps the tool busy, counting
+        the calls in the tool: its parallel calls all busy take ``parallelism - 1`` more than
+        one server (``keeping_busy``). At 10x capacity 5 per call only made every call wait."""
         if not self._standing_derived:
             return
         if parallelism is None:
             standing = STANDING_SLOTS_FACTOR * slots
         else:
             parallel = min(float(slots), parallelism)
-            standing = max(1, round((STANDING_SLOTS_FACTOR + 1) * parallel - slots))
+            standing = round((STANDING_SLOTS_FACTOR + 1) * parallel - slots)
+            load = self.overload.offered_load
+            if 1.0 < load < math.inf:
+                standing = min(standing, round(parallel - 1.0 + keeping_busy(load) - slots))
+            standing = max(1, standing)
         self.standing_limit = min(self.max_queue, standing)
 
     def arrival(self, now: float, queued: int) -> None:

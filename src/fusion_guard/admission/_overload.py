@@ -123,3 +123,9 @@ class OverloadDetector:
     def arrival_rate(self) -> float:
         """The slow average, calls per second."""
         return self._slow / self._slow_weight
+
+    @property
+    def offered_load(self) -> float:
+        """How many times as fast as slots open calls arrive (the slow average); NaN before
+        the guard has a figure for openings."""
+        return self.arrival_rate * self._opening if self._opening > 0.0 else math.nan
