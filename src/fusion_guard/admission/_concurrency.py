@@ -416,7 +416,8 @@ class ConcurrencyGuard:
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
 
     ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``
-    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, following it).
+    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, rounded up,
+    following it up from its first value and never below).
     The queue counts as standing once it has not been empty for ``standing_after`` seconds
     (default ``min(0.1, queue_timeout / 4)``); a standing queue is held to ``standing_limit``
     waiters (default ``min(max_queue, 4 * max_active)``) and, with ``lifo``, serves the newest
@@ -1063,7 +1064,8 @@ class ConcurrencyGuard:
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
-        serves in parallel. A smaller queue refuses newcomers; it cancels no waiter."""
+        serves in parallel, rounded up (a tool partly used reads below what it can serve), never
+        below the first. A queue that shrinks refuses newcomers; it cancels no waiter."""
         queue = max(QUEUE_PER_SLOT * math.ceil(parallelism), self._queue_floor)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
