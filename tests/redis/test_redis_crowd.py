@@ -60,7 +60,11 @@ def test_a_fleets_crowd_following_its_retry_after_is_served_at_the_limits_pace(
     # The three processes' first calls take a few milliseconds to all arrive: one interval
     # (20 ms at this scale) may open meanwhile and admit a late first call.
     assert crowd.refused_first >= AGENTS - BURST - 2
-    assert crowd.distinct_first_advice == crowd.refused_first  # staggered across the processes
+    # Staggered across the processes: nearly every first refusal told a different retry_after
+    # (unstaggered, all would hear one). Two may coincide to the millisecond when the second
+    # came one promise step after the first, its promise one step later too (seen once in the
+    # lowest-dependency CI run: 33 distinct of 34).
+    assert crowd.distinct_first_advice >= crowd.refused_first - 2
     assert crowd.first_retry_rate >= 0.9
     assert crowd.refusals_per_call <= 2
     assert crowd.last_vs_ideal <= 1.2
