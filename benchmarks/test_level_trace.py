@@ -1,0 +1,63 @@
+"""``benchmarks/level_trace.py`` on a short level: the trace it prints the docs' figures from
+reads the guard as it is (a fixed limit stays put and is never exceeded, an adaptive one reports
+its estimates), on asyncio and trio, and bad arguments fail with a one-line error."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import pytest
+
+from fusion_guard.demo._scenario import Scenario
+from level_trace import main, report, trace_level
+
+SHORT = Scenario(seed=1, duration_s=0.5, recovery_s=0.5)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_fixed_limit_is_traced_as_it_is(backend: str) -> None:
+    trace = anyio.run(trace_level, 1.5, SHORT, 2, backend=backend)
+    assert trace.overload == pytest.approx((0.5, 1.0), abs=0.05)
+    assert len(trace.during_overload()) >= 10  # one sample every 20 ms
+    assert {s.limit for s in trace.samples} == {2}
+    assert max(s.active for s in trace.samples) <= 2
+    assert all(s.parallelism is None and s.baseline_ms is None for s in trace.samples)
+    assert trace.limit_one_share() == 0.0
+    for share in (trace.idle_worker_share(), trace.empty_and_idle_share()):
+        assert 0.0 <= share <= 1.0
+    assert trace.level.calls > 0
+    assert 0 <= trace.beyond_slo_first_second + trace.beyond_slo_after <= trace.level.ok
+
+
+def test_an_adaptive_limit_reports_its_estimates() -> None:
+    trace = anyio.run(trace_level, 1.5, SHORT, "auto")
+    first = trace.samples[0]
+    assert first.limit == 1  # a new adaptive limit first measures the uncrowded latency
+    assert first.parallelism is not None
+    later = trace.samples[-1]
+    assert later.baseline_ms is not None
+    assert later.baseline_ms > 0
+    assert all(s.limit >= 1 for s in trace.samples)
+    text = report(trace)
+    assert "load 1.5x" in text
+    assert "limit 1 for" in text
+    assert not math.isnan(trace.idle_worker_share())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-active", "0"], "expected 'auto' or a whole number >= 1, got '0'"),
+        (["--max-active", "automatic"], "got 'automatic'"),
+        (["--load", "-1"], "--load must be a positive number, got -1.0"),
+        (["--duration", "nan"], "--duration must be a positive number of seconds, got nan"),
+    ],
+)
+def test_bad_arguments_fail_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
