@@ -189,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--duration", type=float, default=Scenario().duration_s, help="overload window, s"
     )
-    parser.add_argument("--json", help="write the level and every sample here")
+    parser.add_argument(
+        "--json",
+        type=argparse.FileType("w", encoding="utf-8"),
+        help="write the level and every"
+        " sample here (opened first: a path that cannot be written fails before the run)",
+    )
     args = parser.parse_args(argv)
     if not (args.load > 0 and math.isfinite(args.load)):
         parser.error(f"--load must be a positive number, got {args.load}")
@@ -203,15 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     trace = anyio.run(trace_level, args.load, scenario, args.max_active)
     print(report(trace))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(
-                {
-                    "level": trace.level.to_json(),
-                    "overload": trace.overload,
-                    "samples": [asdict(s) for s in trace.samples],
-                },
-                out,
-            )
+        with args.json as out:
+            level = trace.level.to_json()
+            samples = [asdict(s) for s in trace.samples]
+            json.dump({"level": level, "overload": trace.overload, "samples": samples}, out)
     return 0
 
 

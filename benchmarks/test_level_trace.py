@@ -4,7 +4,9 @@ its estimates), on asyncio and trio, and bad arguments fail with a one-line erro
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import anyio
 import pytest
@@ -45,6 +47,20 @@ def test_an_adaptive_limit_reports_its_estimates() -> None:
     assert not math.isnan(trace.idle_worker_share())
 
 
+def test_the_json_holds_the_level_and_every_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "trace.json"
+    argv = ["--load", "1.5", "--duration", "0.5", "--max-active", "2", "--json", str(out)]
+    assert main(argv) == 0
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["level"]["load"] == 1.5
+    assert written["level"]["policy"] == "fusion_guard"
+    assert len(written["samples"]) >= 10
+    assert {s["limit"] for s in written["samples"]} == {2}
+    assert "load 1.5x" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -52,6 +68,7 @@ def test_an_adaptive_limit_reports_its_estimates() -> None:
         (["--max-active", "automatic"], "got 'automatic'"),
         (["--load", "-1"], "--load must be a positive number, got -1.0"),
         (["--duration", "nan"], "--duration must be a positive number of seconds, got nan"),
+        (["--json", "/nonexistent-dir/trace.json"], "can't open '/nonexistent-dir/trace.json'"),
     ],
 )
 def test_bad_arguments_fail_with_one_line(
