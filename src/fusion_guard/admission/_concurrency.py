@@ -525,8 +525,8 @@ class ConcurrencyGuard:
         if max_queue is not None:
             self._max_queue = check_int("max_queue", max_queue, 0)
         else:
-            self._max_queue = QUEUE_PER_SLOT * (
-                self._max_active if parallelism is None else math.ceil(parallelism)
+            self._max_queue = default_max_queue(
+                self._max_active if parallelism is None else parallelism
             )
         self._queue_floor = self._max_queue
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
@@ -1066,7 +1066,7 @@ class ConcurrencyGuard:
         """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
         serves in parallel, rounded up (a tool partly used reads below what it can serve), never
         below the first. A queue that shrinks refuses newcomers; it cancels no waiter."""
-        queue = max(QUEUE_PER_SLOT * math.ceil(parallelism), self._queue_floor)
+        queue = max(default_max_queue(parallelism), self._queue_floor)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
             self._templates_by_limit.clear()  # the envelopes report the queue in force
@@ -1275,6 +1275,13 @@ def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int
             f" max_active ({max_active})"
         )
     return value
+
+
+def default_max_queue(parallel: float) -> int:
+    """The queue a guard keeps when none is given: ``QUEUE_PER_SLOT`` waiters per slot, or per
+    call an adaptive limit estimates the tool serves in parallel, rounded up (a tool partly used
+    reads below what it can serve)."""
+    return QUEUE_PER_SLOT * math.ceil(parallel)
 
 
 def _parallelism_of(adaptive: object) -> float | None:
