@@ -51,6 +51,36 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Sheds:
+    """The level's refusals by the rule that made them (the guard's statistics)."""
+
+    queue_full: int
+    """At ``max_queue`` (``max_queue``: the queue in force at the level's end)."""
+    standing: int
+    """By the standing-queue limit, under overload."""
+    predicted: int
+    """At arrival, predicted to miss ``queue_timeout``."""
+    late: int
+    """After waiting, judged late."""
+    max_queue: int
+
+    @property
+    def total(self) -> int:
+        return self.queue_full + self.standing + self.predicted + self.late
+
+    @classmethod
+    def of(cls, concurrency: ConcurrencyGuard) -> Sheds:
+        stats = concurrency.statistics()
+        return cls(
+            queue_full=stats.shed_queue_full - stats.shed_standing,
+            standing=stats.shed_standing,
+            predicted=stats.shed_predicted,
+            late=stats.shed_queue_timeout - stats.shed_predicted,
+            max_queue=stats.max_queue,
+        )
+
+
+@dataclass(frozen=True)
 class Trace:
     level: LevelResult
     samples: list[Sample]
@@ -61,6 +91,7 @@ class Trace:
     beyond_slo_first_second: int
     beyond_slo_after: int
     ok_in_overload: int
+    sheds: Sheds
 
     def during_overload(self) -> list[Sample]:
         start, end = self.overload
@@ -127,6 +158,8 @@ async def trace_level(load: float, scenario: Scenario, max_active: int | Literal
         (level,) = await run_load(load, scenario, factory, ["fusion_guard"], records_out=records)
         tg.cancel_scope.cancel()
     calls = records["fusion_guard"]
+    concurrency = guards[0].concurrency(TOOL_NAME)
+    assert concurrency is not None  # the level made calls
     onset = began + scenario.warmup_s  # the level's arrivals are laid out from its start
     end = onset + scenario.duration_s
     ok_in_window = [r for r in calls if r.outcome == "ok" and onset <= r.intended < end]
@@ -140,11 +173,12 @@ async def trace_level(load: float, scenario: Scenario, max_active: int | Literal
         beyond_slo_first_second=sum(1 for r in slow if onset - 0.5 <= r.intended < onset + 1.0),
         beyond_slo_after=sum(1 for r in slow if onset + 1.0 <= r.intended < end),
         ok_in_overload=len(ok_in_window),
+        sheds=Sheds.of(concurrency),
     )
 
 
 def report(trace: Trace) -> str:
-    level = trace.level
+    level, sheds = trace.level, trace.sheds
     lines = [
         f"load {level.load}x: goodput {level.goodput:.2f}, within the SLO"
         f" {level.goodput_slo:.2f}, p99 {level.p99_ms or math.nan:.0f} ms,"
@@ -157,6 +191,9 @@ def report(trace: Trace) -> str:
         f"answered OK beyond the {trace.slo_s * 1000:.0f} ms SLO: {trace.beyond_slo_first_second}"
         f" from half a second before the overload to its first second,"
         f" {trace.beyond_slo_after} after (of {trace.ok_in_overload} OK in the window)",
+        f"shed: {sheds.queue_full} at a full queue (max_queue {sheds.max_queue} at the end),"
+        f" {sheds.standing} by the standing-queue limit, {sheds.predicted} predicted to time out"
+        f" at arrival, {sheds.late} judged late after waiting",
         "   t s  limit  active  queued  parallelism  baseline ms",
     ]
     step = round(0.5 / SAMPLE_EVERY)
@@ -211,7 +248,15 @@ def main(argv: list[str] | None = None) -> int:
         with args.json as out:
             level = trace.level.to_json()
             samples = [asdict(s) for s in trace.samples]
-            json.dump({"level": level, "overload": trace.overload, "samples": samples}, out)
+            json.dump(
+                {
+                    "level": level,
+                    "overload": trace.overload,
+                    "sheds": asdict(trace.sheds),
+                    "samples": samples,
+                },
+                out,
+            )
     return 0
 
 

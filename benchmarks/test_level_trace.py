@@ -47,6 +47,18 @@ def test_an_adaptive_limit_reports_its_estimates() -> None:
     assert not math.isnan(trace.idle_worker_share())
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_sheds_are_told_by_rule(backend: str) -> None:
+    trace = anyio.run(trace_level, 10.0, SHORT, 2, backend=backend)
+    sheds = trace.sheds
+    # The guard counts the whole level; the level's figure, the overload window's calls.
+    assert sheds.total >= trace.level.shed > 0
+    assert sheds.standing > 0  # 10x is sustained overload: the standing queue is held
+    assert min(sheds.queue_full, sheds.predicted, sheds.late) >= 0
+    assert sheds.max_queue == 20  # the default: 10 per slot
+    assert f"{sheds.standing} by the standing-queue limit" in report(trace)
+
+
 def test_the_json_holds_the_level_and_every_sample(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -58,6 +70,7 @@ def test_the_json_holds_the_level_and_every_sample(
     assert written["level"]["policy"] == "fusion_guard"
     assert len(written["samples"]) >= 10
     assert {s["limit"] for s in written["samples"]} == {2}
+    assert set(written["sheds"]) == {"queue_full", "standing", "predicted", "late", "max_queue"}
     assert "load 1.5x" in capsys.readouterr().out
 
 
