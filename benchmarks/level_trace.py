@@ -12,8 +12,8 @@ a sampler beside it reading the guard's public state: the limit in force, calls 
 queued and, under an adaptive limit, its parallelism estimate and uncrowded latency. Printed: the
 level's figures as the demo prints them, then, over the overload window, how often a worker of
 the tool sat idle, how often the limit was 1, how often the queue was empty while a worker was
-idle, the calls answered beyond the SLO in its first second and after, and the samples every
-half second. Timing comes from the event loop, so a run varies as the demo's does.
+idle, the calls answered beyond the SLO in its first second and after, the level's refusals by
+the rule that made them, and the samples every half second. Timing comes from the event loop, so a run varies as the demo's does.
 Not collected by pytest (no ``test_`` prefix); ``test_level_trace.py`` runs a short level.
 """
 
