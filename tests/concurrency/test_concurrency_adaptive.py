@@ -4,13 +4,14 @@ recovery after timeouts, and any stream of samples (hypothesis) keeping it in bo
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fusion_guard import ConfigurationError
-from fusion_guard.admission._adaptive import PARALLELISM_WEIGHT, GradientLimit
+from fusion_guard.admission._adaptive import PARALLELISM_WEIGHT, QUIET_SAMPLES, GradientLimit
 
 
 def _drive(
@@ -155,6 +156,28 @@ def test_any_stream_of_samples_keeps_it_a_whole_number_in_bounds(
         assert math.isfinite(limit.parallelism)
         assert limit.parallelism >= 1
     assert not math.isnan(limit.limit)
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, 0.004, 0.012, 0.03]) | st.floats(0, 5),
+        min_size=QUIET_SAMPLES // 2,
+        max_size=3 * QUIET_SAMPLES,
+    )
+)
+@example([1.0] * 30 + [0.0] * 30 + [0.5] * 30)  # the oldest leave, not the fastest
+@example([0.012] * 40 + [0.004] * 40 + [0.012] * 40)  # one of equals leaves
+@example([])
+def test_the_uncrowded_latency_is_the_median_of_the_last_quiet_calls(
+    durations: list[float],
+) -> None:
+    limit = GradientLimit()
+    for n, duration in enumerate(durations, 1):
+        limit.on_sample(n * 0.01, duration, 1, False)  # one call in flight: a quiet one
+        expected = statistics.median(durations[max(0, n - QUIET_SAMPLES) : n])
+        assert limit.baseline == expected
+    if not durations:
+        assert math.isnan(limit.baseline)
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,8 @@ samples it is fed (no clock of its own, no I/O), so it is tested with plain numb
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections import deque
 
 from .._checks import check_int, check_number, check_seconds
@@ -82,6 +82,7 @@ class GradientLimit:
     """
 
     __slots__ = (
+        "_baseline",
         "_estimate",
         "_limit",
         "_next_probe",
@@ -90,10 +91,10 @@ class GradientLimit:
         "_probe_taken",
         "_probing",
         "_quiet",
+        "_quiet_sorted",
         "_window",
         "_window_crowd",
         "_window_end",
-        "_window_fastest",
         "_window_peak",
         "max_limit",
         "min_limit",
@@ -138,14 +139,15 @@ class GradientLimit:
         self.probe_samples = check_int("probe_samples", probe_samples, 1)
         self._estimate = float(initial)  # the limit as a real number; ``limit`` rounds it
         self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)
+        self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
+        self._baseline = math.nan
         self._probe_taken = 0
         self._probing = True  # the baseline is measured first
         self._next_probe = math.inf
-        self._window: list[float] = []
+        self._window: list[float] = []  # kept sorted: its median is read as it grows
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
-        self._window_fastest = math.inf
         self._limit = self._probe_limit()
         # Until measured: the limit settles at about ``tolerance`` times the parallelism.
         self._parallelism = max(1.0, initial / self.tolerance)
@@ -158,7 +160,7 @@ class GradientLimit:
     @property
     def baseline(self) -> float:
         """The tool's uncrowded latency as last measured (seconds; NaN before any)."""
-        return statistics.median(self._quiet) if self._quiet else math.nan
+        return self._baseline
 
     def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
         if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
@@ -168,7 +170,7 @@ class GradientLimit:
             self._set(self._estimate / 2)
             return
         if inflight <= self._probe_limit():  # a quiet call: it tells the uncrowded latency
-            self._quiet.append(duration)
+            self._learn_quiet(duration)
             self._probe_taken += 1
         if self._probing:
             if self._probe_taken >= self.probe_samples:
@@ -188,23 +190,21 @@ class GradientLimit:
             self._window_end = end + self.window
             self._window_peak = 0
             self._window_crowd = 0
-            self._window_fastest = math.inf
-        window.append(duration)
+        bisect.insort(window, duration)
         self._window_peak = max(self._window_peak, inflight)
         self._window_crowd += inflight
-        self._window_fastest = min(self._window_fastest, duration)
         if (end >= self._window_end and len(window) >= self.window_samples) or (
             len(window) >= EARLY_SAMPLES
-            and self._window_fastest >= EARLY_FACTOR * self.tolerance * self.baseline
+            and window[0] >= EARLY_FACTOR * self.tolerance * self.baseline
         ):
-            self._decide(statistics.median(window))
+            self._decide(_median_of_sorted(window))
             window.clear()
         elif (
             end >= self._window_end
             and len(window) >= GROWTH_SAMPLES_PER_SLOT * self._limit
             and self._window_peak >= self._limit
         ):
-            latency = statistics.median(window)
+            latency = _median_of_sorted(window)
             if self.tolerance * self.baseline >= GROWTH_GRADIENT * latency:
                 self._decide(latency)
                 window.clear()
@@ -238,6 +238,14 @@ class GradientLimit:
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
 
+    def _learn_quiet(self, duration: float) -> None:
+        quiet, ordered = self._quiet, self._quiet_sorted
+        if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
+            del ordered[bisect.bisect_left(ordered, quiet[0])]
+        quiet.append(duration)
+        bisect.insort(ordered, duration)
+        self._baseline = _median_of_sorted(ordered)
+
     def _probe_limit(self) -> int:
         return max(self.min_limit, math.ceil(self._estimate / 4))
 
@@ -251,3 +259,11 @@ class GradientLimit:
             f"GradientLimit(limit={self._limit}, min_limit={self.min_limit},"
             f" max_limit={self.max_limit})"
         )
+
+
+def _median_of_sorted(values: list[float]) -> float:
+    """``statistics.median`` of a list already sorted, without sorting it again."""
+    middle = len(values) // 2
+    if len(values) % 2:
+        return values[middle]
+    return (values[middle - 1] + values[middle]) / 2
