@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
+import anyio.lowlevel
 import pytest
 from concurrency_support import envelope_details, serve_order
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
+from fusion_guard.admission._concurrency import _asyncio_cancel_pending
 from fusion_guard.testing import FakeClock, ToolRecorder
 
 pytestmark = pytest.mark.anyio
@@ -198,6 +202,34 @@ async def test_waiter_cancelled_as_handed_with_nobody_behind_frees_the_slot() ->
         tg.cancel_scope.cancel()
     assert (guard.active, guard.queued) == (0, 0)
     guard.acquire_nowait().release()  # the slot is usable again
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("live", [True, False])
+async def test_a_pending_cancellation_is_seen_wherever_asyncio_keeps_its_tasks(
+    live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check reads asyncio's dict of running tasks where it is the live one; one that is not
+    # (a Python that keeps them elsewhere) must not make every cancellation look absent.
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    with monkeypatch.context() as patched:
+        if not live:
+            patched.setattr(asyncio.tasks, "_current_tasks", {}, raising=False)
+            patched.setattr(asyncio, "current_task", lambda loop=None: task)
+        pending = _asyncio_cancel_pending(loop)
+    with anyio.CancelScope() as scope:
+        assert not pending(loop)
+        with anyio.CancelScope(shield=True) as shielded:
+            scope.cancel()
+            assert not pending(loop)  # a shield hides the outer scope's cancellation
+            shielded.cancel()
+            assert pending(loop)
+            await anyio.lowlevel.checkpoint()  # delivered: what the check foretold
+        assert pending(loop)
+        await anyio.lowlevel.checkpoint()
+    assert shielded.cancelled_caught
+    assert scope.cancelled_caught
 
 
 # -- observer and queue_wait -----------------------------------------------------------------------

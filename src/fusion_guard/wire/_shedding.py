@@ -67,10 +67,11 @@ class ServerBusyTemplate:
             retry = _SUBSECOND_TEXT[ceil_millis(retry_after)]
         else:
             retry = _retry_after_text(retry_after)
+        running, waiting = str(active), str(queued)  # each written twice: converted once
         text = (
-            f"{self._head}{active} active, {queued}{self._mid}{reason}</detail>\n"
-            f'    <detail key="active">{active}</detail>\n'
-            f'    <detail key="queued">{queued}</detail>\n'
+            f"{self._head}{running} active, {waiting}{self._mid}{reason}</detail>\n"
+            f'    <detail key="active">{running}</detail>\n'
+            f'    <detail key="queued">{waiting}</detail>\n'
             f"{self._tail}{retry} seconds</retry_after>\n</tool_error>"
         )
         return make_response(text, True, "SERVER_BUSY")
