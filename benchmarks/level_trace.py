@@ -1,6 +1,7 @@
 """Trace one load level of the one-minute demo: the guard's state every 20 ms, and what it cost.
 
-The figures docs/adaptive.md draws from "traces of single levels" come from here::
+The figures docs/adaptive.md and docs/adaptive-tried.md draw from "traces of single levels"
+come from here::
 
     python benchmarks/level_trace.py --load 1.5 --seed 2                 # max_active="auto"
     python benchmarks/level_trace.py --load 1.5 --seed 2 --max-active 2  # the true count
@@ -13,7 +14,8 @@ queued and, under an adaptive limit, its parallelism estimate and uncrowded late
 level's figures as the demo prints them, then, over the overload window, how often a worker of
 the tool sat idle, how often the limit was 1, how often the queue was empty while a worker was
 idle, the calls answered beyond the SLO in its first second and after, the level's refusals by
-the rule that made them, and the samples every half second. Timing comes from the event loop, so a run varies as the demo's does.
+the rule that made them, and the samples every half second. Timing comes from the event loop,
+so a run varies as the demo's does.
 Not collected by pytest (no ``test_`` prefix); ``test_level_trace.py`` runs a short level.
 """
 
