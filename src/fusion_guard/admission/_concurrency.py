@@ -1239,7 +1239,7 @@ def _asyncio_cancel_pending(
     state_of = _task_states.get
     # The task running on a loop: what asyncio.current_task(loop) reads, without the Python
     # call around it, where asyncio keeps that dict and it is the live one (checked from the
-    # task that asks first): a twentieth of a hand-off.
+    # task that asks first): the Python call cost a fifteenth of a hand-off on 3.11.
     current_tasks = getattr(asyncio.tasks, "_current_tasks", None)
     task_on: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
     task_on = asyncio.current_task
