@@ -37,6 +37,7 @@ from fusion_guard import ConcurrencyGuard, Guard
 from fusion_guard.demo._loadgen import CallRecord
 from fusion_guard.demo._policies import TOOL_NAME
 from fusion_guard.demo._scenario import LevelResult, Scenario, run_load
+from script_args import max_active_arg
 
 SAMPLE_EVERY = 0.02
 
@@ -208,23 +209,11 @@ def report(trace: Trace) -> str:
     return "\n".join(lines)
 
 
-def _max_active(text: str) -> int | Literal["auto"]:
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a whole number >= 1, got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--load", type=float, default=1.5, help="times capacity (default 1.5)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-active", type=_max_active, default="auto")
+    parser.add_argument("--max-active", type=max_active_arg, default="auto")
     parser.add_argument(
         "--duration", type=float, default=Scenario().duration_s, help="overload window, s"
     )

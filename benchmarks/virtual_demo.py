@@ -43,6 +43,8 @@ from typing import Any, Literal
 import trio
 from trio.testing import MockClock
 
+from script_args import max_active_arg
+
 _real_monotonic = time.monotonic
 
 
@@ -73,18 +75,6 @@ def _seeds(text: str) -> range:
     if not seeds or seeds.start < 0:
         raise argparse.ArgumentTypeError(f"expected N or N-M (0 <= N <= M), got {text!r}")
     return seeds
-
-
-def _max_active(text: str) -> int | Literal["auto"]:
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a whole number >= 1, got {text!r}")
-    return value
 
 
 def _loads(text: str) -> tuple[float, ...]:
@@ -224,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", choices=("overload", "shifting"), default="overload")
     parser.add_argument("--seeds", type=_seeds, default=range(1, 6), help="N or N-M (default 1-5)")
     parser.add_argument(
-        "--max-active", type=_max_active, default="auto", help="overload: 'auto' or a number"
+        "--max-active", type=max_active_arg, default="auto", help="overload: 'auto' or a number"
     )
     parser.add_argument(
         "--loads", type=_loads, default=None, help="overload: e.g. 0.8,1.5 (default: the demo's)"
