@@ -37,7 +37,7 @@ from fusion_guard import ConcurrencyGuard, Guard
 from fusion_guard.demo._loadgen import CallRecord
 from fusion_guard.demo._policies import TOOL_NAME
 from fusion_guard.demo._scenario import LevelResult, Scenario, run_load
-from script_args import max_active_arg
+from script_args import add_json_output, max_active_arg
 
 SAMPLE_EVERY = 0.02
 
@@ -217,12 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--duration", type=float, default=Scenario().duration_s, help="overload window, s"
     )
-    parser.add_argument(
-        "--json",
-        type=argparse.FileType("w", encoding="utf-8"),
-        help="write the level and every"
-        " sample here (opened first: a path that cannot be written fails before the run)",
-    )
+    add_json_output(parser, "the level and every sample")
     args = parser.parse_args(argv)
     if not (args.load > 0 and math.isfinite(args.load)):
         parser.error(f"--load must be a positive number, got {args.load}")

@@ -18,3 +18,14 @@ def max_active_arg(text: str) -> int | Literal["auto"]:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected 'auto' or a whole number >= 1, got {text!r}")
     return value
+
+
+def add_json_output(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--json PATH``: where to write ``what``, opened as the arguments are read, so that a
+    path that cannot be written fails before a run of minutes, not after it."""
+    parser.add_argument(
+        "--json",
+        type=argparse.FileType("w", encoding="utf-8"),
+        help=f"write {what} here (opened first: a path that cannot be written fails before the"
+        " run)",
+    )

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import trio
 from trio.testing import MockClock
 
-from script_args import max_active_arg
+from script_args import add_json_output, max_active_arg
 
 _real_monotonic = time.monotonic
 
@@ -222,12 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phase", type=float, default=None, help="shifting: seconds per phase (default 6)"
     )
-    parser.add_argument(
-        "--json",
-        type=argparse.FileType("w", encoding="utf-8"),
-        help="write every seed's figures here (opened first: a path that cannot be written"
-        " fails before the run)",
-    )
+    add_json_output(parser, "every seed's figures")
     args = parser.parse_args(argv)
     if args.phase is not None and not (0 < args.phase < math.inf):
         parser.error(f"--phase must be a positive number of seconds, got {args.phase}")
