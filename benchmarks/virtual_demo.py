@@ -37,7 +37,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
@@ -61,9 +61,9 @@ class SeedFigures:
     seed: int
     met: bool
     failed: list[str]
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any]
     """The run's figures (the demo's ``--json`` shape: levels, or phases)."""
-    line: str = ""
+    line: str
 
 
 def _seeds(text: str) -> range:
@@ -108,6 +108,7 @@ def run_overload(
     from fusion_guard.demo._report import check_targets
     from fusion_guard.demo._run import run_demo
     from fusion_guard.demo._scenario import Scenario
+    from level_trace import Sheds  # imports fusion_guard: only once the clock is set
 
     scenario = Scenario(seed=seed)
     guards: list[Guard] = []
@@ -129,12 +130,12 @@ def run_overload(
     for load, guard in zip(loads, guards, strict=True):
         slots = guard.concurrency(TOOL_NAME)
         assert slots is not None
-        stats = slots.statistics()
+        by_rule = Sheds.of(slots)
         sheds[load] = {
-            "queue_full": stats.shed_queue_full - stats.shed_standing,
-            "standing": stats.shed_standing,
-            "predicted": stats.shed_predicted,
-            "late": stats.shed_queue_timeout - stats.shed_predicted,
+            "queue_full": by_rule.queue_full,
+            "standing": by_rule.standing,
+            "predicted": by_rule.predicted,
+            "late": by_rule.late,
         }
     over = [r for r in result.results if r.load >= 1.5]
     parts = [f"seed {seed:>2}", "PASS" if all(t.met for t in targets) else "FAIL"]
@@ -161,7 +162,7 @@ def run_overload(
 def run_shifting(seed: int, phase_s: float | None) -> SeedFigures:
     from fusion_guard.demo._shifting import ShiftingScenario
     from fusion_guard.demo._shifting import run_shifting as shifting
-    from fusion_guard.demo._shifting_report import check_shifting_targets
+    from fusion_guard.demo._shifting_report import check_shifting_targets, oracle_shares
 
     scenario = ShiftingScenario(seed=seed)
     if phase_s is not None:
@@ -172,12 +173,8 @@ def run_shifting(seed: int, phase_s: float | None) -> SeedFigures:
 
     result = _virtual_run(seed, demo)
     targets = check_shifting_targets(result)
-    phases = range(len(scenario.workers))
-    shares = [
-        result.phase("auto", i).goodput_slo / max(result.phase("oracle", i).goodput_slo, 1e-9)
-        for i in phases
-    ]
-    reached = [result.phase("auto", i).reached_s for i in phases]
+    shares = oracle_shares(result)
+    reached = [result.phase("auto", i).reached_s for i in range(len(scenario.workers))]
     failed = [t.name for t in targets if not t.met]
     line = (
         f"seed {seed:>2} {'PASS' if not failed else 'FAIL'}, auto / oracle within the SLO by"

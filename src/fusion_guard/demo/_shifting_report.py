@@ -56,13 +56,18 @@ def format_shifting(result: ShiftingResult) -> str:
     return "\n".join(lines)
 
 
+def oracle_shares(result: ShiftingResult) -> list[float]:
+    """Per phase, auto's goodput within the SLO over the oracle's (the first target's measure)."""
+    return [
+        result.phase("auto", i).goodput_slo / max(result.phase("oracle", i).goodput_slo, 1e-9)
+        for i in range(len(result.scenario.workers))
+    ]
+
+
 def check_shifting_targets(result: ShiftingResult) -> list[Target]:
     """The adaptive limit's targets in this scenario (docs/adaptive.md)."""
     phases = range(len(result.scenario.workers))
-    shares = [
-        result.phase("auto", i).goodput_slo / max(result.phase("oracle", i).goodput_slo, 1e-9)
-        for i in phases
-    ]
+    shares = oracle_shares(result)
     fixed_worst = min(result.phase("fixed", i).goodput_slo for i in phases)
     auto_worst = min(result.phase("auto", i).goodput_slo for i in phases)
     slowest = _slowest([result.phase("auto", i).reached_s for i in phases])
