@@ -98,32 +98,50 @@ def test_rates_do_not_depend_on_how_often_it_looks(steps: list[float], seed: int
     assert detector.arrival_rate == pytest.approx(_seen(rate, t), rel=0.05, abs=2.0 / t)
 
 
-def test_a_figure_of_a_few_calls_is_not_kept_for_a_second() -> None:
+@pytest.mark.parametrize(("settling", "overloaded"), [(True, True), (False, False)])
+def test_a_figure_of_a_few_calls_is_not_kept_for_a_second(settling: bool, overloaded: bool) -> None:
     """A new guard's first calls were short: its figure, from 3 calls, says a slot opens every
-    3.5 ms (285 calls/s). Calls then come at 1.5x the true capacity while the figure settles on
-    a slot every 10 ms: smoothed from the first look, it would still read 150 calls/s after
-    0.6 s, and 1.5x as no overload; taken as it is until it rests on enough calls, it is seen."""
+    3.5 ms (285 calls/s). Calls then come at 2x the true capacity while the figure settles on
+    a slot every 10 ms: smoothed from the first look, it would still read 155 calls/s after
+    0.6 s, and 2x as no overload; taken as it is until it rests on enough calls (with a margin
+    of 1/sqrt(63) at 63 calls: 113 calls/s), it is seen."""
     detector = OverloadDetector(0.0)
-    detector.observe(0.01, 1, 0.0035, 3)
+    detector.observe(0.01, 1, 0.0035, 3 if settling else SETTLED)
     # A lull: few looks, and no call finishes with every slot taken, so the figure stays.
     t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1, opening=0.0035, evidence=3)
     for i in range(1, 61):
-        evidence = 3 + i
-        detector.observe(t + i * 0.01, count + round(150.0 * i * 0.01), OPENING, evidence)
-    assert evidence < SETTLING_CALLS
-    assert detector.overloaded()
+        evidence = 3 + i if settling else SETTLED
+        detector.observe(t + i * 0.01, count + round(200.0 * i * 0.01), OPENING, evidence)
+    assert (evidence < SETTLING_CALLS) == settling
+    assert detector.overloaded() == overloaded
 
 
 def test_a_settled_figure_is_smoothed() -> None:
-    """Once the figure rests on enough calls, a sudden change in it is smoothed: the streak of
-    slow calls above, seen through a settled figure, is no overload; through a settling one,
-    taken as it is, it would be."""
+    """Once the figure rests on enough calls, a sudden change in it is smoothed: a quarter of a
+    second of calls twice as slow (50 calls/s) at 0.8x, seen through a settled figure, is no
+    overload; through one of 90 calls, still settling and so taken as it is (with a margin of
+    1/sqrt(90): 55 calls/s), it is."""
     outcomes = []
-    for evidence in (SETTLED, 10):
+    for evidence in (SETTLED, 90):
         detector = OverloadDetector(0.0)
         t, count = _feed(detector, 80.0, 0.0, 5.0, 0.01, 0, evidence=evidence)
         for i in range(1, 26):
-            detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.015, evidence)
+            detector.observe(t + i * 0.01, count + round(80.0 * i * 0.01), 0.02, evidence)
+        outcomes.append(detector.overloaded())
+    assert outcomes == [False, True]
+
+
+def test_a_figure_resting_on_few_calls_gets_a_margin_of_its_standard_error() -> None:
+    """At 0.8x, a figure of 20 calls that reads the tool as serving 80 calls a second (a streak
+    of slow calls; the tool serves 100) is given 1/sqrt(20) more capacity, 98 calls/s: calls
+    at 140/s for a quarter of a second (a burst) are no overload. The same figure resting on
+    enough calls is trusted, and the same burst is overload."""
+    outcomes = []
+    for evidence in (20, SETTLED):
+        detector = OverloadDetector(0.0)
+        detector.observe(0.0, 0, 1 / 80.0, evidence)
+        t, count = _feed(detector, 80.0, 0.0, 2.0, 0.01, 0, opening=1 / 80.0, evidence=evidence)
+        _feed(detector, 140.0, t, 0.25, 0.01, count, opening=1 / 80.0, evidence=evidence)
         outcomes.append(detector.overloaded())
     assert outcomes == [False, True]
 
