@@ -106,11 +106,12 @@ def test_a_figure_of_a_few_calls_is_not_kept_for_a_second(settling: bool, overlo
     0.6 s, and 2x as no overload; taken as it is until it rests on enough calls (with a margin
     of 1/sqrt(63) at 63 calls: 113 calls/s), it is seen."""
     detector = OverloadDetector(0.0)
-    detector.observe(0.01, 1, 0.0035, 3 if settling else SETTLED)
+    first = 3 if settling else SETTLED
+    detector.observe(0.01, 1, 0.0035, first)
     # A lull: few looks, and no call finishes with every slot taken, so the figure stays.
-    t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1, opening=0.0035, evidence=3)
+    t, count = _feed(detector, 50.0, 0.01, 0.4, 0.1, 1, opening=0.0035, evidence=first)
     for i in range(1, 61):
-        evidence = 3 + i if settling else SETTLED
+        evidence = first + i if settling else SETTLED
         detector.observe(t + i * 0.01, count + round(200.0 * i * 0.01), OPENING, evidence)
     assert (evidence < SETTLING_CALLS) == settling
     assert detector.overloaded() == overloaded
