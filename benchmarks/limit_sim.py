@@ -103,27 +103,34 @@ def simulate(
         push(a, "workers", None)
 
     inflight = 0
+    # The limiter's two counters for overtaking: calls admitted (a call's rank) and ended.
+    admitted_count = ended_count = 0
     queue: deque[float] = deque()  # arrival times
     tool_busy = 0
-    tool_wait: deque[tuple[float, float, int]] = deque()  # (arrival, admitted_at, inflight_at)
+    # (arrival, admitted_at, inflight_at, rank)
+    tool_wait: deque[tuple[float, float, int, int]] = deque()
     ok_times: list[tuple[float, float]] = []  # (finish, latency)
     shed = arrivals = 0
     limits: list[tuple[float, int]] = []
 
-    def start_service(now: float, arrival: float, admitted: float, inflight_at: int) -> None:
+    def start_service(
+        now: float, arrival: float, admitted: float, inflight_at: int, rank: int
+    ) -> None:
         nonlocal tool_busy
         tool_busy += 1
         inside = tool_busy + len(tool_wait)
         slow = 1 + max(0, inside - workers_at(now)) / contention
-        push(now + rng.lognormvariate(mu, sigma) * slow, "done", (arrival, admitted, inflight_at))
+        done = (arrival, admitted, inflight_at, rank)
+        push(now + rng.lognormvariate(mu, sigma) * slow, "done", done)
 
     def admit(now: float, arrival: float) -> None:
-        nonlocal inflight
+        nonlocal inflight, admitted_count
         inflight += 1
+        admitted_count += 1
         if tool_busy < workers_at(now):
-            start_service(now, arrival, now, inflight)
+            start_service(now, arrival, now, inflight, admitted_count)
         else:
-            tool_wait.append((arrival, now, inflight))
+            tool_wait.append((arrival, now, inflight, admitted_count))
 
     while events:
         now, _, kind, data = heapq.heappop(events)
@@ -137,21 +144,21 @@ def simulate(
                 shed += 1
         elif kind == "workers":
             while tool_wait and tool_busy < workers_at(now):
-                arrival, admitted, inflight_at = tool_wait.popleft()
-                start_service(now, arrival, admitted, inflight_at)
+                start_service(now, *tool_wait.popleft())
         elif kind == "done":
-            arrival, admitted, inflight_at = data
+            arrival, admitted, inflight_at, rank = data
             tool_busy -= 1
             inflight -= 1
             latency = now - arrival
             if latency <= client_timeout:
                 ok_times.append((now, latency))
             if limit_obj is not None:
-                limit_obj.on_sample(admitted, now - admitted, inflight_at, False)
+                overtook = ended_count < rank - 1  # as the limiter tells it
+                limit_obj.on_sample(admitted, now - admitted, inflight_at, False, overtook=overtook)
+            ended_count += 1
             limits.append((now, current_limit(now)))
             while tool_wait and tool_busy < workers_at(now):
-                a2, ad2, i2 = tool_wait.popleft()
-                start_service(now, a2, ad2, i2)
+                start_service(now, *tool_wait.popleft())
             while queue and inflight < current_limit(now):
                 arrival = queue.popleft()
                 if now - arrival > queue_timeout:

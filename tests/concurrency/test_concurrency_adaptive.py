@@ -11,7 +11,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fusion_guard import ConfigurationError
-from fusion_guard.admission._adaptive import PARALLELISM_WEIGHT, QUIET_SAMPLES, GradientLimit
+from fusion_guard.admission._adaptive import (
+    OVERTAKING_MEMORY,
+    PARALLELISM_WEIGHT,
+    QUIET_SAMPLES,
+    GradientLimit,
+)
 
 
 def _drive(
@@ -132,12 +137,90 @@ def test_a_limit_cut_to_one_climbs_without_waiting_for_full_windows_of_calls() -
     assert limit.limit >= 4  # 5 calls a slot, 0.25 s a step
 
 
+def _slow_calls(
+    limit: GradientLimit, now: float, calls: int, overtaking_every: int
+) -> tuple[float, int]:
+    """Calls of 70 ms (7x the uncrowded 10 ms) at the limit in force, every
+    ``overtaking_every``-th one (0: none) ending while an earlier one still runs. Returns the
+    time reached and the lowest limit on the way."""
+    lowest = limit.limit
+    for i in range(calls):
+        overtook = overtaking_every > 0 and i % overtaking_every == 0
+        limit.on_sample(now, 0.070, limit.limit, False, overtook=overtook)
+        now += 0.070 / limit.limit
+        lowest = min(lowest, limit.limit)
+    return now, lowest
+
+
+@pytest.mark.parametrize(("overtaking_every", "floor"), [(0, 1), (10, 2)])
+def test_a_tool_seen_serving_two_at_once_is_not_cut_below_two_on_latency(
+    overtaking_every: int, floor: int
+) -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    assert limit.limit >= 3
+    _, lowest = _slow_calls(limit, now, 200, overtaking_every)
+    # Without overtaking the cuts go down to one slot; a tool that keeps showing two calls
+    # served at once keeps two, however slow its calls look against the baseline.
+    assert lowest == floor
+
+
+def test_a_slow_window_of_two_that_could_not_be_cut_corrects_the_baseline() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    assert limit.baseline == pytest.approx(0.010)
+    now, lowest = _slow_calls(limit, now, 200, 10)
+    assert lowest == 2
+    # Two calls at once were uncrowded (the tool serves two): their 70 ms joined the 10 ms
+    # measured alone until the baseline stopped contradicting them (no cut is then asked).
+    assert 0.030 <= limit.baseline <= 0.070
+    assert limit.limit == 2
+
+
+def test_a_slow_window_of_three_at_once_does_not_teach_the_baseline() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    while limit.limit > 3:  # windows of 3x-tolerance calls halve the limit quickly
+        limit.on_sample(now, 0.070, limit.limit, False, overtook=True)
+        now += 0.010
+    for _ in range(limit.window_samples):  # a full window, each call started among 3
+        limit.on_sample(now, 0.070, 3, False, overtook=True)
+        now += 0.010
+    assert limit.limit == 2  # cut to two, not below: calls were overtaking
+    assert limit.baseline == pytest.approx(0.010)  # three at once may have queued: not learnt
+
+
+@pytest.mark.parametrize(("calls_since", "lowest_expected"), [(0, 2), (OVERTAKING_MEMORY, 1)])
+def test_overtaking_is_forgotten_after_a_few_dozen_calls_without_it(
+    calls_since: int, lowest_expected: int
+) -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    limit.on_sample(now, 0.010, limit.limit, False, overtook=True)
+    # Then the tool lost its second worker: calls stop overtaking. Slow ones right away are cut
+    # to two slots at the least; once OVERTAKING_MEMORY calls have gone by, to one.
+    for _ in range(calls_since):
+        limit.on_sample(now, 0.010, 1, False)
+        now += 0.010
+    _, lowest = _slow_calls(limit, now, 25, 0)
+    assert lowest == lowest_expected
+
+
+def test_timeouts_halve_it_below_two_even_while_calls_overtake() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)
+    for _ in range(4):
+        limit.on_sample(now, 1.0, limit.limit, True, overtook=True)
+    assert limit.limit == 1
+
+
 @given(
     st.lists(
         st.tuples(
             st.floats(allow_nan=True, allow_infinity=True),
             st.floats(allow_nan=True, allow_infinity=True),
             st.integers(0, 10_000),
+            st.booleans(),
             st.booleans(),
         ),
         max_size=300,
@@ -146,11 +229,11 @@ def test_a_limit_cut_to_one_climbs_without_waiting_for_full_windows_of_calls() -
     st.integers(5, 50),
 )
 def test_any_stream_of_samples_keeps_it_a_whole_number_in_bounds(
-    samples: list[tuple[float, float, int, bool]], low: int, high: int
+    samples: list[tuple[float, float, int, bool, bool]], low: int, high: int
 ) -> None:
     limit = GradientLimit(min_limit=low, max_limit=high, initial_limit=low)
-    for start, duration, inflight, dropped in samples:
-        limit.on_sample(start, duration, inflight, dropped)
+    for start, duration, inflight, dropped, overtook in samples:
+        limit.on_sample(start, duration, inflight, dropped, overtook=overtook)
         assert isinstance(limit.limit, int)
         assert low <= limit.limit <= high
         assert math.isfinite(limit.parallelism)

@@ -70,6 +70,43 @@ async def test_raising_the_limit_admits_waiters_at_once() -> None:
     assert limit.samples[0][2] == 1  # in flight when the first call started: itself
 
 
+class OvertakingRecorder(SteeredLimit):
+    """A limit that asks to be told which calls overtook another."""
+
+    learns_overtaking = True
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.overtook: list[bool] = []
+
+    def on_sample(
+        self, start: float, duration: float, inflight: int, dropped: bool, *, overtook: bool = False
+    ) -> None:
+        super().on_sample(start, duration, inflight, dropped)
+        self.overtook.append(overtook)
+
+
+async def test_a_limit_is_told_which_calls_ended_while_an_earlier_one_still_ran() -> None:
+    limit = OvertakingRecorder(2)
+    guard = ConcurrencyGuard(limit=limit, queue_timeout=10)
+    releases = [anyio.Event() for _ in range(4)]
+    started: list[int] = []
+    async with anyio.create_task_group() as tg:
+        for release in releases[:3]:  # one at a time: trio starts tasks in any order
+            tg.start_soon(_hold, guard, release, started)
+            await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (2, 1)  # the first two run, the third waits
+        for call, overtook in [(1, [True]), (2, [True, True]), (0, [True, True, False])]:
+            releases[call].set()  # the second ends before the first; the third is handed its
+            await anyio.wait_all_tasks_blocked()  # slot and also ends before the first
+            assert limit.overtook == overtook
+        tg.start_soon(_hold, guard, releases[3], started)  # alone: it overtakes nobody
+        await anyio.wait_all_tasks_blocked()
+        releases[3].set()
+    assert limit.overtook == [True, True, False, False]
+    assert [sample[2] for sample in limit.samples] == [2, 2, 1, 1]  # in flight as each started
+
+
 class ParallelismLimit(SteeredLimit):
     """A limit that also estimates what the tool serves in parallel."""
 

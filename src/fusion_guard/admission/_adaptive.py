@@ -24,6 +24,14 @@ limit in seconds:
   between, the difference is within the noise of a median of a few calls, and the limit holds.
 - A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
   overload there is.
+- **Not below two on latency alone while calls overtake**: a call that ended while one admitted
+  before it still ran shows the tool serving two at once (a tool that serves one at a time, in
+  order, never lets a call overtake). For ``OVERTAKING_MEMORY`` calls after one did, a latency
+  cut stops at two slots: a cut to one would idle a worker, and its only warrant is a window
+  measured against a baseline of a few heavy-tailed calls, which errs by a third either way.
+  A window of calls that started with at most two in flight was then uncrowded, so its calls
+  join the baseline: the cut to one that corrected a baseline measured low (every call alone is
+  uncrowded) is not needed for that either.
 
 So the limit settles where the tool's latency is ``tolerance`` times its uncrowded latency: with
 the default 2, about twice the number of calls the tool truly serves in parallel, little queueing
@@ -39,6 +47,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from typing import ClassVar
 
 from .._checks import check_int, check_number, check_seconds
 from .._exceptions import ConfigurationError
@@ -68,6 +77,10 @@ GROWTH_GRADIENT = 1.5
 #: lucky calls read 4.6 for a tool of 2 workers, and a queue too long costs more than one too
 #: short. A tool that lost workers is followed at once.
 PARALLELISM_WEIGHT = 0.3
+#: For this many calls after one overtook another (the tool served two at once), a latency cut
+#: stops at two slots. A tool that loses its second worker stops showing it at once; calls still
+#: inside from before may show it a little longer, so the memory is short.
+OVERTAKING_MEMORY = 30
 
 
 class GradientLimit:
@@ -78,14 +91,19 @@ class GradientLimit:
     bounds). ``tolerance`` (>= 1): how far above its uncrowded latency the tool may run before
     the limit shrinks. ``window`` (seconds) / ``window_samples``: the least one decision rests
     on. ``probe_every`` (seconds) / ``probe_samples``: how long the baseline may go without an
-    uncrowded call before the limit makes room for some, and how many it waits for.
+    uncrowded call before the limit makes room for some, and how many it waits for. Each sample
+    may say the call ``overtook`` one admitted before it (the limiter tells it: a tool seen
+    serving two at once is not cut below two slots on latency alone).
     """
+
+    learns_overtaking: ClassVar[bool] = True
 
     __slots__ = (
         "_baseline",
         "_estimate",
         "_limit",
         "_next_probe",
+        "_overtaking_left",
         "_parallelism",
         "_parallelism_measured",
         "_probe_taken",
@@ -152,6 +170,7 @@ class GradientLimit:
         # Until measured: the limit settles at about ``tolerance`` times the parallelism.
         self._parallelism = max(1.0, initial / self.tolerance)
         self._parallelism_measured = False
+        self._overtaking_left = 0  # calls the last overtaking still vouches for
 
     @property
     def limit(self) -> int:
@@ -162,9 +181,21 @@ class GradientLimit:
         """The tool's uncrowded latency as last measured (seconds; NaN before any)."""
         return self._baseline
 
-    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+    def on_sample(
+        self,
+        start: float,
+        duration: float,
+        inflight: int,
+        dropped: bool,
+        *,
+        overtook: bool = False,
+    ) -> None:
         if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
             return  # no clock gives such a sample: nothing to learn from it
+        if overtook:
+            self._overtaking_left = OVERTAKING_MEMORY
+        elif self._overtaking_left:
+            self._overtaking_left -= 1
         end = start + duration
         if dropped:
             self._set(self._estimate / 2)
@@ -233,8 +264,16 @@ class GradientLimit:
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
-        if gradient < 1:
-            self._set(self._estimate * gradient)  # the tool queues calls inside: shrink at once
+        if gradient < 1:  # the tool queues calls inside: shrink at once
+            cut = self._estimate * gradient
+            if cut < 2 and self._overtaking_left:  # but it was just seen serving two at once
+                cut = min(self._estimate, 2.0)
+                if self._window_peak <= 2:
+                    # So two calls at once were uncrowded: a window of them this slow says the
+                    # baseline was measured low, and they are the uncrowded calls to correct it.
+                    for duration in self._window:
+                        self._learn_quiet(duration)
+            self._set(cut)
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
 

@@ -57,7 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, cast, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -71,7 +71,7 @@ from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._deadline import Deadline
 from ._discipline import LOOK_EVERY, QueueDiscipline
 from ._fairness import FairQueue, Tenant
-from ._limit import FixedLimit, Limit
+from ._limit import FixedLimit, Limit, OvertakingLimit
 from ._service_time import RetryPromises, ServiceTimeEstimator
 
 __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Permit", "Slot"]
@@ -173,7 +173,16 @@ class Slot:
     :class:`~fusion_guard.HandlerTimeout` raised. ``release()`` is idempotent.
     """
 
-    __slots__ = ("_deadline", "_guard", "_held", "_inflight", "_start", "_timeout", "queue_wait")
+    __slots__ = (
+        "_deadline",
+        "_guard",
+        "_held",
+        "_inflight",
+        "_rank",
+        "_start",
+        "_timeout",
+        "queue_wait",
+    )
 
     def __init__(self, guard: ConcurrencyGuard, timeout: float | None) -> None:
         self._guard = guard
@@ -218,6 +227,7 @@ class Slot:
                 observer_failed(observer, "admitted", failure)
         self._held = True
         self._inflight = guard._active  # itself included: what an adaptive limit learns from
+        self._rank = guard._admitted  # calls that took a slot before it: _rank - 1
         # The guard keeps the latest start: the youngest call's age bounds every hold in flight
         # from below (what a cold guard knows before any call finishes).
         self._start = guard._latest_start = guard._clock()
@@ -271,7 +281,11 @@ class Slot:
             held = guard._clock() - self._start
             guard._service.observe(held)
             if guard._adaptive is not None:
-                guard._learn(self._start, held, self._inflight, outcome == "timeout")
+                # Fewer calls have ended than took a slot before this one: one of those still
+                # holds its slot, so this call overtook it (the tool serves two at once).
+                overtook = guard._ended < self._rank - 1
+                guard._ended += 1
+                guard._learn(self._start, held, self._inflight, outcome == "timeout", overtook)
             # Above a lowered limit the slot is not handed on: the calls in flight drain first.
             if guard._waiters and guard._active <= guard._max_active:
                 guard._hand_off()
@@ -448,6 +462,7 @@ class ConcurrencyGuard:
         "_cancelled_queued",
         "_clock",
         "_discipline",
+        "_ended",
         "_ends",
         "_expiry",
         "_fair",
@@ -456,6 +471,7 @@ class ConcurrencyGuard:
         "_judge",
         "_keyed",
         "_latest_start",
+        "_learns_overtaking",
         "_limit_logged",
         "_log_due",
         "_max_active",
@@ -507,6 +523,7 @@ class ConcurrencyGuard:
         max_active_per_client: int | None = None,
     ) -> None:
         self._adaptive, self._max_active = _limit_of(max_active, limit)
+        self._learns_overtaking = getattr(self._adaptive, "learns_overtaking", False) is True
         self._fair_order = check_bool("fair", fair)
         self._per_client = _per_client_cap(max_active_per_client, self._adaptive, self._max_active)
         # Whether client keys matter here; their records (``_fair``) start with the first key.
@@ -582,6 +599,7 @@ class ConcurrencyGuard:
         ] = {}
         self._timeout_templates: dict[float, TimeoutTemplate] = {}
         self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
+        self._ended = 0  # calls that held a slot and gave it back (counted for an adaptive limit)
         self._shed_standing = self._shed_fair = self._shed_client = 0
         self._cancelled_queued = self._handler_timeouts = 0
 
@@ -1042,7 +1060,9 @@ class ConcurrencyGuard:
         else:
             self._active -= 1
 
-    def _learn(self, start: float, held: float, inflight: int, dropped: bool) -> None:
+    def _learn(
+        self, start: float, held: float, inflight: int, dropped: bool, overtook: bool
+    ) -> None:
         """Feed one finished call to the adaptive limit and apply the limit it then gives."""
         adaptive, openings = self._adaptive, self._openings
         assert adaptive is not None
@@ -1050,7 +1070,12 @@ class ConcurrencyGuard:
         if inflight >= self._max_active:  # it found every slot taken: it measures an opening
             openings.observe(held / inflight)
         try:
-            adaptive.on_sample(start, held, inflight, dropped)
+            if self._learns_overtaking:
+                cast(OvertakingLimit, adaptive).on_sample(
+                    start, held, inflight, dropped, overtook=overtook
+                )
+            else:
+                adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
             parallelism = _parallelism_of(adaptive)
         except Exception as failure:  # a limit's bug never changes a call's answer

@@ -12,11 +12,11 @@ limit changes only inside :meth:`Limit.on_sample`, so the limiter always knows t
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from .._checks import check_int
 
-__all__ = ["FixedLimit", "Limit"]
+__all__ = ["FixedLimit", "Limit", "OvertakingLimit"]
 
 
 @runtime_checkable
@@ -27,6 +27,8 @@ class Limit(Protocol):
     same) and never return NaN or a number below 1. A limit that runs above what the tool serves
     in parallel (to find it) may also have a ``parallelism`` attribute, its estimate of that
     number: the guard then holds a standing queue to a few calls per such call, not per slot.
+    A limit whose class sets ``learns_overtaking = True`` is also told, with each sample,
+    whether the call overtook another (see :class:`OvertakingLimit`).
     """
 
     @property
@@ -44,6 +46,33 @@ class Limit(Protocol):
             dropped: it ended by its handler deadline (TIMEOUT): a sign of overload, whatever
                 the duration says.
         """
+        ...
+
+
+class OvertakingLimit(Limit, Protocol):
+    """A limit that also learns, with each sample, whether the call *overtook* another: it
+    finished while a call that took its slot before it still held one. A tool that serves its
+    calls one at a time, in the order they reach it, never lets a call overtake; one that is
+    seen doing so serves at least two at once (or answers some calls without waiting for the
+    others, a cache hit say), whatever the latencies say. The limiter finds it out with two
+    counters, so no sample costs a search of the calls in flight."""
+
+    learns_overtaking: ClassVar[bool]
+    """True: the limiter passes ``overtook``."""
+
+    def on_sample(
+        self,
+        start: float,
+        duration: float,
+        inflight: int,
+        dropped: bool,
+        *,
+        overtook: bool = False,
+    ) -> None:
+        """:meth:`Limit.on_sample`, and ``overtook``: a call that took its slot before this
+        one still held it when this one ended. The limiter says so when it is sure of it: fewer
+        calls had ended than took a slot before this one. (When a later call has ended too,
+        an overtaking can read False; never the other way round.)"""
         ...
 
 
