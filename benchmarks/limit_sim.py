@@ -153,7 +153,7 @@ def simulate(
             if latency <= client_timeout:
                 ok_times.append((now, latency))
             if limit_obj is not None:
-                overtook = ended_count < rank - 1  # as the limiter tells it
+                overtook = max(0, rank - 1 - ended_count)  # as the limiter tells it
                 limit_obj.on_sample(admitted, now - admitted, inflight_at, False, overtook=overtook)
             ended_count += 1
             limits.append((now, current_limit(now)))

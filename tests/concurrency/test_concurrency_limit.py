@@ -71,40 +71,44 @@ async def test_raising_the_limit_admits_waiters_at_once() -> None:
 
 
 class OvertakingRecorder(SteeredLimit):
-    """A limit that asks to be told which calls overtook another."""
+    """A limit that asks to be told how many calls each call overtook."""
 
     learns_overtaking = True
 
     def __init__(self, limit: int) -> None:
         super().__init__(limit)
-        self.overtook: list[bool] = []
+        self.overtook: list[int] = []
 
     def on_sample(
-        self, start: float, duration: float, inflight: int, dropped: bool, *, overtook: bool = False
+        self, start: float, duration: float, inflight: int, dropped: bool, *, overtook: int = 0
     ) -> None:
         super().on_sample(start, duration, inflight, dropped)
         self.overtook.append(overtook)
 
 
-async def test_a_limit_is_told_which_calls_ended_while_an_earlier_one_still_ran() -> None:
-    limit = OvertakingRecorder(2)
+async def test_a_limit_is_told_how_many_earlier_calls_still_ran_when_a_call_ended() -> None:
+    limit = OvertakingRecorder(3)
     guard = ConcurrencyGuard(limit=limit, queue_timeout=10)
-    releases = [anyio.Event() for _ in range(4)]
+    releases = [anyio.Event() for _ in range(5)]
     started: list[int] = []
     async with anyio.create_task_group() as tg:
-        for release in releases[:3]:  # one at a time: trio starts tasks in any order
+        for release in releases[:4]:  # one at a time: trio starts tasks in any order
             tg.start_soon(_hold, guard, release, started)
             await anyio.wait_all_tasks_blocked()
-        assert (guard.active, guard.queued) == (2, 1)  # the first two run, the third waits
-        for call, overtook in [(1, [True]), (2, [True, True]), (0, [True, True, False])]:
-            releases[call].set()  # the second ends before the first; the third is handed its
-            await anyio.wait_all_tasks_blocked()  # slot and also ends before the first
+        assert (guard.active, guard.queued) == (3, 1)  # the first three run, the fourth waits
+        # The third ends while the first two run (the fourth is handed its slot). The second
+        # ends while the first runs, but a later call (the third) has ended already: the two
+        # counters cannot tell whose end that was, so the count reads 0, low, never high. The
+        # fourth ends while the first runs; then the first.
+        for call, overtook in [(2, [2]), (1, [2, 0]), (3, [2, 0, 1]), (0, [2, 0, 1, 0])]:
+            releases[call].set()
+            await anyio.wait_all_tasks_blocked()
             assert limit.overtook == overtook
-        tg.start_soon(_hold, guard, releases[3], started)  # alone: it overtakes nobody
+        tg.start_soon(_hold, guard, releases[4], started)  # alone: it overtakes nobody
         await anyio.wait_all_tasks_blocked()
-        releases[3].set()
-    assert limit.overtook == [True, True, False, False]
-    assert [sample[2] for sample in limit.samples] == [2, 2, 1, 1]  # in flight as each started
+        releases[4].set()
+    assert limit.overtook == [2, 0, 1, 0, 0]
+    assert [sample[2] for sample in limit.samples] == [3, 2, 3, 1, 1]  # in flight as each started
 
 
 class ParallelismLimit(SteeredLimit):

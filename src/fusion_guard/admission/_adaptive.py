@@ -24,13 +24,14 @@ limit in seconds:
   between, the difference is within the noise of a median of a few calls, and the limit holds.
 - A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
   overload there is.
-- **Not below two on latency alone while calls overtake**: a call that ended while one admitted
-  before it still ran shows the tool serving two at once (a tool that serves one at a time, in
-  order, never lets a call overtake). For ``OVERTAKING_MEMORY`` calls after one did, a latency
-  cut stops at two slots: a cut to one would idle a worker, and its only warrant is a window
-  measured against a baseline of a few heavy-tailed calls, which errs by a third either way.
-  A window of calls that started with at most two in flight was then uncrowded, so its calls
-  join the baseline: the cut to one that corrected a baseline measured low (every call alone is
+- **Not below what calls were seen served at once**: a call that ends while ``k`` calls admitted
+  before it still run shows the tool serving ``k + 1`` at once (a tool that serves one at a
+  time, in order, never lets a call overtake another). For ``OVERTAKING_MEMORY`` calls after
+  such a sighting, a latency cut stops there, and ``parallelism`` is at least that: a cut below
+  would idle a worker, and its only warrant is a window measured against a baseline of a few
+  heavy-tailed calls, which errs by a third either way. A window that asked for such a cut, of
+  calls started with at most two in flight, was a window of uncrowded calls, so they join the
+  baseline: the cut to one that corrected a baseline measured low (every call alone is
   uncrowded) is not needed for that either.
 
 So the limit settles where the tool's latency is ``tolerance`` times its uncrowded latency: with
@@ -77,10 +78,12 @@ GROWTH_GRADIENT = 1.5
 #: lucky calls read 4.6 for a tool of 2 workers, and a queue too long costs more than one too
 #: short. A tool that lost workers is followed at once.
 PARALLELISM_WEIGHT = 0.3
-#: For this many calls after one overtook another (the tool served two at once), a latency cut
-#: stops at two slots. A tool that loses its second worker stops showing it at once; calls still
-#: inside from before may show it a little longer, so the memory is short.
-OVERTAKING_MEMORY = 30
+#: For this many calls after ``k + 1`` calls were seen served at once (one ended while ``k``
+#: admitted before it still ran), latency cuts stop at ``k + 1`` slots and ``parallelism`` is at
+#: least that. A tool that loses workers stops showing it once the calls inside from before have
+#: ended, so the memory is short: with 30, one shifting run in 30 took 2.25 s (the target is 2)
+#: for its limit to come within 2x of a tool gone from 8 workers to 1.
+OVERTAKING_MEMORY = 20
 
 
 class GradientLimit:
@@ -92,8 +95,8 @@ class GradientLimit:
     the limit shrinks. ``window`` (seconds) / ``window_samples``: the least one decision rests
     on. ``probe_every`` (seconds) / ``probe_samples``: how long the baseline may go without an
     uncrowded call before the limit makes room for some, and how many it waits for. Each sample
-    may say the call ``overtook`` one admitted before it (the limiter tells it: a tool seen
-    serving two at once is not cut below two slots on latency alone).
+    may say how many calls admitted before it the call ``overtook`` (the limiter tells it: a
+    tool seen serving that many at once is not cut below them on latency alone).
     """
 
     learns_overtaking: ClassVar[bool] = True
@@ -103,13 +106,14 @@ class GradientLimit:
         "_estimate",
         "_limit",
         "_next_probe",
-        "_overtaking_left",
+        "_overtaking",
         "_parallelism",
         "_parallelism_measured",
         "_probe_taken",
         "_probing",
         "_quiet",
         "_quiet_sorted",
+        "_samples",
         "_window",
         "_window_crowd",
         "_window_end",
@@ -170,7 +174,10 @@ class GradientLimit:
         # Until measured: the limit settles at about ``tolerance`` times the parallelism.
         self._parallelism = max(1.0, initial / self.tolerance)
         self._parallelism_measured = False
-        self._overtaking_left = 0  # calls the last overtaking still vouches for
+        # The most calls seen served at once within the last OVERTAKING_MEMORY samples, as a
+        # sliding maximum: (sample number, count), counts falling from the oldest to the newest.
+        self._overtaking: deque[tuple[int, int]] = deque()
+        self._samples = 0
 
     @property
     def limit(self) -> int:
@@ -188,14 +195,19 @@ class GradientLimit:
         inflight: int,
         dropped: bool,
         *,
-        overtook: bool = False,
+        overtook: int = 0,
     ) -> None:
         if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
             return  # no clock gives such a sample: nothing to learn from it
-        if overtook:
-            self._overtaking_left = OVERTAKING_MEMORY
-        elif self._overtaking_left:
-            self._overtaking_left -= 1
+        self._samples += 1
+        seen = self._overtaking
+        if overtook > 0:
+            at_once = int(overtook) + 1
+            while seen and seen[-1][1] <= at_once:
+                seen.pop()
+            seen.append((self._samples, at_once))
+        if seen and seen[0][0] <= self._samples - OVERTAKING_MEMORY:
+            seen.popleft()
         end = start + duration
         if dropped:
             self._set(self._estimate / 2)
@@ -261,13 +273,15 @@ class GradientLimit:
         else:  # the first estimate, or a lower one: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
+        at_once = self._overtaking[0][1] if self._overtaking else 1
+        self._parallelism = max(self._parallelism, float(at_once))
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once
             cut = self._estimate * gradient
-            if cut < 2 and self._overtaking_left:  # but it was just seen serving two at once
-                cut = min(self._estimate, 2.0)
+            if at_once > 1 and cut < at_once:  # not below the calls it was seen serving at once
+                cut = min(self._estimate, float(at_once))
                 if self._window_peak <= 2:
                     # So two calls at once were uncrowded: a window of them this slow says the
                     # baseline was measured low, and they are the uncrowded calls to correct it.

@@ -281,9 +281,9 @@ class Slot:
             held = guard._clock() - self._start
             guard._service.observe(held)
             if guard._adaptive is not None:
-                # Fewer calls have ended than took a slot before this one: one of those still
-                # holds its slot, so this call overtook it (the tool serves two at once).
-                overtook = guard._ended < self._rank - 1
+                # Of the calls that took a slot before this one, at least this many still hold
+                # one (even if every call ended so far was among them): it overtook them.
+                overtook = max(0, self._rank - 1 - guard._ended)
                 guard._ended += 1
                 guard._learn(self._start, held, self._inflight, outcome == "timeout", overtook)
             # Above a lowered limit the slot is not handed on: the calls in flight drain first.
@@ -1061,7 +1061,7 @@ class ConcurrencyGuard:
             self._active -= 1
 
     def _learn(
-        self, start: float, held: float, inflight: int, dropped: bool, overtook: bool
+        self, start: float, held: float, inflight: int, dropped: bool, overtook: int
     ) -> None:
         """Feed one finished call to the adaptive limit and apply the limit it then gives."""
         adaptive, openings = self._adaptive, self._openings

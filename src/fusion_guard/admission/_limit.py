@@ -27,8 +27,8 @@ class Limit(Protocol):
     same) and never return NaN or a number below 1. A limit that runs above what the tool serves
     in parallel (to find it) may also have a ``parallelism`` attribute, its estimate of that
     number: the guard then holds a standing queue to a few calls per such call, not per slot.
-    A limit whose class sets ``learns_overtaking = True`` is also told, with each sample,
-    whether the call overtook another (see :class:`OvertakingLimit`).
+    A limit whose class sets ``learns_overtaking = True`` is also told, with each sample, how
+    many calls admitted before it the call overtook (see :class:`OvertakingLimit`).
     """
 
     @property
@@ -50,12 +50,12 @@ class Limit(Protocol):
 
 
 class OvertakingLimit(Limit, Protocol):
-    """A limit that also learns, with each sample, whether the call *overtook* another: it
-    finished while a call that took its slot before it still held one. A tool that serves its
+    """A limit that also learns, with each sample, how many calls the call *overtook*: calls
+    that took their slot before it and still held it when it ended. A tool that serves its
     calls one at a time, in the order they reach it, never lets a call overtake; one that is
-    seen doing so serves at least two at once (or answers some calls without waiting for the
-    others, a cache hit say), whatever the latencies say. The limiter finds it out with two
-    counters, so no sample costs a search of the calls in flight."""
+    seen overtaking ``k`` serves at least ``k + 1`` at once (or answers some calls without
+    waiting for the others, a cache hit say), whatever the latencies say. The limiter counts it
+    with two counters, so no sample costs a search of the calls in flight."""
 
     learns_overtaking: ClassVar[bool]
     """True: the limiter passes ``overtook``."""
@@ -67,12 +67,12 @@ class OvertakingLimit(Limit, Protocol):
         inflight: int,
         dropped: bool,
         *,
-        overtook: bool = False,
+        overtook: int = 0,
     ) -> None:
-        """:meth:`Limit.on_sample`, and ``overtook``: a call that took its slot before this
-        one still held it when this one ended. The limiter says so when it is sure of it: fewer
-        calls had ended than took a slot before this one. (When a later call has ended too,
-        an overtaking can read False; never the other way round.)"""
+        """:meth:`Limit.on_sample`, and ``overtook``: how many calls that took their slot before
+        this one still held it when this one ended, as far as the limiter can be sure: the calls
+        before it less every call ended so far (when calls after it have ended too, the count
+        reads low, never high)."""
         ...
 
 
