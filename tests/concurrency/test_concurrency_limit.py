@@ -138,6 +138,18 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
     assert guard.standing_limit == standing
 
 
+@pytest.mark.parametrize(
+    ("parallelism", "queue"), [(1.2, 10), (2.0, 20), (2.4, 20), (2.5, 30), (3.6, 40)]
+)
+def test_the_default_queue_is_ten_per_call_of_parallelism_to_the_nearest_call(
+    parallelism: float, queue: int
+) -> None:
+    # Not rounded up: a window of lucky calls reads a tool of 2 workers as serving 2.2-2.3 at
+    # once, and a queue of 30 kept the first second of an overload waiting behind 20-29 calls.
+    guard = ConcurrencyGuard(limit=ParallelismLimit(4, parallelism), queue_timeout=10)
+    assert guard.max_queue == queue
+
+
 async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -> None:
     limit = ParallelismLimit(4, 2.0)
     guard = ConcurrencyGuard(limit=limit, queue_timeout=10, predictive=False, clock=FakeClock())
@@ -160,9 +172,8 @@ async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -
             tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
         assert (guard.active, guard.queued, refused) == (4, 20, [])
-        # Learnt when the next call ends: 3.2 in parallel, a queue of 40 (rounded up: a tool
-        # partly used reads below what it can serve).
-        limit.parallelism = 3.2
+        # Learnt when the next call ends: 3.6 in parallel, a queue of 40 (to the nearest call).
+        limit.parallelism = 3.6
         first.set()
         await anyio.wait_all_tasks_blocked()
         assert (guard.max_queue, guard.queued) == (40, 19)

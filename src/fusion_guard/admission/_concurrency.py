@@ -433,8 +433,8 @@ class ConcurrencyGuard:
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
 
     ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``
-    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, rounded up,
-    following it up from its first value and never below).
+    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, to the
+    nearest call, following it up from its first value and never below).
     The queue counts as standing once it has not been empty for ``standing_after`` seconds
     (default ``min(0.1, queue_timeout / 4)``); a standing queue is held to ``standing_limit``
     waiters (default ``min(max_queue, 4 * max_active)``) and, with ``lifo``, serves the newest
@@ -1092,8 +1092,8 @@ class ConcurrencyGuard:
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
-        serves in parallel, rounded up (a tool partly used reads below what it can serve), never
-        below the first. A queue that shrinks refuses newcomers; it cancels no waiter."""
+        serves in parallel, to the nearest call, never below the first. A queue that shrinks
+        refuses newcomers; it cancels no waiter."""
         queue = max(default_max_queue(parallelism), self._queue_floor)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
@@ -1316,9 +1316,11 @@ def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int
 
 def default_max_queue(parallel: float) -> int:
     """The queue a guard keeps when none is given: ``QUEUE_PER_SLOT`` waiters per slot, or per
-    call an adaptive limit estimates the tool serves in parallel, rounded up (a tool partly used
-    reads below what it can serve)."""
-    return QUEUE_PER_SLOT * math.ceil(parallel)
+    call an adaptive limit estimates the tool serves in parallel, to the nearest call (halves
+    up). Not rounded up: a window of lucky calls reads 2.2 for a tool of 2, and a queue of 30
+    made the first second of an overload wait behind 20-29 calls; a tool partly used, which
+    reads below what it serves, is held up by the calls it is seen serving at once."""
+    return QUEUE_PER_SLOT * max(1, math.floor(parallel + 0.5))
 
 
 def _parallelism_of(adaptive: object) -> float | None:
