@@ -138,16 +138,22 @@ def test_a_limit_cut_to_one_climbs_without_waiting_for_full_windows_of_calls() -
 
 
 def _slow_calls(
-    limit: GradientLimit, now: float, calls: int, overtaking_every: int
+    limit: GradientLimit,
+    now: float,
+    calls: int,
+    overtaking_every: int,
+    *,
+    latency: float = 0.070,
+    overtook: int = 1,
 ) -> tuple[float, int]:
-    """Calls of 70 ms (7x the uncrowded 10 ms) at the limit in force, every
-    ``overtaking_every``-th one (0: none) ending while an earlier one still runs. Returns the
-    time reached and the lowest limit on the way."""
+    """Calls of ``latency`` (70 ms: 7x the uncrowded 10 ms) at the limit in force, every
+    ``overtaking_every``-th one (0: none) ending while ``overtook`` calls admitted before it
+    still run. Returns the time reached and the lowest limit on the way."""
     lowest = limit.limit
     for i in range(calls):
-        overtook = int(overtaking_every > 0 and i % overtaking_every == 0)
-        limit.on_sample(now, 0.070, limit.limit, False, overtook=overtook)
-        now += 0.070 / limit.limit
+        count = overtook if overtaking_every > 0 and i % overtaking_every == 0 else 0
+        limit.on_sample(now, latency, limit.limit, False, overtook=count)
+        now += latency / limit.limit
         lowest = min(lowest, limit.limit)
     return now, lowest
 
@@ -172,12 +178,9 @@ def test_nor_below_the_calls_it_was_seen_serving_at_once(
     limit = GradientLimit()
     now = _drive(limit, 8, 10.0)
     assert limit.limit >= 8
-    lowest = limit.limit
-    for i in range(200):  # calls of half a second: 50x the uncrowded latency
-        # every fifth ends while 4 admitted before it still run: the tool serves 5 at once
-        limit.on_sample(now, 0.5, limit.limit, False, overtook=overtook if i % 5 == 0 else 0)
-        now += 0.5 / limit.limit
-        lowest = min(lowest, limit.limit)
+    # Calls of half a second (50x the uncrowded latency); every fifth ends while 4 admitted
+    # before it still run: the tool serves 5 at once.
+    _, lowest = _slow_calls(limit, now, 200, 5, latency=0.5, overtook=overtook)
     assert lowest == lowest_expected
     assert limit.parallelism >= lowest_expected  # the standing queue follows it
 
