@@ -56,6 +56,32 @@ def test_shed_envelopes_always_promise_a_positive_finite_retry_after(
         assert parsed.retry_after == promised
 
 
+_REASONS = st.sampled_from(["queue_full", "queue_timeout", "fair_share", "client_limit"])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            _REASONS,
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.floats(0.0005, 2.0),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_template_renders_each_refusal_as_a_fresh_one_would(
+    refusals: list[tuple[str, int, int, float]],
+) -> None:
+    # The template keeps the last refusal's text up to the advice: a repeated refusal reuses
+    # it, any change of reason, active or queued must not.
+    kept = ServerBusyTemplate("billing.pay", 3, 3)
+    for reason, active, queued, retry_after in refusals:
+        fresh = ServerBusyTemplate("billing.pay", 3, 3).render(reason, active, queued, retry_after)
+        assert kept.render(reason, active, queued, retry_after).text == fresh.text
+
+
 def test_rate_limited_parses_back_without_the_key() -> None:
     response = RateLimitedTemplate("billing.pay", rate=10, per=1.0, scope="client").render(0.0999)
     parsed = parse_tool_error(response.text)

@@ -38,9 +38,13 @@ _SUBSECOND_TEXT = ["0." + frac if frac else "0" for frac in MILLIS_TEXT]
 class ServerBusyTemplate:
     """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``."""
 
-    __slots__ = ("_head", "_mid", "_tail")
+    __slots__ = ("_head", "_last", "_mid", "_tail")
 
     def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
+        # The last refusal's (reason, active, queued) and its text up to the advice: under
+        # overload most refusals repeat them (the guard's slots and queue full), so the text is
+        # joined once, not per call. One tuple, replaced whole: safe to share between threads.
+        self._last: tuple[str, int, int, str] = ("", -1, -1, "")
         name = escape_content(tool)
         self._head = (
             '<tool_error code="SERVER_BUSY" severity="error">\n'
@@ -67,14 +71,21 @@ class ServerBusyTemplate:
             retry = _SUBSECOND_TEXT[ceil_millis(retry_after)]
         else:
             retry = _retry_after_text(retry_after)
-        running, waiting = str(active), str(queued)  # each written twice: converted once
-        text = (
-            f"{self._head}{running} active, {waiting}{self._mid}{reason}</detail>\n"
-            f'    <detail key="active">{running}</detail>\n'
-            f'    <detail key="queued">{waiting}</detail>\n'
-            f"{self._tail}{retry} seconds</retry_after>\n</tool_error>"
+        last = self._last
+        if last[0] is reason and last[1] == active and last[2] == queued:
+            known = last[3]
+        else:
+            running, waiting = str(active), str(queued)  # each written twice: converted once
+            known = (
+                f"{self._head}{running} active, {waiting}{self._mid}{reason}</detail>\n"
+                f'    <detail key="active">{running}</detail>\n'
+                f'    <detail key="queued">{waiting}</detail>\n'
+                f"{self._tail}"
+            )
+            self._last = (reason, active, queued, known)
+        return make_response(
+            f"{known}{retry} seconds</retry_after>\n</tool_error>", True, "SERVER_BUSY"
         )
-        return make_response(text, True, "SERVER_BUSY")
 
     def render_for_client(
         self,
