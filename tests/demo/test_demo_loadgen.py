@@ -42,7 +42,7 @@ async def test_arrivals_do_not_wait_for_answers() -> None:
     now = anyio.current_time()
     arrivals = [now + 0.01 * i for i in range(20)]
 
-    async def blocked_call() -> Outcome:
+    async def blocked_call(index: int) -> Outcome:
         started.append(anyio.current_time())
         if len(started) == len(arrivals):
             release.set()
@@ -59,13 +59,31 @@ async def test_arrivals_do_not_wait_for_answers() -> None:
         assert actual >= intended - 1e-3
 
 
+async def test_each_call_is_told_its_arrival() -> None:
+    # What lets a demo give each call its own work, the same under every policy.
+    records: list[CallRecord] = []
+    now = anyio.current_time()
+    arrivals = [now + 0.002 * i for i in range(8)]
+    told: dict[int, float] = {}
+
+    async def call(index: int) -> Outcome:
+        told[index] = anyio.current_time()
+        return "ok"
+
+    await run_open_loop(arrivals, call, client_timeout=5.0, records=records)
+    assert sorted(told) == list(range(len(arrivals)))
+    for index, started in told.items():
+        assert started >= arrivals[index] - 1e-3  # not sent before its own arrival
+    assert sorted(r.intended for r in records) == arrivals
+
+
 async def test_latency_counts_from_intended_time() -> None:
     records: list[CallRecord] = []
     now = anyio.current_time()
     # The generator is 0.2 s behind schedule for these calls: the lateness is latency too.
     late = [now - 0.2] * 3
 
-    async def quick_call() -> Outcome:
+    async def quick_call(index: int) -> Outcome:
         return "ok"
 
     await run_open_loop(late, quick_call, client_timeout=5.0, records=records)
@@ -77,7 +95,7 @@ async def test_client_gives_up_at_timeout() -> None:
     records: list[CallRecord] = []
     now = anyio.current_time()
 
-    async def hung_call() -> Outcome:
+    async def hung_call(index: int) -> Outcome:
         await anyio.sleep_forever()
         return "ok"
 

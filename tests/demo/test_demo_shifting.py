@@ -19,6 +19,7 @@ from fusion_guard.demo._shifting import (
     ShiftingResult,
     ShiftingScenario,
     _Pool,
+    _ShiftingTool,
     run_shifting,
 )
 from fusion_guard.demo._shifting_report import (
@@ -26,6 +27,22 @@ from fusion_guard.demo._shifting_report import (
     format_shifting,
     write_shifting_chart,
 )
+
+
+@pytest.mark.anyio
+async def test_each_arrival_keeps_its_service_time_whichever_tool_serves_it() -> None:
+    # Common random numbers: the slow call is the same call under every policy, whatever
+    # order the policies serve their calls in (the k-th call served no longer gets the k-th draw).
+    services = [0.005, 0.3, 0.01]
+    scenario = ShiftingScenario(workers=(1,))
+    first, second = _ShiftingTool(scenario, services), _ShiftingTool(scenario, services)
+    for tool, order in ((first, (1, 0, 2)), (second, (0, 2, 1))):
+        for index in order:
+            await tool.for_arrival(index)()
+    for tool, slow_at in ((first, 0), (second, 2)):
+        spent = [took for _, took in tool.draws]
+        assert spent[slow_at] >= 0.3  # the slow arrival, wherever it came in the order
+        assert all(took < 0.25 for at, took in enumerate(spent) if at != slow_at)
 
 
 @pytest.mark.anyio

@@ -18,6 +18,7 @@ import anyio
 __all__ = [
     "CallRecord",
     "Outcome",
+    "drive_calls",
     "drive_tool",
     "percentile",
     "poisson_arrivals",
@@ -59,27 +60,28 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 async def run_open_loop(
     arrivals: Sequence[float],
-    call: Callable[[], Awaitable[Outcome]],
+    call: Callable[[int], Awaitable[Outcome]],
     *,
     client_timeout: float,
     records: list[CallRecord],
 ) -> None:
-    """Start ``call`` at each arrival time and append one record per call to ``records``."""
+    """Start ``call(index)`` at each arrival time (``index``: the arrival's place in
+    ``arrivals``) and append one record per call to ``records``."""
 
-    async def one(intended: float) -> None:
+    async def one(index: int, intended: float) -> None:
         sent = anyio.current_time()
         with anyio.CancelScope(deadline=intended + client_timeout) as scope:
-            outcome = await call()
+            outcome = await call(index)
         latency = anyio.current_time() - intended
         records.append(
             CallRecord(intended, sent, latency, "timeout" if scope.cancelled_caught else outcome)
         )
 
     async with anyio.create_task_group() as tg:
-        for intended in arrivals:
+        for index, intended in enumerate(arrivals):
             if intended > anyio.current_time():
                 await anyio.sleep_until(intended)
-            tg.start_soon(one, intended)
+            tg.start_soon(one, index, intended)
 
 
 _Tool = TypeVar("_Tool")
@@ -95,8 +97,24 @@ async def drive_tool(
 ) -> None:
     """``run_open_loop`` of calls to ``tool`` through ``policy``: how the demos drive each
     policy with the same arrivals."""
+    await drive_calls(
+        arrivals, policy, lambda _: tool, client_timeout=client_timeout, records=records
+    )
 
-    async def call() -> Outcome:
-        return await policy(tool)
+
+async def drive_calls(
+    arrivals: Sequence[float],
+    policy: Callable[[_Tool], Awaitable[Outcome]],
+    tool_for: Callable[[int], _Tool],
+    *,
+    client_timeout: float,
+    records: list[CallRecord],
+) -> None:
+    """``run_open_loop`` of calls through ``policy``, each to ``tool_for(index)`` (``index``:
+    its arrival's): a demo that gives every call its own work gives it the same work under
+    every policy."""
+
+    async def call(index: int) -> Outcome:
+        return await policy(tool_for(index))
 
     await run_open_loop(arrivals, call, client_timeout=client_timeout, records=records)

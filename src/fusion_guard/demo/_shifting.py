@@ -3,7 +3,8 @@
 The pool goes through ``workers`` (2 -> 8 -> 1 -> 4 by default), ``phase_s`` seconds each; calls
 beyond the workers queue inside the tool and slow every service down (as a crowded database
 does). Arrivals are Poisson at ``load`` times the *current* capacity. Three limits receive the
-very same arrivals and service-time draws, side by side in one event loop:
+very same arrivals, each call with the same service time under every limit, side by side in one
+event loop:
 
 * ``fixed``: a limit that is too high, the Guard's default ``max_active`` (10);
 * ``oracle``: a limit always equal to the true worker count (set at each change: what an
@@ -28,7 +29,7 @@ import anyio
 from .._exceptions import ServerBusy
 from ..admission._concurrency import ConcurrencyGuard
 from ..wire._response import ToolResponse
-from ._loadgen import CallRecord, Outcome, drive_tool, poisson_arrivals
+from ._loadgen import CallRecord, Outcome, drive_calls, poisson_arrivals
 
 __all__ = [
     "SHIFTING_POLICIES",
@@ -153,17 +154,21 @@ class _Pool:
 
 
 class _ShiftingTool:
-    """``await tool()`` holds one worker of the current pool for a log-normal time, slowed by
-    the calls piled up inside; records what each worker really spent, per phase."""
+    """``await tool.for_arrival(k)()`` holds one worker of the current pool for the k-th
+    arrival's log-normal service time, slowed by the calls piled up inside; records what each
+    worker really spent, per phase."""
 
-    def __init__(self, scenario: ShiftingScenario, rng: random.Random) -> None:
+    def __init__(self, scenario: ShiftingScenario, services: Sequence[float]) -> None:
         self._scenario = scenario
-        self._rng = rng
+        self._services = services
         self.pool = _Pool(scenario.workers[0])
         self.inside = 0
         self.draws: list[tuple[float, float]] = []
 
-    async def __call__(self) -> str:
+    def for_arrival(self, index: int) -> Callable[[], Awaitable[str]]:
+        return functools.partial(self._serve, self._services[index])
+
+    async def _serve(self, service: float) -> str:
         scenario = self._scenario
         self.inside += 1
         try:
@@ -171,7 +176,6 @@ class _ShiftingTool:
             try:
                 piled_up = max(0, self.inside - self.pool.workers)
                 slowdown = 1.0 + piled_up / scenario.contention_scale
-                service = self._rng.lognormvariate(scenario.mu, scenario.sigma)
                 begun = anyio.current_time()
                 await anyio.sleep(service * slowdown)
                 spent = anyio.current_time() - begun - service * (slowdown - 1.0)
@@ -199,7 +203,8 @@ class _OracleLimit:
         pass
 
 
-_Policy = Callable[["_ShiftingTool"], Awaitable[Outcome]]
+_Call = Callable[[], Awaitable[str]]
+_Policy = Callable[[_Call], Awaitable[Outcome]]
 
 
 def _outcome(response: ToolResponse) -> Outcome:
@@ -228,12 +233,12 @@ def _policies(
     )
 
     def through_guard(guard: Guard) -> _Policy:
-        async def call(tool: _ShiftingTool) -> Outcome:
+        async def call(tool: _Call) -> Outcome:
             return _outcome(await guard.call(_TOOL, tool))
 
         return call
 
-    async def through_oracle(tool: _ShiftingTool) -> Outcome:
+    async def through_oracle(tool: _Call) -> Outcome:
         try:
             async with oracle_slots.slot():
                 await tool()
@@ -264,10 +269,13 @@ async def run_shifting(
     for index, workers in enumerate(scenario.workers):
         rate = scenario.load * scenario.capacity_rps(workers)
         arrivals += poisson_arrivals(rate, begin + index * scenario.phase_s, scenario.phase_s, rng)
-    tools = {
-        name: _ShiftingTool(scenario, random.Random(f"{scenario.seed}:shifting:service"))
-        for name in SHIFTING_POLICIES
-    }
+    # Each arrival's service time is drawn once, and every policy serves that call for it: the
+    # policies then differ by what they admit and when, not by which slow calls fell to whom.
+    # Drawn at each service start instead (the k-th call served got the k-th draw), the oracle
+    # run against itself with other draws varied by as much as the target's margin.
+    service_rng = random.Random(f"{scenario.seed}:shifting:service")
+    services = [service_rng.lognormvariate(scenario.mu, scenario.sigma) for _ in arrivals]
+    tools = {name: _ShiftingTool(scenario, services) for name in SHIFTING_POLICIES}
     oracle = _OracleLimit(scenario.workers[0])
     policies = _policies(scenario, oracle)
     records: dict[str, list[CallRecord]] = {name: [] for name in SHIFTING_POLICIES}
@@ -297,10 +305,10 @@ async def run_shifting(
             call, _ = policies[name]
             tg.start_soon(
                 functools.partial(
-                    drive_tool,
+                    drive_calls,
                     arrivals,
                     call,
-                    tools[name],
+                    tools[name].for_arrival,
                     client_timeout=scenario.client_timeout_s,
                     records=records[name],
                 )
