@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
 from ._policy import ToolLimits
@@ -143,33 +143,28 @@ class GateAssembly:
     ) -> ConcurrencyGuard:
         settings = self._settings
         queue_timeout = math.inf if limits.queue_timeout is None else limits.queue_timeout
-        if adaptive is not None:
-            # The slot count follows the tool's latency; a fleet cap needs a number (refused
-            # with BACKEND=redis at start-up), so these slots are this process's own.
-            # The default queue follows the limit's estimate of the tool's parallelism.
-            return ConcurrencyGuard(
-                limit=adaptive,
-                max_queue=limits.max_queue,
-                queue_timeout=queue_timeout,
-                name=limits.tool,
-                lifo=limits.lifo,
-                fair=limits.fair_queueing,
-                max_active_per_client=limits.max_active_per_client,
-                observer=observer,
-            )
-        assert initial is not None  # slots are made for a number or "auto"
+        local: dict[str, Any] = {
+            "name": limits.tool,
+            "lifo": limits.lifo,
+            "fair": limits.fair_queueing,
+            "max_active_per_client": limits.max_active_per_client,
+            "observer": observer,
+        }
         if settings.backend != "redis" or settings.redis_url is None:
-            return ConcurrencyGuard(
-                initial,
-                limits.max_queue,
-                queue_timeout,
-                name=limits.tool,
-                lifo=limits.lifo,
-                fair=limits.fair_queueing,
-                max_active_per_client=limits.max_active_per_client,
-                observer=observer,
-            )
+            if adaptive is not None:
+                # The slot count follows the tool's latency; the default queue follows the
+                # limit's estimate of the tool's parallelism.
+                return ConcurrencyGuard(
+                    limit=adaptive,
+                    max_queue=limits.max_queue,
+                    queue_timeout=queue_timeout,
+                    **local,
+                )
+            assert initial is not None  # slots are made for a number or "auto"
+            return ConcurrencyGuard(initial, limits.max_queue, queue_timeout, **local)
         # Fleet-wide slots: Redis leases, on the rate backend's connection when it is Redis.
+        # Under "auto" the fleet's hard cap is the automatic limit's ceiling, and this
+        # process's slots follow its own adaptive limit inside it.
         from .admission._distributed import DistributedConcurrencyGuard
         from .backends._redis import RedisRateLimitBackend
 
@@ -179,8 +174,10 @@ class GateAssembly:
             if isinstance(backend, RedisRateLimitBackend)
             else settings.redis_url.get_secret_value()
         )
+        fleet_cap = settings.auto_max_active if adaptive is not None else initial
+        assert fleet_cap is not None  # slots are made for a number or "auto"
         return DistributedConcurrencyGuard(
-            initial,
+            fleet_cap,
             limits.max_queue,
             queue_timeout,
             redis=redis,
@@ -189,11 +186,8 @@ class GateAssembly:
             timeout=settings.redis_timeout,
             connect_timeout=settings.redis_connect_timeout,
             prefix=settings.redis_prefix,
-            name=limits.tool,
-            lifo=limits.lifo,
-            fair=limits.fair_queueing,
-            max_active_per_client=limits.max_active_per_client,
-            observer=observer,
+            limit=adaptive,
+            **local,
         )
 
     def _adaptive_limit(self) -> GradientLimit:

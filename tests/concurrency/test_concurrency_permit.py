@@ -47,6 +47,25 @@ class CountingPermit:
         self.given_back.append(token)
 
 
+class SlowToGiveBack(CountingPermit):
+    """A permit whose give-back is a slow round trip (a Redis that stalls)."""
+
+    async def give_back(self, token: object) -> None:
+        await anyio.sleep(0.2)
+        await super().give_back(token)
+
+
+class RecordingLimit:
+    """A limit of 2 that keeps every hold it is told of."""
+
+    def __init__(self) -> None:
+        self.limit = 2
+        self.holds: list[float] = []
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        self.holds.append(duration)
+
+
 def test_a_counting_permit_is_a_permit_and_anything_else_is_refused_at_once() -> None:
     assert isinstance(CountingPermit(1), Permit)  # the protocol is structural
     with pytest.raises(ConfigurationError, match=r"permit=.* is invalid: expected a Permit"):
@@ -67,6 +86,21 @@ async def test_the_permit_is_taken_after_the_slot_and_given_back_before_it() -> 
     assert (guard.active, permit.out) == (0, set())
     with pytest.raises(ConfigurationError, match="acquire_nowait"):
         guard.acquire_nowait()
+
+
+async def test_a_limit_learns_the_calls_hold_without_the_permits_give_back() -> None:
+    # A fleet lease given back through a stalled Redis is not a tool that slowed down: an
+    # adaptive limit fed that time would cut the slots of a healthy tool.
+    permit, learnt = SlowToGiveBack(5), RecordingLimit()
+    guard = ConcurrencyGuard(limit=learnt, name="t", permit=permit)
+    began = anyio.current_time()
+    async with guard.slot():
+        pass
+    assert anyio.current_time() - began >= 0.2  # the local slot went after the permit
+    assert permit.given_back == [0]
+    assert len(learnt.holds) == 1
+    assert learnt.holds[0] < 0.1
+    assert guard.statistics().mean_service_time < 0.1  # nor the retry_after advice
 
 
 async def test_a_refused_permit_frees_the_local_slot_and_is_counted_as_a_shed() -> None:

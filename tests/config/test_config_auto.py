@@ -46,10 +46,6 @@ def test_auto_from_the_environment_and_per_tool(monkeypatch: pytest.MonkeyPatch)
             {"auto_min_active": 9},
             "FUSION_GUARD_AUTO_MIN_ACTIVE \\(9\\) <= FUSION_GUARD_AUTO_INITIAL_ACTIVE \\(4\\)",
         ),
-        (
-            {"max_active": "auto", "backend": "redis", "redis_url": "redis://127.0.0.1:1"},
-            "MAX_ACTIVE 'auto' with FUSION_GUARD_BACKEND 'redis'",
-        ),
     ],
 )
 def test_bad_values_and_bounds_fail_at_start_up(values: dict[str, object], message: str) -> None:

@@ -2,12 +2,15 @@
 
     python redis_fleet_worker.py rate URL START_AT SECONDS RATE BURST
     python redis_fleet_worker.py concurrency URL START_AT SECONDS MAX_ACTIVE TASKS HOLD
+    python redis_fleet_worker.py adaptive URL START_AT SECONDS MAX_ACTIVE TASKS HOLD
     python redis_fleet_worker.py hold URL PERMITS LEASE
     python redis_fleet_worker.py chaos URL START_AT SECONDS MAX_ACTIVE TASKS HOLD TIMEOUT
 
 ``START_AT`` is a ``time.monotonic()`` instant (the clock is system-wide on Linux) so every
 replica starts its load at once. Results are one JSON line on stdout; ``hold`` prints ``ready``
-once it holds its permits, then sleeps until it is killed. ``chaos`` (fail-closed) reports when
+once it holds its permits, then sleeps until it is killed. ``adaptive`` is ``concurrency`` with
+this process's slots following a ``GradientLimit`` inside the fleet's cap, and also reports the
+local limits it saw. ``chaos`` (fail-closed) reports when
 each of its calls ran, ``[entered, left]``, for the parent to count the fleet's running calls.
 """
 
@@ -21,6 +24,7 @@ import time
 from fusion_guard import (
     CallContext,
     DistributedConcurrencyGuard,
+    GradientLimit,
     RateLimiter,
     RateLimits,
     RedisRateLimitBackend,
@@ -52,18 +56,33 @@ async def rate(url: str, start_at: float, seconds: float, per_second: float, bur
 
 
 async def concurrency(
-    url: str, start_at: float, seconds: float, max_active: int, tasks: int, hold: float
+    url: str,
+    start_at: float,
+    seconds: float,
+    max_active: int,
+    tasks: int,
+    hold: float,
+    adaptive: bool = False,
 ) -> None:
+    limit = GradientLimit(max_limit=max_active, initial_limit=max_active) if adaptive else None
     guard = DistributedConcurrencyGuard(
-        max_active, max_queue=tasks, queue_timeout=0.5, redis=url, name="fleet", timeout=TIMEOUT
+        max_active,
+        max_queue=tasks,
+        queue_timeout=0.5,
+        redis=url,
+        name="fleet",
+        timeout=TIMEOUT,
+        limit=limit,
     )
     counts = {"ok": 0, "shed": 0}
+    limits: set[int] = set()
     deadline = start_at + seconds
 
     async def caller() -> None:
         while time.monotonic() < deadline:
             try:
                 async with guard.slot():
+                    limits.add(guard.limit)
                     await asyncio.sleep(hold)
                 counts["ok"] += 1
             except ServerBusy:
@@ -72,7 +91,7 @@ async def concurrency(
 
     await _wait_until(start_at)
     await asyncio.gather(*(caller() for _ in range(tasks)))
-    print(json.dumps(counts))
+    print(json.dumps({**counts, "limits": sorted(limits), "fleet": guard.fleet_max_active}))
 
 
 async def chaos(
@@ -130,10 +149,16 @@ def main(argv: list[str]) -> None:
     if mode == "rate":
         start_at, seconds, per_second, burst = rest
         coro = rate(url, float(start_at), float(seconds), float(per_second), int(burst))
-    elif mode == "concurrency":
+    elif mode in ("concurrency", "adaptive"):
         start_at, seconds, max_active, tasks, held = rest
         coro = concurrency(
-            url, float(start_at), float(seconds), int(max_active), int(tasks), float(held)
+            url,
+            float(start_at),
+            float(seconds),
+            int(max_active),
+            int(tasks),
+            float(held),
+            adaptive=mode == "adaptive",
         )
     elif mode == "chaos":
         start_at, seconds, max_active, tasks, held, timeout = rest

@@ -64,6 +64,35 @@ def test_processes_share_one_concurrency_limit(
     assert sum(outcome["ok"] for outcome in results) > seconds / hold
 
 
+def test_adaptive_processes_stay_within_the_fleets_cap(
+    spawn: Any, redis_server: RedisServer, redis_url: str
+) -> None:
+    # max_active="auto" on Redis: each process's slots follow its own GradientLimit, and the
+    # fleet's max_active stays a hard cap over all of them.
+    max_active, tasks, hold, seconds = 4, 4, 0.02, 2.0
+    start_at = time.monotonic() + STARTUP
+    workers = [
+        spawn("adaptive", redis_url, start_at, seconds, max_active, tasks, hold)
+        for _ in range(WORKERS)
+    ]
+    key = "{fusion_guard}:lease:fleet"
+    samples: list[int] = []
+    with redis_server.client() as client:
+        while any(worker.poll() is None for worker in workers):
+            samples.append(int(client.zcard(key)))
+            time.sleep(0.002)  # a sampling cadence, not a wait for an event
+    results = [result(worker) for worker in workers]
+
+    assert len(samples) > 200
+    assert max(samples) <= max_active
+    assert max(samples) == max_active  # the cap was reached, so the bound was tested
+    assert all(outcome["ok"] > 0 for outcome in results)
+    assert all(outcome["fleet"] == max_active for outcome in results)
+    for outcome in results:  # this process's own slots, within the cap
+        assert 1 <= min(outcome["limits"]) <= max(outcome["limits"]) <= max_active
+        assert len(outcome["limits"]) > 1  # they moved (a new limit probes at a quarter first)
+
+
 def test_a_killed_process_permits_come_back_within_the_lease(
     spawn: Any, redis_server: RedisServer, redis_url: str
 ) -> None:

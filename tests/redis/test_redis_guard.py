@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from fusion_guard import (
     ConfigurationError,
     DistributedConcurrencyGuard,
+    GradientLimit,
     Guard,
     InvalidSettings,
     RedisRateLimitBackend,
@@ -72,6 +73,39 @@ async def test_env_variables_select_the_redis_backend(
     with redis_server.client() as client:
         assert client.zcard(slots.key) == 0
         assert any(key.startswith(b"{env-test}:rate:") for key in client.keys("*"))
+
+
+async def test_auto_on_redis_caps_the_fleet_at_the_automatic_ceiling(
+    monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer, redis_url: str
+) -> None:
+    monkeypatch.setenv("FUSION_GUARD_BACKEND", "redis")
+    monkeypatch.setenv("FUSION_GUARD_REDIS_URL", redis_url)
+    monkeypatch.setenv("FUSION_GUARD_MAX_ACTIVE", "auto")
+    monkeypatch.setenv("FUSION_GUARD_AUTO_MAX_ACTIVE", "3")
+    monkeypatch.setenv("FUSION_GUARD_AUTO_INITIAL_ACTIVE", "2")
+    guard = Guard.from_env(registry=CollectorRegistry())
+    slots = guard.concurrency("search")
+    assert isinstance(slots, DistributedConcurrencyGuard)
+    assert isinstance(slots.adaptive_limit, GradientLimit)  # this process's own slots
+    assert slots.fleet_max_active == 3  # the fleet's hard cap
+    assert slots.limit == slots.adaptive_limit.limit
+    assert "fleet_max_active=3" in repr(slots)
+    assert redis_url not in repr(slots)
+
+    seen_holders: list[int] = []
+
+    async def handler() -> str:
+        with redis_server.client() as client:
+            seen_holders.append(client.zcard(slots.key))
+        return "ok"
+
+    for _ in range(3):
+        response = await guard.call("search", handler)
+        assert not response.is_error
+    assert seen_holders == [1, 1, 1]  # each call held a fleet lease
+    with redis_server.client() as client:
+        assert client.zcard(slots.key) == 0
+    await slots.connection.aclose()
 
 
 def test_redis_settings_are_validated(monkeypatch: pytest.MonkeyPatch) -> None:

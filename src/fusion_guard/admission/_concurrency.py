@@ -418,9 +418,13 @@ class _PermitSlot(_ClientSlot):
     ) -> bool:
         token, self._token = self._token, None
         if token is not None:
+            giving = self._guard._clock()
             # Shielded: a body cancelled by its deadline must still give its permit back.
             with anyio.CancelScope(shield=True):
                 await self._permit.give_back(token)
+            # The hold an adaptive limit learns from is the call's, not the permit's round trip
+            # (a Redis that stalls is not a tool that slowed down).
+            self._start += self._guard._clock() - giving
         return self.leave(exc_type, exc, tb)
 
     async def arelease(self) -> None:

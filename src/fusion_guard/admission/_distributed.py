@@ -25,6 +25,10 @@ cancelled) and a release that failed are released in the background once Redis a
 running calls whose leases Redis lost register them again, counted (see
 :class:`~fusion_guard.backends._redis.FleetSemaphore`). Needs asyncio (redis-py's client is
 asyncio-only).
+
+With an adaptive ``limit=`` the leases keep ``max_active`` as the fleet's hard cap, and the local
+slots of step 1 follow the limit in force in this process (``max_active="auto"`` with
+``FUSION_GUARD_BACKEND=redis``: the cap is ``FUSION_GUARD_AUTO_MAX_ACTIVE``).
 """
 
 from __future__ import annotations
@@ -205,6 +209,11 @@ class RedisLease:
         """Leases this process holds now."""
         return self._semaphore.held
 
+    @property
+    def limit(self) -> int:
+        """The most leases the fleet holds at once."""
+        return self._semaphore.limit
+
     async def take(self, guard: ConcurrencyGuard, deadline: float) -> str | None:
         """A lease's holder id; None when Redis failed and the policy is open."""
         backoff = _FIRST_BACKOFF
@@ -244,6 +253,12 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     """At most ``max_active`` calls at once across every process sharing ``redis``, ``prefix``
     and ``name``; this process queues as a :class:`~fusion_guard.ConcurrencyGuard` does.
 
+    With ``limit=`` (an adaptive :class:`~fusion_guard.Limit`, a ``GradientLimit``, say) the
+    fleet-wide ``max_active`` stays a hard cap and this process's own slots follow the limit
+    inside it (``fleet_max_active`` is the cap, ``max_active`` and ``limit`` this process's
+    slots in force). Each process learns from its own calls, whose latency the whole fleet's
+    load sets; the time a call waits for a fleet lease is queueing, not latency it learns from.
+
     A ``ConcurrencyGuard`` composed with a :class:`RedisLease` permit (``guard.permit``).
     ``redis``: a URL (``redis://``, ``redis+cluster://``, ``redis+sentinel://``...), a
     ``redis.asyncio.Redis`` or ``RedisCluster``, or a
@@ -282,7 +297,15 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             failure_policy=failure_policy,
             clock=local.get("clock", time.monotonic),
         )
-        super().__init__(max_active, max_queue, queue_timeout, permit=self._lease, **local)
+        if local.get("limit") is None:
+            super().__init__(max_active, max_queue, queue_timeout, permit=self._lease, **local)
+        else:  # the fleet's cap in the lease, this process's slots from the limit
+            super().__init__(None, max_queue, queue_timeout, permit=self._lease, **local)
+
+    @property
+    def fleet_max_active(self) -> int:
+        """The most calls at once across the fleet (the leases' cap)."""
+        return self._lease.limit
 
     @property
     def lease(self) -> float:
@@ -312,7 +335,8 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     def __repr__(self) -> str:
         return (
             f"DistributedConcurrencyGuard(name={self.name!r}, max_active={self.max_active},"
-            f" active={self.active}, queued={self.queued}, lease={self.lease},"
+            f" fleet_max_active={self.fleet_max_active}, active={self.active},"
+            f" queued={self.queued}, lease={self.lease},"
             f" failure_policy={self.failure_policy!r})"
         )
 

@@ -182,7 +182,8 @@ ACCEPTED: dict[str, str] = {
     "max_active": f"a whole number >= 1 (calls running at once per tool), 'auto' (found from"
     f" the tool's latency, within AUTO_MIN_ACTIVE..AUTO_MAX_ACTIVE), {_OFF} for no limit",
     "auto_min_active": "a whole number >= 1 (the least an automatic max_active goes to)",
-    "auto_max_active": "a whole number >= 1 (the most an automatic max_active goes to)",
+    "auto_max_active": "a whole number >= 1 (the most an automatic max_active goes to; with"
+    " BACKEND=redis, the fleet's cap)",
     "auto_initial_active": "a whole number >= 1 (where an automatic max_active starts)",
     "max_queue": "a whole number >= 0 (calls waiting for a slot; 0 sheds at once when all"
     " slots are taken), or 'auto' (10 x MAX_ACTIVE)",

@@ -225,12 +225,6 @@ class GuardSettings(BaseSettings):
                 f"{ENV_PREFIX}AUTO_MIN_ACTIVE ({low}) <= {ENV_PREFIX}AUTO_INITIAL_ACTIVE ({start})"
                 f" <= {ENV_PREFIX}AUTO_MAX_ACTIVE ({high}) must hold"
             )
-        if self.backend == "redis" and self._uses_auto():
-            raise ValueError(
-                f"{ENV_PREFIX}MAX_ACTIVE 'auto' with {ENV_PREFIX}BACKEND 'redis': a fleet's limit"
-                " is a hard cap shared through Redis and needs a number (an automatic limit"
-                " works within one process)"
-            )
         return self
 
     @model_validator(mode="after")
@@ -255,11 +249,6 @@ class GuardSettings(BaseSettings):
                     f" ({max_active}){where}: a client's cap must be at most max_active"
                 )
         return self
-
-    def _uses_auto(self) -> bool:
-        return self.max_active == "auto" or any(
-            policy.max_active == "auto" for policy in self.tools.values()
-        )
 
     def _origins_of(self, values: Mapping[str, Any], origin: str) -> dict[tuple[str, str], str]:
         origins = {("", name): origin for name in values if name != "tools"}
