@@ -1,0 +1,56 @@
+"""A fresh guard's first burst: ``--calls`` calls of ``--hold`` seconds at once, through
+``Guard(max_active=10)`` and ``Guard(max_active="auto")``, on an idle tool that could serve them
+all at once. Prints when the last one answered.
+
+    python benchmarks/auto_cold_start.py [--calls 8] [--hold 0.5]
+
+An automatic limit first measures the tool's uncrowded latency at a quarter of its initial limit
+(1 slot of 4) until 10 calls have finished, so a new server's first burst is served one call at
+a time: one reason ``auto`` is not the default ``max_active`` (docs/adaptive.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Literal
+
+import anyio
+
+from fusion_guard import Guard
+
+
+async def first_burst(max_active: int | Literal["auto"], calls: int, hold: float) -> float:
+    """Seconds until the last of ``calls`` simultaneous calls to a fresh guard answered OK."""
+    guard = Guard(max_active=max_active)
+
+    async def tool() -> str:
+        await anyio.sleep(hold)
+        return "ok"
+
+    async def one() -> None:
+        response = await guard.call("search", tool)
+        assert not response.is_error, response.text
+
+    began = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        for _ in range(calls):
+            tg.start_soon(one)
+    return time.monotonic() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=8)
+    parser.add_argument("--hold", type=float, default=0.5, help="seconds per call")
+    args = parser.parse_args()
+    for max_active in (10, "auto"):
+        took = anyio.run(first_burst, max_active, args.calls, args.hold)
+        print(
+            f"max_active={max_active!s:4}  {args.calls} calls of {args.hold} s at once:"
+            f" the last answered after {took:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
