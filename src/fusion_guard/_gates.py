@@ -174,7 +174,7 @@ class GateAssembly:
             if isinstance(backend, RedisRateLimitBackend)
             else settings.redis_url.get_secret_value()
         )
-        fleet_cap = settings.auto_max_active if adaptive is not None else initial
+        fleet_cap = adaptive.max_limit if adaptive is not None else initial
         assert fleet_cap is not None  # slots are made for a number or "auto"
         return DistributedConcurrencyGuard(
             fleet_cap,

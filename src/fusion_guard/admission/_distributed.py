@@ -297,10 +297,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             failure_policy=failure_policy,
             clock=local.get("clock", time.monotonic),
         )
-        if local.get("limit") is None:
-            super().__init__(max_active, max_queue, queue_timeout, permit=self._lease, **local)
-        else:  # the fleet's cap in the lease, this process's slots from the limit
-            super().__init__(None, max_queue, queue_timeout, permit=self._lease, **local)
+        # With a limit, the fleet's cap is the lease's and this process's slots are the limit's.
+        local_slots = max_active if local.get("limit") is None else None
+        super().__init__(local_slots, max_queue, queue_timeout, permit=self._lease, **local)
 
     @property
     def fleet_max_active(self) -> int:
