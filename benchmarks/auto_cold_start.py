@@ -4,9 +4,10 @@ all at once. Prints when the last one answered.
 
     python benchmarks/auto_cold_start.py [--calls 8] [--hold 0.5]
 
-An automatic limit first measures the tool's uncrowded latency at a quarter of its initial limit
-(1 slot of 4) until 10 calls have finished, so a new server's first burst is served one call at
-a time: one reason ``auto`` is not the default ``max_active`` (docs/adaptive.md).
+A new automatic limit runs at its initial limit (4 slots) while it measures the tool's uncrowded
+latency from the calls that come, so a burst of 8 takes two rounds where a fixed 10 takes one (it
+took eight, one call at a time, when the measurement began with a probe at 1 slot;
+docs/adaptive.md).
 """
 
 from __future__ import annotations

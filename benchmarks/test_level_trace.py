@@ -35,7 +35,7 @@ def test_a_fixed_limit_is_traced_as_it_is(backend: str) -> None:
 def test_an_adaptive_limit_reports_its_estimates() -> None:
     trace = anyio.run(trace_level, 1.5, SHORT, "auto")
     first = trace.samples[0]
-    assert first.limit == 1  # a new adaptive limit first measures the uncrowded latency
+    assert first.limit == 4  # a new adaptive limit starts at its initial limit
     assert first.parallelism is not None
     later = trace.samples[-1]
     assert later.baseline_ms is not None

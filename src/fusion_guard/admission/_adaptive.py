@@ -4,11 +4,14 @@
 not crowded, in the manner of Envoy's adaptive-concurrency gradient controller, and moves the
 limit in seconds:
 
-- **The uncrowded latency** (the baseline) is the median of the last ``QUIET_SAMPLES`` calls
-  that started with at most a quarter of the limit in flight: calls so few that the tool queues
-  none of them. When none has come for ``probe_every`` seconds (a busy tool runs at its limit),
-  the limit drops to that quarter until ``probe_samples`` such calls have finished, so the
-  baseline follows a tool that slows down or speeds up; more workers do not change it.
+- **The uncrowded latency** (the baseline) is the median of the last ``QUIET_SAMPLES`` quiet
+  calls: calls that started with at most a quarter of the limit in flight, or with no more than
+  the tool was lately seen serving at once, so few that the tool queues none of them. A new
+  limit holds its initial value and takes its first baseline from the first ``FIRST_SAMPLES``
+  quiet calls as they come (a probe, below, only if ``FIRST_PROBE_CALLS`` crowded calls come
+  first). When no quiet call has come for ``probe_every`` seconds (a busy tool runs at its
+  limit), the limit drops to that bound until ``probe_samples`` quiet calls have finished, so
+  the baseline follows a tool that slows down or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
@@ -29,10 +32,9 @@ limit in seconds:
   time, in order, never lets a call overtake another). For ``OVERTAKING_MEMORY`` calls after
   such a sighting, a latency cut stops there, and ``parallelism`` is at least that: a cut below
   would idle a worker, and its only warrant is a window measured against a baseline of a few
-  heavy-tailed calls, which errs by a third either way. A window that asked for such a cut, of
-  calls started with at most two in flight, was a window of uncrowded calls, so they join the
-  baseline: the cut to one that corrected a baseline measured low (every call alone is
-  uncrowded) is not needed for that either.
+  heavy-tailed calls, which errs by a third either way. Calls started with no more in flight
+  than that are quiet calls and join the baseline, so a baseline measured low is corrected by
+  them, without the cut to one slot that would make every call a lone one.
 
 So the limit settles where the tool's latency is ``tolerance`` times its uncrowded latency: with
 the default 2, about twice the number of calls the tool truly serves in parallel, little queueing
@@ -84,6 +86,15 @@ PARALLELISM_WEIGHT = 0.3
 #: ended, so the memory is short: with 30, one shifting run in 30 took 2.25 s (the target is 2)
 #: for its limit to come within 2x of a tool gone from 8 workers to 1.
 OVERTAKING_MEMORY = 20
+#: A new limit holds its initial value until this many quiet calls have come by themselves
+#: (later probes wait for ``probe_samples``): the first baseline rests on more calls, since every
+#: window is read against it and a first baseline of 10 heavy-tailed calls came out up to three
+#: times the true median.
+FIRST_SAMPLES = 30
+#: ... or until this many crowded calls have come first: then it makes room for quiet ones (a
+#: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
+#: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
+FIRST_PROBE_CALLS = 50
 
 
 class GradientLimit:
@@ -103,8 +114,10 @@ class GradientLimit:
 
     __slots__ = (
         "_baseline",
+        "_crowded_unmeasured",
         "_estimate",
         "_limit",
+        "_measured",
         "_next_probe",
         "_overtaking",
         "_parallelism",
@@ -164,13 +177,15 @@ class GradientLimit:
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
         self._probe_taken = 0
-        self._probing = True  # the baseline is measured first
+        self._probing = False
+        self._measured = False  # no baseline yet: the first one is taken from calls as they come
+        self._crowded_unmeasured = 0
         self._next_probe = math.inf
         self._window: list[float] = []  # kept sorted: its median is read as it grows
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
-        self._limit = self._probe_limit()
+        self._limit = initial
         # Until measured: the limit settles at about ``tolerance`` times the parallelism.
         self._parallelism = max(1.0, initial / self.tolerance)
         self._parallelism_measured = False
@@ -212,21 +227,27 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return
-        if inflight <= self._probe_limit():  # a quiet call: it tells the uncrowded latency
+        if inflight <= self._quiet_bound():  # a quiet call: it tells the uncrowded latency
             self._learn_quiet(duration)
             self._probe_taken += 1
-        if self._probing:
-            if self._probe_taken >= self.probe_samples:
+        elif not self._measured:
+            self._crowded_unmeasured += 1
+        if self._probing or not self._measured:
+            if self._probe_taken >= (self.probe_samples if self._measured else FIRST_SAMPLES):
                 self._probing = False
+                self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self.baseline)
                 self._next_probe = end + spacing
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
+            elif not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
+                self._probing = True
+                self._limit = self._quiet_bound()
             return
         if end >= self._next_probe:
             self._probing = True
             self._probe_taken = 0
-            self._limit = self._probe_limit()
+            self._limit = self._quiet_bound()
             return
         window = self._window
         if not window:
@@ -282,11 +303,6 @@ class GradientLimit:
             cut = self._estimate * gradient
             if at_once > 1 and cut < at_once:  # not below the calls it was seen serving at once
                 cut = min(self._estimate, float(at_once))
-                if self._window_peak <= 2:
-                    # So two calls at once were uncrowded: a window of them this slow says the
-                    # baseline was measured low, and they are the uncrowded calls to correct it.
-                    for duration in self._window:
-                        self._learn_quiet(duration)
             self._set(cut)
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
@@ -298,6 +314,15 @@ class GradientLimit:
         quiet.append(duration)
         bisect.insort(ordered, duration)
         self._baseline = _median_of_sorted(ordered)
+
+    def _quiet_bound(self) -> int:
+        """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
+        of the limit, or as many as the tool was lately seen serving at once (within the limit
+        outside a probe), since it queues none of those. Also the limit a probe holds."""
+        at_once = self._overtaking[0][1] if self._overtaking else 1
+        if not self._probing:
+            at_once = min(at_once, self._limit)
+        return max(self._probe_limit(), at_once)
 
     def _probe_limit(self) -> int:
         return max(self.min_limit, math.ceil(self._estimate / 4))
