@@ -64,7 +64,9 @@ async def concurrency(
     hold: float,
     adaptive: bool = False,
 ) -> None:
-    limit = GradientLimit(max_limit=max_active, initial_limit=max_active) if adaptive else None
+    # Started at one slot: calls as fast at any count make the limit grow (to the cap), so the
+    # limits a process reports show it moving.
+    limit = GradientLimit(max_limit=max_active, initial_limit=1) if adaptive else None
     guard = DistributedConcurrencyGuard(
         max_active,
         max_queue=tasks,
