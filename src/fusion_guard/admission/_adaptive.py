@@ -294,7 +294,7 @@ class GradientLimit:
         else:  # the first estimate, or a lower one: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
-        at_once = self._overtaking[0][1] if self._overtaking else 1
+        at_once = self._seen_at_once()
         self._parallelism = max(self._parallelism, float(at_once))
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
@@ -319,13 +319,15 @@ class GradientLimit:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
         of the limit, or as many as the tool was lately seen serving at once (within the limit
         outside a probe), since it queues none of those. Also the limit a probe holds."""
-        at_once = self._overtaking[0][1] if self._overtaking else 1
+        at_once = self._seen_at_once()
         if not self._probing:
             at_once = min(at_once, self._limit)
-        return max(self._probe_limit(), at_once)
+        return max(self.min_limit, math.ceil(self._estimate / 4), at_once)
 
-    def _probe_limit(self) -> int:
-        return max(self.min_limit, math.ceil(self._estimate / 4))
+    def _seen_at_once(self) -> int:
+        """The most calls the tool was seen serving at once within the last OVERTAKING_MEMORY
+        samples (1 when none overtook another)."""
+        return self._overtaking[0][1] if self._overtaking else 1
 
     def _set(self, estimate: float) -> None:
         self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))
