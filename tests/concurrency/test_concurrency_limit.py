@@ -139,13 +139,15 @@ async def test_a_standing_queue_is_held_per_call_the_tool_serves_in_parallel(
 
 
 @pytest.mark.parametrize(
-    ("parallelism", "queue"), [(1.2, 10), (2.0, 20), (2.4, 20), (2.5, 30), (3.6, 40)]
+    ("parallelism", "queue"), [(1.2, 9), (2.0, 18), (2.4, 18), (2.5, 27), (3.6, 36)]
 )
-def test_the_default_queue_is_ten_per_call_of_parallelism_to_the_nearest_call(
+def test_the_default_queue_is_nine_per_call_of_parallelism_to_the_nearest_call(
     parallelism: float, queue: int
 ) -> None:
     # Not rounded up: a window of lucky calls reads a tool of 2 workers as serving 2.2-2.3 at
     # once, and a queue of 30 kept the first second of an overload waiting behind 20-29 calls.
+    # Nine, not ten: the limit runs above the parallelism, about one more per parallel call,
+    # and that one waits inside the tool.
     guard = ConcurrencyGuard(limit=ParallelismLimit(4, parallelism), queue_timeout=10)
     assert guard.max_queue == queue
 
@@ -153,7 +155,9 @@ def test_the_default_queue_is_ten_per_call_of_parallelism_to_the_nearest_call(
 async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -> None:
     limit = ParallelismLimit(4, 2.0)
     guard = ConcurrencyGuard(limit=limit, queue_timeout=10, predictive=False, clock=FakeClock())
-    assert guard.max_queue == 20  # 10 per call served in parallel, as 10 per slot when fixed
+    # 9 per call served in parallel, and the limit's 2 above the parallelism wait in the tool:
+    # as 10 per slot under a fixed limit of 2.
+    assert guard.max_queue == 18
     first, second, rest = anyio.Event(), anyio.Event(), anyio.Event()
     started: list[int] = []
     refused: list[dict[str, str]] = []
@@ -168,28 +172,28 @@ async def test_a_default_queue_follows_the_parallelism_and_cancels_no_waiter() -
         for release in (first, second):  # these two hold slots (trio starts tasks in any order)
             tg.start_soon(call, release)
             await anyio.wait_all_tasks_blocked()
-        for _ in range(2 + 20):
+        for _ in range(2 + 18):
             tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
-        assert (guard.active, guard.queued, refused) == (4, 20, [])
-        # Learnt when the next call ends: 3.6 in parallel, a queue of 40 (to the nearest call).
+        assert (guard.active, guard.queued, refused) == (4, 18, [])
+        # Learnt when the next call ends: 3.6 in parallel, a queue of 36 (to the nearest call).
         limit.parallelism = 3.6
         first.set()
         await anyio.wait_all_tasks_blocked()
-        assert (guard.max_queue, guard.queued) == (40, 19)
+        assert (guard.max_queue, guard.queued) == (36, 17)
         for _ in range(15):
             tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
-        assert (guard.queued, refused) == (34, [])
-        limit.parallelism = 1.0  # never below where it started: 20
+        assert (guard.queued, refused) == (32, [])
+        limit.parallelism = 1.0  # never below where it started: 18
         second.set()
         await anyio.wait_all_tasks_blocked()
-        assert (guard.max_queue, guard.queued) == (20, 33)  # the waiters it had all stay
+        assert (guard.max_queue, guard.queued) == (18, 31)  # the waiters it had all stay
         tg.start_soon(call, rest)
         await anyio.wait_all_tasks_blocked()
-        assert [(r["reason"], r["max_queue"]) for r in refused] == [("queue_full", "20")]
+        assert [(r["reason"], r["max_queue"]) for r in refused] == [("queue_full", "18")]
         rest.set()
-    assert len(started) == 4 + 20 + 15
+    assert len(started) == 4 + 18 + 15
     assert (guard.active, guard.queued) == (0, 0)
 
 
@@ -209,7 +213,7 @@ async def test_a_given_queue_stays_and_a_nonsense_estimate_moves_no_queue(
     steered.parallelism = 6.0  # an estimate at last
     async with derived.slot():
         pass
-    assert derived.max_queue == 60
+    assert derived.max_queue == 54  # 9 per call served in parallel
 
 
 def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:

@@ -17,8 +17,8 @@ def test_auto_by_keyword_gives_an_adaptive_limit_within_the_bounds() -> None:
     assert isinstance(limit, GradientLimit)
     assert (limit.min_limit, limit.max_limit) == (2, 30)
     assert slots.limit == limit.limit  # the limit in force is the adaptive one's
-    # "auto" queue: 10 per call of parallelism, first where the limit would settle (8 / 2)
-    assert slots.max_queue == 40
+    # "auto" queue: 9 per call of parallelism, first where the limit would settle (8 / 2)
+    assert slots.max_queue == 36
 
 
 def test_auto_from_the_environment_and_per_tool(monkeypatch: pytest.MonkeyPatch) -> None:

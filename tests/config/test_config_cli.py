@@ -94,4 +94,4 @@ def test_automatic_values_show_the_number_they_come_to(
     assert "auto (30 = 10 x max_active)" in text
     assert "auto (3 = rate rounded up)" in text
     # the pattern's adaptive limit: its queue follows the parallelism it finds
-    assert "auto (20 = 10 x parallelism, from auto_initial_active / 2)" in text
+    assert "auto (18 = 9 x parallelism, from auto_initial_active / 2)" in text

@@ -81,9 +81,15 @@ __all__ = ["ConcurrencyGuard", "ConcurrencyStatistics", "Permit", "Slot"]
 TIMEOUT_TEMPLATES = 8
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
 MAX_LIMIT_TEMPLATES = 64
-#: The default queue: this many waiters per slot, or per call the tool serves in parallel under
-#: an adaptive limit that estimates it (such a limit runs above it on purpose, to find more).
+#: The default queue: this many waiters per slot.
 QUEUE_PER_SLOT = 10
+#: ... and per call the tool serves in parallel under an adaptive limit that estimates it: such
+#: a limit runs above the parallelism on purpose, to find more (``GradientLimit`` settles at
+#: about twice it), so about one call per parallel call already waits inside the tool. Counted
+#: in, a full queue waits as long as under a fixed limit equal to the parallelism; left out, the
+#: first second of a 4x overload waited two calls longer, and in virtual time 60 of 120 demo
+#: seeds met every target, not 69.
+QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
 
@@ -437,8 +443,9 @@ class ConcurrencyGuard:
     ``queue_timeout`` seconds; the rest are shed with :class:`~fusion_guard.ServerBusy`.
 
     ``name`` is the tool name shown in envelopes. ``max_queue`` defaults to ``10 * max_active``
-    (under an adaptive ``limit`` with a ``parallelism`` estimate, 10 per call of it, to the
-    nearest call, following it up from its first value and never below).
+    (under an adaptive ``limit`` with a ``parallelism`` estimate, 9 per call of it, to the
+    nearest call, following it up from its first value and never below: the limit runs above
+    the parallelism, and about one call per parallel call waits inside the tool).
     The queue counts as standing once it has not been empty for ``standing_after`` seconds
     (default ``min(0.1, queue_timeout / 4)``); a standing queue is held to ``standing_limit``
     waiters (default ``min(max_queue, 4 * max_active)``) and, with ``lifo``, serves the newest
@@ -549,8 +556,10 @@ class ConcurrencyGuard:
         if max_queue is not None:
             self._max_queue = check_int("max_queue", max_queue, 0)
         else:
-            self._max_queue = default_max_queue(
-                self._max_active if parallelism is None else parallelism
+            self._max_queue = (
+                default_max_queue(self._max_active)
+                if parallelism is None
+                else default_max_queue(parallelism, adaptive=True)
             )
         self._queue_floor = self._max_queue
         self._queue_timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
@@ -1095,10 +1104,10 @@ class ConcurrencyGuard:
         self._discipline.on_limit(self._max_active, parallelism)
 
     def _follow_parallelism(self, parallelism: float) -> None:
-        """A default queue under an adaptive limit: ``QUEUE_PER_SLOT`` waiters per call the tool
-        serves in parallel, to the nearest call, never below the first. A queue that shrinks
-        refuses newcomers; it cancels no waiter."""
-        queue = max(default_max_queue(parallelism), self._queue_floor)
+        """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call
+        the tool serves in parallel, to the nearest call, never below the first. A queue that
+        shrinks refuses newcomers; it cancels no waiter."""
+        queue = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
             self._templates_by_limit.clear()  # the envelopes report the queue in force
@@ -1318,13 +1327,15 @@ def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int
     return value
 
 
-def default_max_queue(parallel: float) -> int:
-    """The queue a guard keeps when none is given: ``QUEUE_PER_SLOT`` waiters per slot, or per
-    call an adaptive limit estimates the tool serves in parallel, to the nearest call (halves
-    up). Not rounded up: a window of lucky calls reads 2.2 for a tool of 2, and a queue of 30
-    made the first second of an overload wait behind 20-29 calls; a tool partly used, which
-    reads below what it serves, is held up by the calls it is seen serving at once."""
-    return QUEUE_PER_SLOT * max(1, math.floor(parallel + 0.5))
+def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:
+    """The queue a guard keeps when none is given: ``QUEUE_PER_SLOT`` waiters per slot, or,
+    under an ``adaptive`` limit, ``QUEUE_PER_PARALLEL_CALL`` per call it estimates the tool
+    serves in parallel, to the nearest call (halves up). Not rounded up: a window of lucky calls
+    reads 2.2 for a tool of 2, and a queue of 30 made the first second of an overload wait
+    behind 20-29 calls; a tool partly used, which reads below what it serves, is held up by the
+    calls it is seen serving at once."""
+    per_call = QUEUE_PER_PARALLEL_CALL if adaptive else QUEUE_PER_SLOT
+    return per_call * max(1, math.floor(parallel + 0.5))
 
 
 def _parallelism_of(adaptive: object) -> float | None:

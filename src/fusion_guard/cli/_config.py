@@ -19,7 +19,7 @@ from typing import Any, Literal, TypedDict
 
 from .._policy import IgnoredSetting, PolicyTable, ignored_settings, specificity
 from ..admission._adaptive import GradientLimit
-from ..admission._concurrency import QUEUE_PER_SLOT, default_max_queue
+from ..admission._concurrency import QUEUE_PER_PARALLEL_CALL, QUEUE_PER_SLOT, default_max_queue
 from ..config._errors import InvalidSettings
 from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, SecretUrl
 from ..config._settings import GuardSettings
@@ -156,8 +156,9 @@ def _shown(
         if key == "max_queue" and max_active == "auto":
             # The guard's own rule, from the limit's estimate before it has measured anything.
             prior = GradientLimit(initial_limit=initial_active, max_limit=initial_active)
-            shown = default_max_queue(prior.parallelism)
-            return _Auto(shown, f"{QUEUE_PER_SLOT} x parallelism, from auto_initial_active / 2")
+            shown = default_max_queue(prior.parallelism, adaptive=True)
+            rule = f"{QUEUE_PER_PARALLEL_CALL} x parallelism, from auto_initial_active / 2"
+            return _Auto(shown, rule)
         if key == "burst" and rate is not None:
             return _Auto(max(1, math.ceil(rate)), "rate rounded up")
         return "auto" if key in _AUTO_WHEN_NONE else "off"
