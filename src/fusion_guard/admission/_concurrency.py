@@ -87,8 +87,9 @@ QUEUE_PER_SLOT = 10
 #: a limit runs above the parallelism on purpose, to find more (``GradientLimit`` settles at
 #: about twice it), so about one call per parallel call already waits inside the tool. Counted
 #: in, a full queue waits as long as under a fixed limit equal to the parallelism; left out, the
-#: first second of a 4x overload waited two calls longer, and in virtual time 60 of 120 demo
-#: seeds met every target, not 69.
+#: first second of a 4x overload waited two calls longer, and 60 of 120 seeds of the one-minute
+#: demo met every target, not 69 (``python benchmarks/virtual_demo.py --seeds 1-120
+#: --max-active auto``).
 QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
