@@ -241,13 +241,11 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
             elif not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
-                self._probing = True
-                self._limit = self._quiet_bound()
+                self._start_probe()  # the quiet calls counted so far still count
             return
         if end >= self._next_probe:
-            self._probing = True
             self._probe_taken = 0
-            self._limit = self._quiet_bound()
+            self._start_probe()
             return
         window = self._window
         if not window:
@@ -314,6 +312,11 @@ class GradientLimit:
         quiet.append(duration)
         bisect.insort(ordered, duration)
         self._baseline = _median_of_sorted(ordered)
+
+    def _start_probe(self) -> None:
+        """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
+        self._probing = True
+        self._limit = self._quiet_bound()
 
     def _quiet_bound(self) -> int:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
