@@ -483,3 +483,33 @@ async def test_a_move_by_half_or_more_is_logged_once_per_second(
     moved = [r for r in caplog.records if r.getMessage().startswith("concurrency_limit_moved")]
     assert [(r.fields["limit"], r.fields["previous"]) for r in moved] == [(2, 4), (9, 2)]
     assert all(r.fields["tool"] == "search" for r in moved)
+
+
+async def test_under_sustained_overload_the_slots_beyond_the_parallelism_drain(
+    clock: FakeClock,
+) -> None:
+    # A limit of 8 over a tool read as serving 2 in parallel; calls of about a second each.
+    limit = ParallelismLimit(8, 2.0)
+    guard = ConcurrencyGuard(limit=limit, max_queue=100, queue_timeout=30, predictive=False,
+                             expected_service_time=1.0, clock=clock)  # fmt: skip
+    held = [guard.acquire_nowait() for _ in range(8)]
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):  # 100 a second, against 8 slots opening 8 times a second
+            clock.advance(0.01)
+            tg.start_soon(guard.acquire)
+            await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (8, 20)
+        # A call ends: the limit still says 8, but in a standing queue under overload only the
+        # parallelism and one more are in force. The calls above drain; none is handed on.
+        for ended in range(1, 6):
+            held.pop().release()
+            await anyio.wait_all_tasks_blocked()
+            assert (guard.limit, guard.active, guard.queued) == (3, 8 - ended, 20)
+        held.pop().release()  # at 3 in flight, an end hands its slot to a waiter
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.limit, guard.active, guard.queued) == (3, 3, 19)
+        tg.cancel_scope.cancel()
+    # The queue gone, nothing stands: the next call to end puts the whole limit back in force.
+    held.pop().release()
+    assert (guard.limit, guard.queued) == (8, 0)
+    assert limit.limit == 8

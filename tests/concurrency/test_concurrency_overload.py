@@ -256,3 +256,29 @@ def test_its_offered_load_is_unknown_until_slots_have_opened() -> None:
     assert math.isnan(detector.offered_load)
     _feed(detector, 80.0, 0.0, 3.0, 0.01, 0, opening=0.02)
     assert detector.offered_load == pytest.approx(80 * 0.02, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("limit", "parallelism", "slots"),
+    [(8, 2.0, 3), (8, 2.4, 3), (8, 2.6, 4), (8, 6.0, 7), (3, 2.0, 3), (2, 2.0, 2), (8, None, 8)],
+)
+def test_under_sustained_overload_an_adaptive_limit_keeps_one_slot_beyond_the_parallelism(
+    limit: int, parallelism: float | None, slots: int
+) -> None:
+    discipline = _derived(limit)
+    t, _ = _feed(discipline.overload, 200.0, 0.0, 3.0, 0.01, 0)
+    assert discipline.overload.overloaded()
+    # A standing queue (never empty since it formed): the slots beyond the parallelism and one
+    # more would only move waiters into the tool. Never above the limit; no estimate, no change.
+    assert discipline.slots_in_force(limit, parallelism, t, 5) == slots
+
+
+def test_without_sustained_overload_the_limit_is_in_force_whole() -> None:
+    busy, calm = _derived(8), _derived(8)
+    t, _ = _feed(busy.overload, 200.0, 0.0, 3.0, 0.01, 0)
+    assert busy.slots_in_force(8, 2.0, t, 0) == 8  # no queue: nothing stands
+    t, _ = _feed(calm.overload, 80.0, 0.0, 3.0, 0.01, 0)
+    calm.arrival(t, 0)  # a queue forms anew: not standing for standing_after
+    assert calm.slots_in_force(8, 2.0, t + 0.05, 1) == 8
+    assert calm.standing(t + 0.2, 1)
+    assert calm.slots_in_force(8, 2.0, t + 0.2, 1) == 8  # standing, but no overload

@@ -1095,8 +1095,13 @@ class ConcurrencyGuard:
         except Exception as failure:  # a limit's bug never changes a call's answer
             observer_failed(adaptive, "on_sample", failure)
             return
-        if limit != self._max_active and isinstance(limit, int) and limit >= 1:
-            self._set_limit(limit)
+        if isinstance(limit, int) and limit >= 1:
+            # Under sustained overload, not above what the tool serves in parallel (and one).
+            limit = self._discipline.slots_in_force(
+                limit, parallelism, start + held, len(self._waiters)
+            )
+            if limit != self._max_active:
+                self._set_limit(limit)
         if parallelism is not None and self._queue_follows:
             self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
