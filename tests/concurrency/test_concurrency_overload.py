@@ -260,7 +260,7 @@ def test_its_offered_load_is_unknown_until_slots_have_opened() -> None:
 
 @pytest.mark.parametrize(
     ("limit", "parallelism", "slots"),
-    [(8, 2.0, 3), (8, 2.4, 3), (8, 2.6, 4), (8, 6.0, 7), (3, 2.0, 3), (2, 2.0, 2), (8, None, 8)],
+    [(8, 2.0, 3), (8, 2.4, 3), (8, 2.5, 4), (8, 6.0, 7), (3, 2.0, 3), (2, 2.0, 2), (8, None, 8)],
 )
 def test_under_sustained_overload_an_adaptive_limit_keeps_one_slot_beyond_the_parallelism(
     limit: int, parallelism: float | None, slots: int

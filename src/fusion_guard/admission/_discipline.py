@@ -136,7 +136,7 @@ class QueueDiscipline:
         """The slots to put in force for an adaptive ``limit`` whose estimate of the calls the
         tool serves in parallel is ``parallelism``: the limit, but under sustained overload (a
         standing queue, calls arriving faster than the slots open) no more than the parallelism
-        and ``OVERLOAD_HEADROOM``, to the nearest call.
+        and ``OVERLOAD_HEADROOM``, to the nearest call (halves up, as the default queue).
 
         The limit runs above the parallelism to find more capacity when there is room. Under
         overload there is none: the slots beyond it only move queued calls into the tool, where
@@ -145,7 +145,7 @@ class QueueDiscipline:
         them. Calls in flight above the figure drain; none is cancelled."""
         if parallelism is None or not (self.standing(now, queued) and self.overload.overloaded()):
             return limit
-        return min(limit, round(parallelism) + OVERLOAD_HEADROOM)
+        return min(limit, math.floor(parallelism + 0.5) + OVERLOAD_HEADROOM)
 
     def arrival(self, now: float, queued: int) -> None:
         """A caller is about to queue behind ``queued`` others: an empty queue forms anew,
