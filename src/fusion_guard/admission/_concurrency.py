@@ -69,7 +69,7 @@ from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outc
 from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._deadline import Deadline
-from ._discipline import LOOK_EVERY, QueueDiscipline
+from ._discipline import LOOK_EVERY, QueueDiscipline, whole_calls
 from ._fairness import FairQueue, Tenant
 from ._limit import FixedLimit, Limit, OvertakingLimit
 from ._service_time import RetryPromises, ServiceTimeEstimator
@@ -87,9 +87,9 @@ QUEUE_PER_SLOT = 10
 #: a limit runs above the parallelism on purpose, to find more (``GradientLimit`` settles at
 #: about twice it), so about one call per parallel call already waits inside the tool. Counted
 #: in, a full queue waits as long as under a fixed limit equal to the parallelism; left out, the
-#: first second of a 4x overload waited two calls longer, and 60 of 120 seeds of the one-minute
-#: demo met every target, not 69 (``python benchmarks/virtual_demo.py --seeds 1-120
-#: --max-active auto``).
+#: first second of a 4x overload waited two calls longer, and 34 of seeds 1-60 of the one-minute
+#: demo met every target, not 39 (``python benchmarks/virtual_demo.py --seeds 1-60
+#: --max-active auto``, with the slots under overload of ``QueueDiscipline.slots_in_force``).
 QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
@@ -1341,7 +1341,7 @@ def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:
     behind 20-29 calls; a tool partly used, which reads below what it serves, is held up by the
     calls it is seen serving at once."""
     per_call = QUEUE_PER_PARALLEL_CALL if adaptive else QUEUE_PER_SLOT
-    return per_call * max(1, math.floor(parallel + 0.5))
+    return per_call * whole_calls(parallel)
 
 
 def _parallelism_of(adaptive: object) -> float | None:

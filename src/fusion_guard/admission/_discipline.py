@@ -28,7 +28,7 @@ import math
 from ._overload import LOOK_EVERY, OverloadDetector
 from ._service_time import ServiceTimeEstimator, expected_wait
 
-__all__ = ["LOOK_EVERY", "QueueDiscipline"]
+__all__ = ["LOOK_EVERY", "QueueDiscipline", "whole_calls"]
 
 #: A queue not empty for this long (seconds) is standing, unless queue_timeout / 4 is shorter.
 STANDING_AFTER = 0.1
@@ -48,6 +48,13 @@ IDLE_SHARE = 0.01
 #: 15 of 30 seeds of the shifting demo met every target, not 30 (``python
 #: benchmarks/virtual_demo.py --scenario shifting --seeds 1-30``).
 OVERLOAD_HEADROOM = 1
+
+
+def whole_calls(parallelism: float) -> int:
+    """An estimate of the calls a tool serves in parallel as a whole number of calls: to the
+    nearest call (halves up), at least one. The default queue and the slots under overload both
+    count in it."""
+    return max(1, math.floor(parallelism + 0.5))
 
 
 def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
@@ -136,7 +143,7 @@ class QueueDiscipline:
         """The slots to put in force for an adaptive ``limit`` whose estimate of the calls the
         tool serves in parallel is ``parallelism``: the limit, but under sustained overload (a
         standing queue, calls arriving faster than the slots open) no more than the parallelism
-        and ``OVERLOAD_HEADROOM``, to the nearest call (halves up, as the default queue).
+        and ``OVERLOAD_HEADROOM``, in whole calls (``whole_calls``).
 
         The limit runs above the parallelism to find more capacity when there is room. Under
         overload there is none: the slots beyond it only move queued calls into the tool, where
@@ -145,7 +152,7 @@ class QueueDiscipline:
         them. Calls in flight above the figure drain; none is cancelled."""
         if parallelism is None or not (self.standing(now, queued) and self.overload.overloaded()):
             return limit
-        return min(limit, math.floor(parallelism + 0.5) + OVERLOAD_HEADROOM)
+        return min(limit, whole_calls(parallelism) + OVERLOAD_HEADROOM)
 
     def arrival(self, now: float, queued: int) -> None:
         """A caller is about to queue behind ``queued`` others: an empty queue forms anew,
