@@ -30,6 +30,7 @@ from .._exceptions import ServerBusy
 from ..admission._concurrency import ConcurrencyGuard
 from ..wire._response import ToolResponse
 from ._loadgen import CallRecord, Outcome, drive_calls, poisson_arrivals
+from ._tool import PunctualSleep
 
 __all__ = [
     "SHIFTING_POLICIES",
@@ -162,6 +163,7 @@ class _ShiftingTool:
         self._scenario = scenario
         self._services = services
         self.pool = _Pool(scenario.workers[0])
+        self._sleep = PunctualSleep()
         self.inside = 0
         self.draws: list[tuple[float, float]] = []
 
@@ -177,7 +179,7 @@ class _ShiftingTool:
                 piled_up = max(0, self.inside - self.pool.workers)
                 slowdown = 1.0 + piled_up / scenario.contention_scale
                 begun = anyio.current_time()
-                await anyio.sleep(service * slowdown)
+                await self._sleep(service * slowdown)
                 spent = anyio.current_time() - begun - service * (slowdown - 1.0)
                 self.draws.append((begun, spent))
             finally:
