@@ -11,9 +11,10 @@ The tool, the load generator and the guard run as ``fusion-guard demo --policies
 (or ``--scenario shifting``) runs them, but on trio with a mock clock that jumps to the next
 timer whenever every task waits: time passes in sleeps only (the tool's service, the spacing of
 arrivals), never in the code between them. The figures are then the algorithm's alone, without
-the event loop's lag, which costs a real run on a shared two-core machine a few points within
-the SLO at 1.5x; and the same command gives the same figures (each seed also seeds trio's
-shuffling of tasks that are ready together). So it compares variants over tens of seeds in a
+the event loop's lag, which costs a real run on a shared two-core machine about a point within
+the SLO at 1.5x (a few before the demo tools' timing fix of 2026-12-05); and the same command
+gives the same figures (each seed also seeds trio's shuffling of tasks that are ready
+together). So it compares variants over tens of seeds in a
 minute, where real runs give a handful of seeds an hour, each differing from its own re-run. It
 does not replace the real demo: the figures the docs quote for ``make demo`` come from real runs.
 
