@@ -5,6 +5,7 @@ late is made by hand: deterministic."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -26,8 +27,8 @@ async def _held(sleep: PunctualSleep, seconds: float) -> float:
     return trio.current_time() - begun
 
 
-def _run_virtual(fn: object) -> list[float]:
-    return trio.run(fn, clock=MockClock(autojump_threshold=0))  # type: ignore[arg-type]
+def _run_virtual(fn: Callable[[], Awaitable[list[float]]]) -> list[float]:
+    return trio.run(fn, clock=MockClock(autojump_threshold=0))
 
 
 def test_a_late_event_loop_is_made_up_for_after_a_few_sleeps() -> None:

@@ -22,12 +22,12 @@ class PunctualSleep:
     """Sleeps that end on time on average, for a simulated worker's service.
 
     The event loop wakes a sleeping task late: by part of a timer tick, and by whatever it was
-    busy with. A worker that slept its drawn service time held its slot that much longer (0.84 ms
-    on a 20 ms mean here, measured on 2026-12-05), so the tool served about 4 % below its model
-    and every load the demos offer was that much nearer its real capacity than it says (the 0.8x
-    level ran at about 0.83x). A real worker pool does not stall on its callers' event loop, so
-    each sleep asks to wake the running mean lateness early. In virtual time nothing is late
-    and the sleeps are the plain ones."""
+    busy with. A worker that slept its drawn service time held its slot that much longer
+    (about 0.8 ms on a 20 ms mean: ``python benchmarks/timer_lateness.py``), so the tool served
+    about 4 % below its model and every load the demos offer was that much nearer its real
+    capacity than it says (the 0.8x level ran at about 0.83x). A real worker pool does not
+    stall on its callers' event loop, so each sleep asks to wake the running mean lateness
+    early. In virtual time nothing is late and the sleeps are the plain ones."""
 
     __slots__ = ("_lateness", "_sleep_until")
 
