@@ -7,8 +7,7 @@ time each held beyond its draw, and what that costs the tool's capacity.
 
 A plain sleep ends late by part of a timer tick (0.80-0.84 ms on asyncio, 0.72 ms on trio, on
 this project's 2-core machine on 2026-12-05: the demo's tool then served about 4 % below its
-model);
-``PunctualSleep`` asks to wake early by the lateness it has seen (docs/demo.md).
+model); ``PunctualSleep`` asks to wake early by the lateness it has seen (docs/demo.md).
 """
 
 from __future__ import annotations
@@ -39,10 +38,6 @@ async def mean_lateness(sleep: Callable[[float], Awaitable[None]], sleeps: int) 
     return statistics.fmean(late[sleeps // 10 :])
 
 
-async def _punctual(sleeps: int) -> float:
-    return await mean_lateness(PunctualSleep(), sleeps)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sleeps", type=int, default=300, help="per kind of sleep (default 300)")
@@ -52,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     mean_service = ToolModel().mean_service_s
     for backend in ("asyncio", "trio"):
         plain = anyio.run(mean_lateness, anyio.sleep, args.sleeps, backend=backend)
-        punctual = anyio.run(_punctual, args.sleeps, backend=backend)
+        punctual = anyio.run(mean_lateness, PunctualSleep(), args.sleeps, backend=backend)
         for name, late in (("anyio.sleep", plain), ("PunctualSleep", punctual)):
             print(
                 f"{backend:7}  {name:13}  held {late * 1e3:+.3f} ms beyond its draw on average:"

@@ -40,7 +40,7 @@ async def test_each_arrival_keeps_its_service_time_whichever_tool_serves_it() ->
         for index in order:
             await tool.for_arrival(index)()
     for tool, slow_at in ((first, 0), (second, 2)):
-        spent = [took for _, took in tool.draws]
+        spent = [took for _, took in tool.work.draws]
         assert spent[slow_at] >= 0.3  # the slow arrival, wherever it came in the order
         assert all(took < 0.25 for at, took in enumerate(spent) if at != slow_at)
 

@@ -30,7 +30,7 @@ from .._exceptions import ServerBusy
 from ..admission._concurrency import ConcurrencyGuard
 from ..wire._response import ToolResponse
 from ._loadgen import CallRecord, Outcome, drive_calls, poisson_arrivals
-from ._tool import PunctualSleep
+from ._tool import WorkerTime
 
 __all__ = [
     "SHIFTING_POLICIES",
@@ -163,25 +163,19 @@ class _ShiftingTool:
         self._scenario = scenario
         self._services = services
         self.pool = _Pool(scenario.workers[0])
-        self._sleep = PunctualSleep()
+        self.work = WorkerTime()
         self.inside = 0
-        self.draws: list[tuple[float, float]] = []
 
     def for_arrival(self, index: int) -> Callable[[], Awaitable[str]]:
         return functools.partial(self._serve, self._services[index])
 
     async def _serve(self, service: float) -> str:
-        scenario = self._scenario
         self.inside += 1
         try:
             await self.pool.acquire()
             try:
                 piled_up = max(0, self.inside - self.pool.workers)
-                slowdown = 1.0 + piled_up / scenario.contention_scale
-                begun = anyio.current_time()
-                await self._sleep(service * slowdown)
-                spent = anyio.current_time() - begun - service * (slowdown - 1.0)
-                self.draws.append((begun, spent))
+                await self.work.serve(service, piled_up, self._scenario.contention_scale)
             finally:
                 self.pool.release()
         finally:
@@ -189,10 +183,9 @@ class _ShiftingTool:
         return "ok"
 
     def realised_capacity(self, start: float, end: float, workers: int) -> float:
-        drawn = [spent for begun, spent in self.draws if start <= begun < end]
-        if not drawn:
-            return self._scenario.capacity_rps(workers)
-        return workers * len(drawn) / sum(drawn)
+        return self.work.realised_capacity(
+            start, end, workers, self._scenario.capacity_rps(workers)
+        )
 
 
 class _OracleLimit:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 
-__all__ = ["PunctualSleep", "SimulatedTool", "ToolModel"]
+__all__ = ["PunctualSleep", "SimulatedTool", "ToolModel", "WorkerTime"]
 
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 _LATENESS_WEIGHT = 0.05  # of each sleep in the running mean of how late the event loop wakes
@@ -36,12 +36,49 @@ class PunctualSleep:
         self._lateness = 0.0
 
     async def __call__(self, seconds: float) -> None:
-        wake = anyio.current_time() + seconds - self._lateness
-        if wake <= anyio.current_time():
+        now = anyio.current_time()
+        wake = now + seconds - self._lateness
+        if wake <= now:
             await anyio.lowlevel.checkpoint()
             return
         await self._sleep_until(wake)
         self._lateness += (anyio.current_time() - wake - self._lateness) * _LATENESS_WEIGHT
+
+
+class WorkerTime:
+    """The time a simulated tool's workers spend, for both demo tools: each service held for its
+    draw, slowed by the calls piled up inside the tool, and ending on time (``PunctualSleep``);
+    and what each worker really spent, for the capacity goodput is divided by."""
+
+    __slots__ = ("_sleep", "draws")
+
+    def __init__(self) -> None:
+        self._sleep = PunctualSleep()
+        self.draws: list[tuple[float, float]] = []
+        """(start, service time without contention slowdown) of every service finished."""
+
+    async def serve(self, service: float, piled_up: int, contention_scale: float) -> None:
+        """Hold a worker for ``service``, slowed by ``1 / contention_scale`` for each of the
+        ``piled_up`` calls inside the tool beyond its workers."""
+        slowdown = 1.0 + piled_up / contention_scale
+        begun = anyio.current_time()
+        await self._sleep(service * slowdown)
+        # What a worker really spent, less the contention slowdown (the policy's fault, not
+        # the tool's): the draw, give or take how late the event loop woke it.
+        spent = anyio.current_time() - begun - service * (slowdown - 1.0)
+        self.draws.append((begun, spent))
+
+    def realised_capacity(self, start: float, end: float, workers: int, nominal: float) -> float:
+        """Calls per second ``workers`` could serve with the service times they really had for
+        services begun in ``[start, end)`` (``nominal`` when there were none).
+
+        With sigma = 1 the mean of a few hundred draws strays by several per cent from the
+        model's mean, and every sleep ends a little off its time; dividing goodput by this
+        capacity keeps that luck and that harness cost out of the policies' figures."""
+        drawn = [spent for begun, spent in self.draws if start <= begun < end]
+        if not drawn:
+            return nominal
+        return workers * len(drawn) / sum(drawn)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,41 +110,25 @@ class SimulatedTool:
     the policies in front of it decide how many calls reach it."""
 
     def realised_capacity(self, start: float, end: float) -> float:
-        """Calls per second the workers could serve with the service times they really had for
-        services begun in ``[start, end)`` (the nominal capacity when there were none).
-
-        With sigma = 1 the mean of a few hundred draws strays by several per cent from the
-        model's mean, and every sleep ends a little off its time; dividing goodput by this
-        capacity keeps that luck and that harness cost out of the policies' figures."""
-        drawn = [service for begun, service in self.draws if start <= begun < end]
-        if not drawn:
-            return self.model.capacity_rps
-        return self.model.workers * len(drawn) / sum(drawn)
+        """See ``WorkerTime.realised_capacity``; the nominal capacity when no service began."""
+        return self._work.realised_capacity(start, end, self.model.workers, self.model.capacity_rps)
 
     def __init__(self, model: ToolModel, rng: random.Random) -> None:
         self.model = model
         self._rng = rng
         self._pool = anyio.Semaphore(model.workers)
-        self._sleep = PunctualSleep()
+        self._work = WorkerTime()
         self.inside = 0
         self.peak_inside = 0
-        self.draws: list[tuple[float, float]] = []
-        """(start, service time without contention slowdown) of every service finished."""
 
     async def __call__(self) -> str:
         self.inside += 1
         self.peak_inside = max(self.peak_inside, self.inside)
         try:
             async with self._pool:
-                piled_up = max(0, self.inside - self.model.workers)
-                slowdown = 1.0 + piled_up / self.model.contention_scale
                 service = self._rng.lognormvariate(self.model.mu, self.model.sigma)
-                begun = anyio.current_time()
-                await self._sleep(service * slowdown)
-                # What a worker really spent, less the contention slowdown (the policy's fault,
-                # not the tool's): the draw, give or take how late the event loop woke it.
-                spent = anyio.current_time() - begun - service * (slowdown - 1.0)
-                self.draws.append((begun, spent))
+                piled_up = max(0, self.inside - self.model.workers)
+                await self._work.serve(service, piled_up, self.model.contention_scale)
         finally:
             self.inside -= 1
         return "ok"
