@@ -224,10 +224,10 @@ def _moving_guard(clock: FakeClock, limit: SteeredLimit) -> ConcurrencyGuard:
 
 
 async def _standing_refusals(
-    guard: ConcurrencyGuard, clock: FakeClock, arrivals_per_s: float
+    guard: ConcurrencyGuard, clock: FakeClock, arrivals_per_s: float, arrivals: int = 60
 ) -> int:
-    """Every slot held, 60 calls arrive at ``arrivals_per_s`` and no slot opens meanwhile: how
-    many are refused by the standing-queue limit."""
+    """Every slot held, ``arrivals`` calls arrive at ``arrivals_per_s`` and no slot opens
+    meanwhile: how many are refused by the standing-queue limit."""
     held = [guard.acquire_nowait() for _ in range(guard.limit)]
     refusals: list[str] = []
 
@@ -238,7 +238,7 @@ async def _standing_refusals(
             refusals.append(details(busy.response.text).get("standing", "not standing"))
 
     async with anyio.create_task_group() as tg:
-        for _ in range(60):
+        for _ in range(arrivals):
             clock.advance(1.0 / arrivals_per_s)
             tg.start_soon(arrive)
             await anyio.wait_all_tasks_blocked()
@@ -292,6 +292,28 @@ async def test_calls_that_found_a_free_slot_do_not_tell_how_fast_slots_open() ->
         clock.advance(0.005)
         alone.release()
     assert await _standing_refusals(guard, clock, 75.0) == 20
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "arrivals_per_s", "refused"),
+    [(2.0, 200.0, 48), (2.0, 80.0, 0), (1.6, 100.0, 60), (1.6, 40.0, 0)],
+)
+async def test_under_a_limit_that_knows_the_parallelism_every_call_tells_how_fast_slots_open(
+    parallelism: float, arrivals_per_s: float, refused: int
+) -> None:
+    """50 calls of 20 ms, one at a time, under a limit of 4 that says the tool serves
+    ``parallelism`` calls at once: none found every slot taken, but each tells how fast slots
+    open once they are, as under a fixed limit: its hold over the calls the tool serves in
+    parallel, rounded down (a tool of one worker read as 1.6 is not taken to serve two). Over
+    the 4 slots they would say a slot opens every 5 ms (200 calls/s); the tool serves 100 (50
+    for one worker). So 2x its capacity is overload, and 0.8x is not."""
+    clock = FakeClock()
+    guard = _moving_guard(clock, ParallelismLimit(4, parallelism))
+    for _ in range(50):
+        alone = guard.acquire_nowait()
+        clock.advance(0.020)
+        alone.release()
+    assert await _standing_refusals(guard, clock, arrivals_per_s, arrivals=100) == refused
 
 
 async def test_lowering_the_limit_lets_the_calls_in_flight_drain() -> None:

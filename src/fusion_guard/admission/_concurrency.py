@@ -491,6 +491,7 @@ class ConcurrencyGuard:
         "_name",
         "_observer",
         "_openings",
+        "_parallel_calls",
         "_per_client",
         "_permit",
         "_predicted",
@@ -553,6 +554,7 @@ class ConcurrencyGuard:
         # Under an adaptive limit that estimates the tool's parallelism, a default queue follows
         # it; per slot in force, the wait of a full queue would grow with the limit's headroom.
         parallelism = _parallelism_of(self._adaptive)
+        self._parallel_calls = parallelism  # the estimate as of the last finished call
         self._queue_follows = max_queue is None and hasattr(self._adaptive, "parallelism")
         if max_queue is not None:
             self._max_queue = check_int("max_queue", max_queue, 0)
@@ -573,10 +575,10 @@ class ConcurrencyGuard:
         predictive = check_bool("predictive", predictive)
         prior = check_seconds("expected_service_time", expected_service_time)
         self._service = ServiceTimeEstimator(prior)
-        # Under an adaptive limit, the time between slot openings at saturation: the hold of
-        # each call that found every slot taken, over the calls then in flight. The mean hold
+        # Under an adaptive limit, the time between slot openings at saturation, learnt from
+        # each call's hold over the calls it shared the tool with (``_learn``). The mean hold
         # over the slots in force is wrong for as long as the mean lags a moved limit (a small
-        # limit moves often); calls that found a free slot say nothing of how fast slots open.
+        # limit moves often).
         self._openings = None if self._adaptive is None else ServiceTimeEstimator(prior)
         self._promises = RetryPromises(check_seconds("max_retry_after", max_retry_after))
         if not callable(clock):
@@ -1081,8 +1083,22 @@ class ConcurrencyGuard:
         adaptive, openings = self._adaptive, self._openings
         assert adaptive is not None
         assert openings is not None
-        if inflight >= self._max_active:  # it found every slot taken: it measures an opening
-            openings.observe(held / inflight)
+        parallel = self._parallel_calls
+        if parallel is None:  # a limit with no estimate: only a call that found every slot
+            if inflight >= self._max_active:  # taken tells how fast they open
+                openings.observe(held / inflight)
+        else:
+            # Every call measures an opening, as under a fixed limit: its hold over the calls it
+            # shared the tool with, those in flight at its start and at its end averaged (a
+            # crowd thinned by a lull let it through sooner), or the calls the tool serves in
+            # parallel, rounded down, when more (it did not wait inside). Rounded to the
+            # nearest, a tool that had lost workers read twice as fast as it serves (an
+            # estimate of 1.6 for one worker). Learnt only from the calls that found every slot
+            # taken, the figure rested on crowded moments alone, and read a 1.5x overload that
+            # came after a lull as none for longer.
+            crowd = 0.5 * (inflight + self._active)
+            in_parallel = math.floor(parallel)
+            openings.observe(held / (crowd if crowd > in_parallel else in_parallel))
         try:
             if self._learns_overtaking:
                 cast(OvertakingLimit, adaptive).on_sample(
@@ -1091,7 +1107,7 @@ class ConcurrencyGuard:
             else:
                 adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
-            parallelism = _parallelism_of(adaptive)
+            parallelism = self._parallel_calls = _parallelism_of(adaptive)
         except Exception as failure:  # a limit's bug never changes a call's answer
             observer_failed(adaptive, "on_sample", failure)
             return

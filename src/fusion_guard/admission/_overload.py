@@ -16,8 +16,9 @@ Each is taken over the time it has seen: started at zero, an average would read 
 arrivals low for a whole horizon (a guard created as a 1.5x overload began saw none for 1.5 s).
 Capacity is one call per *opening*: the time between two slots freeing up when every slot is
 taken (the mean hold over the slots, for a fixed limit; for an adaptive limit, whose slot count
-moves faster than a mean hold follows, the mean hold of the calls that found every slot taken,
-each over the calls then in flight). The guard's figure (about 20 calls deep) is smoothed once
+moves faster than a mean hold follows, the mean of every call's hold over the calls it shared
+the tool with: those in flight while it ran, or the calls the tool serves in parallel when
+fewer). The guard's figure (about 20 calls deep) is smoothed once
 more here over ``SLOW_HORIZON``, at the same looks, so that a streak of slow calls at moderate
 load does not read as overload and the guard's release path pays nothing for it; but only once
 it rests on ``SETTLING_CALLS`` finished calls. Before that, smoothing would keep the figure of
