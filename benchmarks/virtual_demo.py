@@ -13,10 +13,10 @@ timer whenever every task waits: time passes in sleeps only (the tool's service,
 arrivals), never in the code between them. The figures are then the algorithm's alone, without
 the event loop's lag, which costs a real run on a shared two-core machine about a point within
 the SLO at 1.5x (a few before the demo tools' timing fix of 2026-12-05); and the same command
-gives the same figures (each seed also seeds trio's shuffling of tasks that are ready
-together). So it compares variants over tens of seeds in a
-minute, where real runs give a handful of seeds an hour, each differing from its own re-run. It
-does not replace the real demo: the figures the docs quote for ``make demo`` come from real runs.
+gives the same figures (each seed also seeds trio's shuffling of tasks that are ready together).
+So it compares variants over tens of seeds in a minute, where real runs give a handful of seeds
+an hour, each differing from its own re-run. It does not replace the real demo: the figures the
+docs quote for ``make demo`` come from real runs.
 
 The guard reads ``time.monotonic`` unless given a clock, and the default is taken when its
 module is imported, so this script points ``time.monotonic`` at trio's clock before it imports

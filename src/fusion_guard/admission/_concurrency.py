@@ -1084,18 +1084,17 @@ class ConcurrencyGuard:
         assert adaptive is not None
         assert openings is not None
         parallel = self._parallel_calls
-        if parallel is None:  # a limit with no estimate: only a call that found every slot
-            if inflight >= self._max_active:  # taken tells how fast they open
+        if parallel is None:
+            # A limit with no estimate: only a call that found every slot taken tells how fast
+            # they open.
+            if inflight >= self._max_active:
                 openings.observe(held / inflight)
         else:
-            # Every call measures an opening, as under a fixed limit: its hold over the calls it
-            # shared the tool with, those in flight at its start and at its end averaged (a
-            # crowd thinned by a lull let it through sooner), or the calls the tool serves in
-            # parallel, rounded down, when more (it did not wait inside). Rounded to the
-            # nearest, a tool that had lost workers read twice as fast as it serves (an
-            # estimate of 1.6 for one worker). Learnt only from the calls that found every slot
-            # taken, the figure rested on crowded moments alone, and read a 1.5x overload that
-            # came after a lull as none for longer.
+            # Every call tells it, as under a fixed limit: its hold over the calls it shared the
+            # tool with (in flight at its start and its end, averaged: a crowd thinned by a lull
+            # let it through sooner), or over the parallelism when more (it did not wait
+            # inside), rounded down: to the nearest, an estimate of 1.6 for one worker read the
+            # tool as serving twice as fast as it does (docs/adaptive-tried.md).
             crowd = 0.5 * (inflight + self._active)
             in_parallel = math.floor(parallel)
             openings.observe(held / (crowd if crowd > in_parallel else in_parallel))

@@ -18,19 +18,19 @@ Capacity is one call per *opening*: the time between two slots freeing up when e
 taken (the mean hold over the slots, for a fixed limit; for an adaptive limit, whose slot count
 moves faster than a mean hold follows, the mean of every call's hold over the calls it shared
 the tool with: those in flight while it ran, or the calls the tool serves in parallel when
-fewer). The guard's figure (about 20 calls deep) is smoothed once
-more here over ``SLOW_HORIZON``, at the same looks, so that a streak of slow calls at moderate
-load does not read as overload and the guard's release path pays nothing for it; but only once
-it rests on ``SETTLING_CALLS`` finished calls. Before that, smoothing would keep the figure of
-the first few calls for a second or more (a new guard's first calls were short: the demo's tool
-then read as serving 280 calls a second instead of 100, and a 1.5x overload as no overload for
-two seconds). A figure taken as it is rests on few calls, though: the bars then rise by its
-standard error, about ``1 / sqrt(n)`` of itself for a mean of ``n`` holds (a streak of slow
-calls in a new guard's first second read the demo's tool as serving 68-88 calls a second
-instead of 100, and a burst at 0.8x as overload). The figures come from a measured trade-off
-on the scenario of the README's overload demo (``fusion-guard demo``: 2 slots, log-normal
-service): at 0.8x capacity the guard must shed almost nothing, at 1.5x and above admitted calls
-must stay within a few service times.
+more). The guard's figure (about 20 calls deep) is smoothed once more here over
+``SLOW_HORIZON``, at the same looks, so that a streak of slow calls at moderate load does not
+read as overload and the guard's release path pays nothing for it; but only once it rests on
+``SETTLING_CALLS`` finished calls. Before that, smoothing would keep the figure of the first few
+calls for a second or more (a new guard's first calls were short: the demo's tool then read as
+serving 280 calls a second instead of 100, and a 1.5x overload as no overload for two seconds).
+A figure taken as it is rests on few calls, though: the bars then rise by its standard error,
+about ``1 / sqrt(n)`` of itself for a mean of ``n`` holds (a streak of slow calls in a new
+guard's first second read the demo's tool as serving 68-88 calls a second instead of 100, and a
+burst at 0.8x as overload). The figures come from a measured trade-off on the scenario of the
+README's overload demo (``fusion-guard demo``: 2 slots, log-normal service): at 0.8x capacity
+the guard must shed almost nothing, at 1.5x and above admitted calls must stay within a few
+service times.
 """
 
 from __future__ import annotations
