@@ -33,6 +33,8 @@ TARGET = 1.1
 #: With an in-memory rate limit as well (one GCRA decision more, about 4 us): within 15 %.
 RATE_LIMITED_TARGET = 1.15
 RATE_LIMITED: dict[str, Any] = {"rate": 100_000, "burst": 100_000}
+#: A fixed limit instead of the default adaptive one (which learns from every finished call).
+FIXED_LIMIT: dict[str, Any] = {"max_active": 10}
 
 
 def _mcpserver(guarded: dict[str, Any] | None) -> MCPServer[Any]:
@@ -92,7 +94,11 @@ def _fastmcp_batch(guarded: dict[str, Any] | None) -> Callable[[int], float]:
 @pytest.mark.parametrize(("sdk", "batch"), [("MCPServer", _mcp_batch), ("FastMCP", _fastmcp_batch)])
 @pytest.mark.parametrize(
     ("limits", "label", "target"),
-    [({}, "Guard()", TARGET), (RATE_LIMITED, "with a rate limit", RATE_LIMITED_TARGET)],
+    [
+        ({}, "Guard()", TARGET),
+        (FIXED_LIMIT, "Guard(max_active=10)", TARGET),
+        (RATE_LIMITED, "with a rate limit", RATE_LIMITED_TARGET),
+    ],
 )
 def test_guarded_tool_call_vs_unguarded(
     benchmark: pytest.FixtureRequest,

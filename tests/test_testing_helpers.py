@@ -17,7 +17,7 @@ async def _ok() -> str:
 
 async def test_the_recording_observer_hears_every_decision() -> None:
     observer = RecordingObserver()
-    guard = Guard(metrics=False, rate=1, burst=1, observer=observer)
+    guard = Guard(metrics=False, max_active=10, rate=1, burst=1, observer=observer)
     assert (await guard.call("t", _ok)).text == "ok"
     refused = await guard.call("t", _ok)
     assert refused.code == ErrorCode.RATE_LIMITED

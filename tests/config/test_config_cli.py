@@ -35,8 +35,7 @@ def test_json_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     monkeypatch.setenv("FUSION_GUARD_TOOLS", json.dumps(TOOLS))
     assert main(["config", "--json", "--tool", "billing.pay"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["global"]["max_active"] == {"value": 10, "source": "default"}
-    assert report["global"]["max_queue"] == {"value": "auto", "effective": 100, "source": "default"}
+    assert report["global"]["max_active"] == {"value": "auto", "source": "default"}
     assert list(report["patterns"]) == ["billing.*", "billing.pay"]
     resolved = report["tools"]["billing.pay"]
     assert resolved["max_active"]["value"] == 2

@@ -69,8 +69,10 @@ def test_variable_names_ignore_case(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_documented_defaults() -> None:
     settings = GuardSettings()
-    assert settings.max_active == 10
-    assert settings.max_queue is None  # auto: 10 x max_active
+    assert settings.max_active == "auto"
+    bounds = (settings.auto_min_active, settings.auto_initial_active, settings.auto_max_active)
+    assert bounds == (1, 4, 200)
+    assert settings.max_queue is None  # auto: 9 x the parallelism the adaptive limit finds
     assert settings.queue_timeout == 5.0
     assert settings.timeout == 50.0
     assert settings.rate is None
@@ -104,7 +106,7 @@ def test_from_values_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("FUSION_GUARD_MAX_ACTIVE", "3")
     monkeypatch.setenv("FUSION_GUARD_MAX_ACTVE", "typo, but not read here")
     settings = GuardSettings.from_values(timeout=4)
-    assert (settings.max_active, settings.timeout) == (10, 4.0)
+    assert (settings.max_active, settings.timeout) == ("auto", 4.0)
     assert settings.origin("timeout") == "argument"
 
 

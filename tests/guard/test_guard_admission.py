@@ -280,7 +280,8 @@ async def test_per_tool_state_is_made_once(
         await guard.call("billing.pay", _ok)
         await guard.call("search", _ok)
     assert resolved == ["billing.pay", "search"]
-    assert observer.bound == [("billing.pay", 2), ("search", 10)]
+    # "search" has the default, an automatic limit, bound at its initial value.
+    assert observer.bound == [("billing.pay", 2), ("search", 4)]
     assert guard.concurrency("billing.pay") is guard.concurrency("billing.pay")
 
 
@@ -302,7 +303,7 @@ async def test_glob_precedence_reaches_the_guard() -> None:
     assert guard.limits("billing.pay").max_active == 1
     assert guard.limits("billing.list").max_active == 2
     assert guard.limits("billing.list").rate == 9.0
-    assert guard.limits("search").max_active == 10
+    assert guard.limits("search").max_active == "auto"
 
 
 async def test_from_env_reads_variables_and_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,7 +43,7 @@ async def test_configured_patterns_apply_past_the_table_size(
     assert billing.tool == "(other tools matching billing.*)"
     assert guard.limits("search").tool == "search"  # exactly configured: a gate of its own
     assert guard.limits("search").max_active == 3
-    assert guard.limits("invented-999").max_active == 10
+    assert guard.limits("invented-999").max_active == "auto"
     # The shared gate enforces the pattern's limit across the names that share it.
     release = anyio.Event()
 

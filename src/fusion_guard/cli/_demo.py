@@ -160,8 +160,8 @@ def register(commands: Any) -> None:
         "--max-active",
         type=_max_active,
         metavar="N|auto",
-        help="fusion_guard's max_active (default: the tool's worker count, 2; 'auto' to let the"
-        " adaptive limit find it)",
+        help="fusion_guard's max_active (default: the Guard's, auto: the adaptive limit finds"
+        " the tool's capacity; 2, the tool's worker count, for the limit an operator would type)",
     )
     parser.add_argument(
         "--chart",
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.write(
         f"fusion-guard demo: policies {', '.join(args.policies)} at loads "
         f"{', '.join(f'{x:g}x' for x in args.loads)}; fusion_guard's max_active:"
-        f" {args.max_active or 'the worker count'}\n"
+        f" {args.max_active or 'auto (the default)'}\n"
     )
     registry = CollectorRegistry()
     server = None

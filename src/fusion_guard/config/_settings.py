@@ -147,7 +147,7 @@ class GuardSettings(BaseSettings):
     )
 
     # Defaults for a typical MCP server; the README's configuration table gives the reasoning.
-    max_active: MaxActive = 10
+    max_active: MaxActive = "auto"
     # Bounds of an automatic max_active ("auto"), for every tool that has one.
     auto_min_active: AutoBound = 1
     auto_max_active: AutoBound = 200

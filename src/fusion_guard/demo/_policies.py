@@ -73,14 +73,16 @@ GuardFactory = Callable[[int, bool], _GuardLike]
 def default_guard_factory(
     registry: CollectorRegistry | None = None, max_active: int | Literal["auto"] | None = None
 ) -> GuardFactory:
-    """fusion_guard as the demo runs it: the Guard's defaults, with ``max_active`` set to the
-    tool's worker count (the one thing an operator knows about the pool behind a tool) unless
-    ``max_active`` says otherwise (a number, or ``"auto"``), metrics in ``registry``."""
+    """fusion_guard as the demo runs it: the Guard's defaults (an untuned server: the
+    adaptive ``max_active="auto"`` finds the tool's capacity) unless ``max_active`` says
+    otherwise (a number: the worker count is the one an operator would type), metrics in
+    ``registry``."""
     from .._guard import Guard
 
+    limit = {} if max_active is None else {"max_active": max_active}
+
     def make(workers: int, lifo: bool) -> Guard:
-        limit = workers if max_active is None else max_active
-        return Guard(max_active=limit, lifo=lifo, registry=registry)
+        return Guard(lifo=lifo, registry=registry, **limit)
 
     return make
 
