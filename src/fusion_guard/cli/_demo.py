@@ -1,12 +1,13 @@
 """``fusion-guard demo``: the overload scenario of docs/benchmarks.md, in about a minute.
 
 The same scarce tool (2 hidden workers, log-normal 20 ms service) under no guard, a plain
-unbounded ``asyncio.Semaphore``, and fusion_guard (FIFO and LIFO-under-overload), across offered
-loads from 0.5x to 10x capacity. Progress goes to stderr; tables and targets to stdout.
+unbounded ``asyncio.Semaphore``, and fusion_guard with its defaults (FIFO and
+LIFO-under-overload), across offered loads from 0.5x to 10x capacity. Progress goes to stderr;
+tables and targets to stdout.
 
 ``--scenario shifting`` (docs/adaptive.md): one tool whose hidden pool changes 2 -> 8 -> 1 -> 4
-workers, offered 1.5x its current capacity, under the default fixed limit (10), an oracle that
-always knows the true count, and max_active=auto, in about 25 seconds.
+workers, offered 1.5x its current capacity, under a fixed limit of 10 (the old default), an
+oracle that always knows the true count, and max_active=auto, in about 25 seconds.
 
 ``--scenario tenants`` (fair shares across client keys): one tool behind Guard(max_active=2),
 with fair queueing on and off on the same arrivals: a greedy client offering 8x its capacity

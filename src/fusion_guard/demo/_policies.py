@@ -79,10 +79,10 @@ def default_guard_factory(
     ``registry``."""
     from .._guard import Guard
 
-    limit = {} if max_active is None else {"max_active": max_active}
-
     def make(workers: int, lifo: bool) -> Guard:
-        return Guard(lifo=lifo, registry=registry, **limit)
+        if max_active is None:
+            return Guard(lifo=lifo, registry=registry)
+        return Guard(max_active=max_active, lifo=lifo, registry=registry)
 
     return make
 

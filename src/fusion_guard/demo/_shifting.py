@@ -6,7 +6,7 @@ does). Arrivals are Poisson at ``load`` times the *current* capacity. Three limi
 very same arrivals, each call with the same service time under every limit, side by side in one
 event loop:
 
-* ``fixed``: a limit that is too high, the Guard's default ``max_active`` (10);
+* ``fixed``: a limit that is too high, 10 (the Guard's default ``max_active`` before ``auto``);
 * ``oracle``: a limit always equal to the true worker count (set at each change: what an
   operator who knew the pool at every moment would configure);
 * ``auto``: ``Guard(max_active="auto")``, which must find the count from latency alone.

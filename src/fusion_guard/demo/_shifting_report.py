@@ -79,7 +79,7 @@ def check_shifting_targets(result: ShiftingResult) -> list[Target]:
             f"min {min(shares):.2f}x",
         ),
         Target(
-            "auto's worst phase better than the fixed default's worst",
+            "auto's worst phase better than fixed 10's worst",
             auto_worst > fixed_worst,
             f"{auto_worst:.2f} vs {fixed_worst:.2f}",
         ),
