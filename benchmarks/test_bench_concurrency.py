@@ -100,7 +100,7 @@ def test_uncontended_slot_with_a_client_key_vs_semaphore(
 
 
 #: A ceiling, not a goal: each call under an adaptive limit is a sample the limit learns from (the
-#: uncrowded median, the window, the parallelism and the queue that follow it), about 4 us more
+#: uncrowded median, the window, the parallelism and the queue that follow it), about 3 us more
 #: than a fixed slot on this machine; a tool call through an SDK takes 150 us or more.
 ADAPTIVE_SLOT_CEILING = 10.0
 

@@ -114,13 +114,18 @@ async def test_leases_lost_in_a_restart_come_back_counted(
     # Two calls run on leases of a limit of 2; Redis restarts empty and a new replica takes both
     # slots before the first one refreshes. The running calls' leases come back even so (4 for
     # a limit of 2), so nobody gets a slot until the fleet drains below its limit.
-    running = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "two", limit=2, lease=10.0)
+    connection = RedisConnection(redis_url, timeout=1.0)
+    running = FleetSemaphore(connection, "two", limit=2, lease=10.0)
     holders = [(await running.try_acquire()).holder for _ in range(2)]
+    # The running replica's refresher is held until the newcomer has taken its slots: a restart
+    # slower than its period (0.25 s) let it register the running calls again first.
+    connection.refresher.stop()
     await anyio.to_thread.run_sync(redis_server.stop)
     await anyio.to_thread.run_sync(redis_server.start)
     newcomer = FleetSemaphore(RedisConnection(redis_url, timeout=1.0), "two", limit=2, lease=10.0)
     taken = [(await newcomer.try_acquire()).holder for _ in range(2)]
     assert None not in taken  # a replica that never saw the fleet cannot know it lost data
+    connection.refresher.holding(running)
 
     async def four_counted() -> bool:
         return _holders(redis_server, running) == 4
