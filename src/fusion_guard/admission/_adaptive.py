@@ -183,7 +183,7 @@ class GradientLimit:
         self._crowded_unmeasured = 0
         self._next_probe = math.inf
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
-        # window holds (a busy tool fills 0.1 s with thousands).
+        # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
         self._window: list[float] = []
         self._window_fastest = math.inf
         self._window_end = -math.inf

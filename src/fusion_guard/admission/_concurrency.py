@@ -1117,7 +1117,7 @@ class ConcurrencyGuard:
             )
             if limit != self._max_active:
                 self._set_limit(limit)
-        # The estimate moves once a window (at least 0.1 s and 20 calls), not with every call.
+        # Only when the estimate moved: GradientLimit moves it once a window, not every call.
         if parallelism is not None and parallelism != parallel and self._queue_follows:
             self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
