@@ -35,12 +35,14 @@ TOOL = "search"
 @dataclass(frozen=True)
 class Agent:
     """One agent's story: refusals before its call ran, whether its first retry (if any) was
-    admitted, when its call ran (seconds after the start), its first ``retry_after``."""
+    admitted, when its call ran and when it first called (seconds after the start), its first
+    ``retry_after``."""
 
     refusals: int
     first_retry_admitted: bool
     done: float
     first_advice: float | None
+    first_call: float
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class CrowdFigures:
     first_retries_admitted: int
     distinct_first_advice: int  # distinct retry_after values told to the first refusals
     refusals: int
+    volley: float  # from the first agent's first call to the last agent's (seconds)
     first_done: float  # the burst: the first call ran (seconds after the start)
     last_done: float
     ideal: float  # how long after the burst the last call runs if the budget is used perfectly
@@ -73,7 +76,8 @@ class CrowdFigures:
 
     def __str__(self) -> str:
         return (
-            f"{self.agents} agents: first retries admitted {self.first_retries_admitted}/"
+            f"{self.agents} agents (first calls over {1000 * self.volley:.1f} ms): first retries"
+            f" admitted {self.first_retries_admitted}/"
             f"{self.refused_first} ({self.first_retry_rate:.0%}), {self.distinct_first_advice}"
             f" distinct first retry_after, {self.refusals_per_call:.2f} refusals per call, last"
             f" call {self.last_done - self.first_done:.3f} s after the burst ="
@@ -104,10 +108,12 @@ async def _handler() -> str:
 async def agent(guard: Guard, start: float) -> Agent:
     refusals = 0
     first_advice: float | None = None
+    first_call = time.monotonic() - start
     while True:
         response = await guard.call(TOOL, _handler)
         if not response.is_error:
-            return Agent(refusals, refusals <= 1, time.monotonic() - start, first_advice)
+            done = time.monotonic() - start
+            return Agent(refusals, refusals <= 1, done, first_advice, first_call)
         assert response.code == "RATE_LIMITED", response.text
         info = parse_tool_error(response.text)
         assert info is not None
@@ -140,6 +146,7 @@ def figures(agents: Sequence[Agent], rate: float, burst: int) -> CrowdFigures:
         first_retries_admitted=sum(a.first_retry_admitted for a in refused),
         distinct_first_advice=len({a.first_advice for a in refused}),
         refusals=sum(a.refusals for a in agents),
+        volley=max(a.first_call for a in agents) - min(a.first_call for a in agents),
         first_done=min(a.done for a in agents),
         last_done=max(a.done for a in agents),
         ideal=max(1, len(agents) - burst) / rate,

@@ -14,11 +14,23 @@ from crowd_agents import crowd_guard, figures, run_agents
 AGENTS, RATE, BURST = 40, 50.0, 5
 
 
+#: Runs tried before the agents' first calls come within one emission interval of each other.
+ATTEMPTS = 3
+
+
 @pytest.mark.anyio
 async def test_a_crowd_following_its_retry_after_is_served_at_the_limits_pace() -> None:
-    agents = await run_agents(crowd_guard(RATE, BURST), AGENTS, time.monotonic())
-    crowd = figures(agents, RATE, BURST)
-    print(crowd)
+    # The scenario needs the first calls at once: a pause of the process among them (a garbage
+    # collection, the machine; 0.1 s once in CI) lets intervals open to late first calls, which
+    # take the openings promised to the refused agents. Such a run says nothing of the advice.
+    for _ in range(ATTEMPTS):
+        agents = await run_agents(crowd_guard(RATE, BURST), AGENTS, time.monotonic())
+        crowd = figures(agents, RATE, BURST)
+        print(crowd)
+        if crowd.volley < 1 / RATE:
+            break
+    else:
+        pytest.fail(f"the first calls spread over more than {1 / RATE} s in {ATTEMPTS} runs")
     assert crowd.refused_first == AGENTS - BURST
     assert crowd.distinct_first_advice == AGENTS - BURST  # each is told its own opening
     assert crowd.first_retry_rate >= 0.9
