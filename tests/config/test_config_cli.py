@@ -36,6 +36,8 @@ def test_json_output(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
     assert main(["config", "--json", "--tool", "billing.pay"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["global"]["max_active"] == {"value": "auto", "source": "default"}
+    # 9 per call of parallelism, from auto_initial_active / 2 until the limit has measured any.
+    assert report["global"]["max_queue"] == {"value": "auto", "effective": 18, "source": "default"}
     assert list(report["patterns"]) == ["billing.*", "billing.pay"]
     resolved = report["tools"]["billing.pay"]
     assert resolved["max_active"]["value"] == 2
