@@ -209,7 +209,8 @@ def test_bad_value_names_variable_value_and_what_is_accepted(
         ),
         (
             {"billing.*": {"max_actve": 2}},
-            "FUSION_GUARD_TOOLS: pattern 'billing.*' has an unknown key 'max_actve'; accepted keys",
+            "FUSION_GUARD_TOOLS: pattern 'billing.*' has an unknown key 'max_actve' (did you mean"
+            " max_active?); accepted keys",
         ),
         ({"billing.*": 3}, "FUSION_GUARD_TOOLS: the entry for 'billing.*' is invalid"),
         ({"": {"max_active": 1}}, "FUSION_GUARD_TOOLS: the entry for '' is invalid"),

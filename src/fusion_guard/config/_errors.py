@@ -15,7 +15,9 @@ from ._fields import ACCEPTED, LIMIT_FIELDS, SECRET_FIELDS
 
 __all__ = [
     "InvalidSettings",
+    "did_you_mean",
     "env_name",
+    "limit_sentence",
     "show_value",
     "translate_validation_error",
     "unknown_variables",
@@ -58,9 +60,16 @@ def _unknown(name: str, known: Sequence[str]) -> str:
         )
     # Compare what follows the shared prefix, or every name would look close to every other.
     suffixes = {variable.removeprefix(_PREFIX): variable for variable in known}
-    close = difflib.get_close_matches(name.removeprefix(_PREFIX), suffixes, n=1)
-    hint = f"did you mean {suffixes[close[0]]}?" if close else f"known: {', '.join(known)}"
+    hint = did_you_mean(name.removeprefix(_PREFIX), suffixes)
     return f"{name} is not a fusion_guard setting ({hint}); an ignored typo could disable a limit"
+
+
+def did_you_mean(name: str, known: Mapping[str, str] | Sequence[str]) -> str:
+    """``did you mean X?`` for the known name closest to ``name`` (``known`` may map the
+    compared spelling to the shown one), else the list of known names."""
+    shown = known if isinstance(known, Mapping) else {spelling: spelling for spelling in known}
+    close = difflib.get_close_matches(name, shown, n=1)
+    return f"did you mean {shown[close[0]]}?" if close else f"known: {', '.join(shown.values())}"
 
 
 def translate_validation_error(exc: ValidationError, arguments: Mapping[str, Any]) -> list[str]:
@@ -79,6 +88,8 @@ def _sentence(error: Any, arguments: Mapping[str, Any]) -> str:
     where = _where(field, arguments)
     if field == "tools" and len(loc) > 1:
         return _tool_sentence(where, loc[1:], error)
+    if error["type"] == "extra_forbidden":  # a keyword no setting has; its value is not shown
+        return f"{where} is not a fusion_guard setting ({did_you_mean(field, list(ACCEPTED))})"
     value = error["input"]
     # str() of a SecretUrl is already masked; anything else given for a secret may be one.
     shown = show_value(redact_url(str(value))) if field in SECRET_FIELDS else show_value(value)
@@ -92,15 +103,20 @@ def _tool_sentence(where: str, loc: tuple[Any, ...], error: Any) -> str:
             f"{where}: the entry for {pattern!r} is invalid: {_reason(error)}; accepted: an"
             f" object of per-tool limits ({', '.join(LIMIT_FIELDS)})"
         )
-    key = str(loc[1])
+    return f"{where}: {limit_sentence(f'pattern {pattern!r}', loc[1], error)}"
+
+
+def limit_sentence(subject: str, key: object, error: Any) -> str:
+    """The problem with one key of a per-tool override (``subject``: which one)."""
     if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(key).lower(), LIMIT_FIELDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
         return (
-            f"{where}: pattern {pattern!r} has an unknown key {key!r}; accepted keys:"
-            f" {', '.join(LIMIT_FIELDS)}"
+            f"{subject} has an unknown key {key!r}{hint}; accepted keys: {', '.join(LIMIT_FIELDS)}"
         )
     return (
-        f"{where}: pattern {pattern!r}, {key}={show_value(error['input'])} is invalid:"
-        f" {_reason(error)}; accepted: {ACCEPTED[key]}"
+        f"{subject}, {key}={show_value(error['input'])} is invalid: {_reason(error)}; accepted:"
+        f" {ACCEPTED[str(key)]}"
     )
 
 

@@ -38,6 +38,7 @@ from .._setting_names import (
 from ._errors import (
     InvalidSettings,
     env_name,
+    limit_sentence,
     show_value,
     translate_validation_error,
     unknown_variables,
@@ -100,6 +101,21 @@ class ToolPolicy(BaseModel):
     # Defaults to the global REDIS_FAILURE_POLICY; what this tool's rate limit and fleet slots
     # do when their shared state (Redis) cannot be reached.
     failure_policy: FailurePolicy | None = None
+
+    def __init__(self, /, **limits: Any) -> None:
+        try:
+            super().__init__(**limits)
+        except ValidationError as exc:  # the settings' wording, not pydantic's report
+            raise InvalidSettings(
+                [
+                    limit_sentence("ToolPolicy", error["loc"][0], error)
+                    for error in exc.errors(include_url=False)
+                ]
+            ) from None
+
+    # Validation inside GuardSettings (``tools=``) skips this __init__, as it skips pydantic's
+    # own, so those errors keep their pattern and variable (pydantic reads this marker).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @model_validator(mode="before")
     @classmethod
