@@ -14,6 +14,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+from ._bounds import rate_problem
+from ._exceptions import ConfigurationError
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
 from ._policy import ToolLimits
 from .admission._adaptive import GradientLimit
@@ -201,6 +203,11 @@ class GateAssembly:
     def _rates(self, limits: ToolLimits) -> RateLimiter | None:
         if limits.rate is None:
             return None
+        problem = rate_problem(limits.rate, limits.rate_per, limits.burst)
+        if problem is not None:  # patterns composed beyond what the settings checked
+            raise ConfigurationError(
+                f"the rate limit of tool {limits.tool!r} is invalid: {problem}"
+            )
         burst = limits.burst or max(1, math.ceil(limits.rate))
         limit = RateLimit(
             limits.rate,

@@ -1,4 +1,5 @@
-"""Any valid rate works end to end (a limit's backend name once broke on '1e+06')."""
+"""Any valid rate works end to end (a limit's backend name once broke on '1e+06'); the bounds
+of what is valid are tested in tests/config/test_config_bounds.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fusion_guard import Guard
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("rate", [1e6, 10**7, 1234567, 1e22, 0.001])
+@pytest.mark.parametrize("rate", [1e5, 10**5, 12345.678, 0.001])
 async def test_large_and_small_rates_admit(rate: float) -> None:
     guard = Guard(rate=rate, burst=1, metrics=False)
 

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+from .._bounds import LEASE_REFRESH_PERIOD
 from .._checks import check_failure_policy, check_seconds
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
@@ -89,8 +90,9 @@ _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
 _KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "gcra_refund", "lease_acquire", "lease_release", "lease_refresh")
-_REFRESH_MAX = RECOVERY_GRACE / 2  # the longest refresh period: a silent replica (its calls
-# running, none arriving) learns of a restart within the grace
+# The longest refresh period, RECOVERY_GRACE / 2: a silent replica (its calls running, none
+# arriving) learns of a restart within the grace. The settings floor leases on it.
+_REFRESH_MAX = LEASE_REFRESH_PERIOD
 _FIRST_RETRY = 0.05  # the refresher's retries of leases left to settle, doubling up to
 _MAX_RETRY = 0.2  # this (seconds): inside RECOVERY_GRACE
 _ABANDONED_MAX = 4096  # ids kept to release per semaphore; older ones just expire with the lease

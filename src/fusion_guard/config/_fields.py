@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, final
 from urllib.parse import urlsplit
 
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Le
 from pydantic import (
     AfterValidator,
     AllowInfNan,
@@ -21,6 +21,13 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
+from .._bounds import (
+    LEASE_REFRESH_PERIOD,
+    LEASE_REFRESHES,
+    MAX_CALLS_PER_SECOND,
+    MAX_LEASE,
+    MAX_SPAN,
+)
 from .._redis_urls import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_multi_node_url
 from .._secrets import redact_url
 from .._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, SECRET_FIELDS, FailurePolicy
@@ -34,6 +41,7 @@ __all__ = [
     "Burst",
     "FailurePolicy",
     "AutoBound",
+    "Lease",
     "MaxActive",
     "MaxQueue",
     "PerClient",
@@ -73,7 +81,7 @@ def _max_active(value: object) -> int | Literal["auto"] | None:
             return "auto"
         if word in _OFF_WORDS:
             return None
-        if word.isdigit():
+        if word.isascii() and word.isdigit():  # int() would also read '٣' and fail on '²'
             value = int(word)
     if value is None:
         return None
@@ -95,7 +103,8 @@ PerClient = Annotated[Annotated[int, Ge(1)] | None, _Off]
 Seconds = Annotated[float, Gt(0), AllowInfNan(False)]
 SecondsOrOff = Annotated[Seconds | None, _Off]
 Rate = Annotated[Annotated[float, Gt(0), AllowInfNan(False)] | None, _Off]
-RatePer = Seconds
+RatePer = Annotated[Seconds, Le(MAX_SPAN)]
+Lease = Annotated[Seconds, Le(MAX_LEASE)]
 Burst = Annotated[Annotated[int, Ge(1)] | None, BeforeValidator(_auto_to_none)]
 RateScope = Literal["global", "tool", "client"]
 Backend = Literal["memory", "redis"]
@@ -190,9 +199,12 @@ ACCEPTED: dict[str, str] = {
     "queue_timeout": f"a number of seconds > 0 (longest wait for a slot), {_OFF} to wait as long"
     " as the call itself is allowed to",
     "timeout": f"a number of seconds > 0 (the handler's deadline), {_OFF} for no deadline",
-    "rate": f"a number > 0 (calls allowed per RATE_PER seconds), {_OFF} for no rate limit",
-    "rate_per": "a number of seconds > 0 (the period RATE counts over)",
-    "burst": "a whole number >= 1 (calls allowed back to back), or 'auto' (= RATE, at least 1)",
+    "rate": f"a number > 0 (calls allowed per RATE_PER seconds; RATE / RATE_PER from one call a"
+    f" year to {MAX_CALLS_PER_SECOND} a second), {_OFF} for no rate limit",
+    "rate_per": f"a number of seconds > 0, at most {MAX_SPAN:.0f} (a year; the period RATE counts"
+    " over)",
+    "burst": "a whole number >= 1 (calls allowed back to back; (BURST - 1) x RATE_PER / RATE at"
+    " most a year), or 'auto' (= RATE, at least 1)",
     "rate_scope": "one of 'global' (one budget shared by all tools), 'tool' (one budget per"
     " tool), 'client' (one budget per tool and client)",
     "lifo": "a boolean: true/false, 1/0, yes/no, on/off",
@@ -215,8 +227,10 @@ ACCEPTED: dict[str, str] = {
         "a number of seconds > 0 (the budget for setting up the first connections and"
         " loading the scripts at start-up)"
     ),
-    "redis_lease": "a number of seconds > 0 (a fleet slot's lease: a crashed replica's slots"
-    " come back within it)",
+    "redis_lease": f"a number of seconds from {LEASE_REFRESHES * LEASE_REFRESH_PERIOD:g} +"
+    f" REDIS_TIMEOUT ({LEASE_REFRESHES} refreshes of {LEASE_REFRESH_PERIOD:g} s and one Redis"
+    f" call) to {MAX_LEASE:.0f} (a day): a fleet slot's lease, a crashed replica's slots come back"
+    " within it",
     "redis_prefix": "a non-empty string without braces (the Redis keys' namespace)",
     "tools": "a JSON object mapping tool names or globs to objects of per-tool limits, e.g."
     ' {"billing.*": {"max_active": 2}, "search": {"rate": 5}}',

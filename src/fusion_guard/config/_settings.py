@@ -29,6 +29,13 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _PydanticSettingsError
 
+from .._bounds import (
+    LEASE_REFRESH_PERIOD,
+    LEASE_REFRESHES,
+    MAX_LEASE,
+    lease_floor,
+    rate_problem,
+)
 from .._setting_names import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -50,6 +57,7 @@ from ._fields import (
     Backend,
     Burst,
     FailurePolicy,
+    Lease,
     MaxActive,
     MaxQueue,
     PerClient,
@@ -188,7 +196,7 @@ class GuardSettings(BaseSettings):
     redis_failure_policy: FailurePolicy = "open"
     redis_timeout: Seconds = DEFAULT_TIMEOUT
     redis_connect_timeout: Seconds = DEFAULT_CONNECT_TIMEOUT
-    redis_lease: Seconds = DEFAULT_LEASE
+    redis_lease: Lease = DEFAULT_LEASE
     redis_prefix: RedisPrefix = DEFAULT_PREFIX
     tools: Annotated[dict[PatternKey, ToolPolicy], NoDecode] = Field(default_factory=dict)
 
@@ -264,6 +272,38 @@ class GuardSettings(BaseSettings):
                     f"{ENV_PREFIX}MAX_ACTIVE_PER_CLIENT ({cap}) is above {ENV_PREFIX}MAX_ACTIVE"
                     f" ({max_active}){where}: a client's cap must be at most max_active"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _rates_within_bounds(self) -> Self:
+        # As for the client cap: globally, and each pattern over the globals; a composition
+        # through several patterns is checked when the tool's gate is made.
+        scopes = [("", self.rate, self.rate_per, self.burst)]
+        for pattern, policy in self.tools.items():
+            given = policy.model_fields_set
+            scopes.append((
+                pattern,
+                policy.rate if "rate" in given else self.rate,
+                policy.rate_per if "rate_per" in given and policy.rate_per else self.rate_per,
+                policy.burst if "burst" in given else self.burst,
+            ))  # fmt: skip
+        for pattern, rate, per, burst in scopes:
+            problem = None if rate is None else rate_problem(rate, per, burst)
+            if problem is not None:
+                where = f" for tools {pattern!r}" if pattern else ""
+                raise ValueError(f"{ENV_PREFIX}RATE={rate:g}, RATE_PER={per:g}{where}: {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_above_floor(self) -> Self:
+        floor = lease_floor(self.redis_timeout)
+        if self.redis_lease < floor:
+            raise ValueError(
+                f"{ENV_PREFIX}REDIS_LEASE={self.redis_lease:g} is below its floor of {floor:g}"
+                f" seconds ({LEASE_REFRESHES} refreshes of {LEASE_REFRESH_PERIOD:g} s, plus"
+                f" REDIS_TIMEOUT={self.redis_timeout:g} for the last one's round trip);"
+                f" accepted: {floor:g} to {MAX_LEASE:.0f} seconds"
+            )
         return self
 
     def _origins_of(self, values: Mapping[str, Any], origin: str) -> dict[tuple[str, str], str]:

@@ -1,0 +1,91 @@
+"""Every extreme the settings accept works on both backends: the limit holds (a refusal where one
+is due), never an INTERNAL_ERROR nor a Redis script failure (``closed``: a failure would shed).
+
+On Redis, ``RATE_PER >= 1e15``, ``RATE=1e-300`` or a lease of 1e16 once made the Lua scripts fail
+(and the limit open); the settings now refuse them (tests/config/test_config_bounds.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from fusion_guard import Guard
+from fusion_guard._bounds import MAX_CALLS_PER_SECOND, MAX_LEASE, MAX_SPAN, lease_floor
+from fusion_guard._setting_names import DEFAULT_TIMEOUT
+
+pytestmark = pytest.mark.anyio
+
+BACKENDS = ["memory", "redis"]
+
+
+def _guard(request: pytest.FixtureRequest, backend: str, **limits: Any) -> Guard:
+    if backend == "redis":
+        url = request.getfixturevalue("redis_url")
+        limits |= {"backend": "redis", "redis_url": url, "redis_failure_policy": "closed"}
+    return Guard(metrics=False, redis_timeout=DEFAULT_TIMEOUT, **limits)
+
+
+async def _ok() -> str:
+    return "ok"
+
+
+RATES = {
+    "slowest interval": {"rate": 1, "rate_per": MAX_SPAN, "burst": 1},
+    "fastest rate": {"rate": MAX_CALLS_PER_SECOND, "burst": 1},
+    "fastest rate, widest burst": {
+        "rate": MAX_CALLS_PER_SECOND,
+        "burst": int(MAX_SPAN * MAX_CALLS_PER_SECOND) + 1,
+    },
+    "longest period, automatic burst": {
+        "rate": MAX_SPAN * MAX_CALLS_PER_SECOND,
+        "rate_per": MAX_SPAN,
+    },
+    "widest burst": {"rate": 1, "burst": int(MAX_SPAN) + 1},
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", RATES)
+async def test_every_accepted_rate_admits_then_holds(
+    request: pytest.FixtureRequest, backend: str, case: str
+) -> None:
+    guard = _guard(request, backend, max_active="off", **RATES[case])
+    first = await guard.call("tool", _ok)
+    assert (first.is_error, first.text) == (False, "ok")
+    if RATES[case].get("burst") == 1:  # the next call is due a year (or 10 us) later
+        second = await guard.call("tool", _ok)
+        if case == "slowest interval":
+            assert second.code == "RATE_LIMITED"
+        else:  # 10 us: refused, or admitted once they passed; never a failure
+            assert second.code in {"RATE_LIMITED", None}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lease", [lease_floor(DEFAULT_TIMEOUT), MAX_LEASE])
+async def test_every_accepted_lease_keeps_the_limit(
+    request: pytest.FixtureRequest, backend: str, lease: float
+) -> None:
+    guard = _guard(request, backend, max_active=1, max_queue=0, redis_lease=lease)
+    entered, leave = anyio.Event(), anyio.Event()
+
+    async def held() -> str:
+        entered.set()
+        await leave.wait()
+        return "ok"
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(guard.call, "tool", held)
+        await entered.wait()
+        await anyio.sleep(lease_floor(DEFAULT_TIMEOUT) * 1.5)  # past the shortest lease
+        assert (await guard.call("tool", _ok)).code == "SERVER_BUSY"
+        leave.set()
+    assert (await guard.call("tool", _ok)).text == "ok"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_huge_number_of_slots_works(request: pytest.FixtureRequest, backend: str) -> None:
+    guard = _guard(request, backend, max_active=10**18, max_queue=10**18, timeout=1e300)
+    assert (await guard.call("tool", _ok)).text == "ok"
