@@ -32,6 +32,7 @@ from ._exceptions import (
     Rejected,
 )
 from ._gates import Gate, GateAssembly
+from ._keys import bounded_key
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, outcome_of
 from ._outcomes import response_from_exception
@@ -350,13 +351,14 @@ class Guard:
         """``async with guard.admit(tool) as ticket:`` runs the block as one admitted call.
 
         Raises ``RateLimited``, ``ServerBusy`` (on entry) or ``HandlerTimeout`` (on exit, the
-        block cancelled at the deadline). ``client`` keys per-client limits (never shown);
-        ``request`` is the SDK's request context, for custom key functions.
+        block cancelled at the deadline). ``client`` keys per-client limits (never shown; a
+        key over ``MAX_KEY_CHARS`` characters is kept as its digest); ``request`` is the SDK's
+        request context, for custom key functions.
         """
         gate = self._gates.get(tool)
         if gate is None:
             gate = self._gate(tool)
-        return Ticket(gate, client, request)
+        return Ticket(gate, bounded_key(client), request)
 
     async def call(
         self,

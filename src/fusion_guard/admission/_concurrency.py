@@ -64,6 +64,7 @@ import anyio.lowlevel
 
 from .._checks import check_bool, check_int, check_name, check_seconds
 from .._exceptions import ConfigurationError, HandlerTimeout, ServerBusy
+from .._keys import bounded_key
 from .._log import log_event
 from .._observer import Outcome, ShedReason, ToolObserver, observer_failed, outcome_of
 from ..wire._response import ToolResponse
@@ -632,7 +633,7 @@ class ConcurrencyGuard:
         Raises :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds), the body
         is cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised.
         ``client``: the caller's key, for fair shares and ``max_active_per_client`` (never
-        shown anywhere).
+        shown anywhere; a key over ``MAX_KEY_CHARS`` characters is kept as its digest).
         """
         if timeout is not None:
             timeout = check_seconds("timeout", timeout, allow_inf=True)
@@ -641,6 +642,7 @@ class ConcurrencyGuard:
                 raise TypeError(
                     f"client={type(client).__name__} is invalid: expected a str or None"
                 )
+            client = bounded_key(client)  # a client's records keep a bounded key
             if self._permit is None:
                 return _ClientSlot(self, timeout, client)
             return _PermitSlot(self, timeout, client)

@@ -87,6 +87,10 @@ replicas register their leases again: each refreshes at least twice in that time
 _US = 1_000_000  # the scripts count in integer microseconds
 _INDEX_BASE = 64  # gcra.lua's reply: retry_after * 64 + the refusing limit's index
 _CACHE_SIZE = 4096  # encodings kept per table (a full table is cleared)
+# The longest limiter key whose Redis keys are cached: a limit's name (at most 200 characters)
+# and a client's key as the guard keeps it (``_keys.MAX_KEY_CHARS``), with room to spare; so
+# the cache holds at most 4096 x 512 characters however long the keys callers pass.
+_CACHED_KEY_CHARS = 512
 _KEY_COUNTS = tuple(b"%d" % n for n in range(_INDEX_BASE))
 _ERROR_LOG_INTERVAL = 1.0
 _SCRIPTS = ("gcra", "gcra_refund", "lease_acquire", "lease_release", "lease_refresh")
@@ -828,12 +832,15 @@ class RedisRateLimitBackend:
 
     def _digest(self, key: str) -> tuple[bytes, bytes]:
         """The Redis keys of a limiter key, from a digest (keys may name users): its TAT, and its
-        promise cursor (written by refusals only), in the same hash slot."""
-        digests = self._digests
-        if len(digests) >= _CACHE_SIZE:
-            digests.clear()
+        promise cursor (written by refusals only), in the same hash slot. A key too long to
+        cache is digested at each call, never kept."""
         tat = self._conn.key("rate", key_digest(key)).encode()
-        redis_keys = digests[key] = (tat, tat + b":p")
+        redis_keys = (tat, tat + b":p")
+        if len(key) <= _CACHED_KEY_CHARS:
+            digests = self._digests
+            if len(digests) >= _CACHE_SIZE:
+                digests.clear()
+            digests[key] = redis_keys
         return redis_keys
 
     def _micro(self, seconds: float) -> bytes:
