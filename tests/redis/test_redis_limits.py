@@ -84,6 +84,8 @@ def test_bad_failure_policy_is_a_clear_error() -> None:
         RedisRateLimitBackend("redis://127.0.0.1:1/0", failure_policy="maybe")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="lease"):
         DistributedConcurrencyGuard(2, redis="redis://127.0.0.1:1/0", lease=0)
+    with pytest.raises(ConfigurationError, match="at most 86400 seconds"):
+        DistributedConcurrencyGuard(2, redis="redis://127.0.0.1:1/0", lease=1e16)
 
 
 async def test_fleet_slots_are_shared_between_replicas(redis_url: str) -> None:

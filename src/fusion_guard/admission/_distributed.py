@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._bounds import MAX_LEASE
 from .._checks import check_failure_policy, check_int, check_name, check_seconds
-from .._exceptions import BackendError, ServerBusy
+from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
 from .._observer import ToolObserver, ToolObservers
 from ..backends._redis import (
@@ -184,6 +185,10 @@ class RedisLease:
         clock: Callable[[], float],
     ) -> None:
         self.lease = check_seconds("lease", lease)
+        if self.lease > MAX_LEASE:  # the scripts' millisecond times would no longer be exact
+            raise ConfigurationError(
+                f"lease={lease!r} is invalid: expected at most {MAX_LEASE:.0f} seconds (a day)"
+            )
         self._conn = conn
         self._name = name
         self._clock = clock
