@@ -47,6 +47,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], Callable[[],
         lambda: Guard(tools={"search": {"ratee": 5}}),
         "did you mean rate?",
     ),
+    "Guard's own keyword": (_nothing, lambda: Guard(registy=None), "did you mean registry?"),
     "ToolPolicy keyword": (_nothing, lambda: ToolPolicy(time_out=3), "did you mean timeout?"),
     "GuardMiddleware keyword": (
         _nothing,

@@ -26,6 +26,9 @@ __all__ = [
 _PREFIX = "FUSION_GUARD_"
 _TOOLS = f"{_PREFIX}TOOLS"
 _SHOWN_VALUE = 80
+# What a misspelt keyword may have meant: a setting, or one of the Guard's own keywords (Guard,
+# Guard.from_env and GuardMiddleware pass unknown keywords on to the settings).
+_KEYWORDS = (*ACCEPTED, "registry", "observer", "rate_backend")
 
 
 class InvalidSettings(ConfigurationError):
@@ -89,7 +92,7 @@ def _sentence(error: Any, arguments: Mapping[str, Any]) -> str:
     if field == "tools" and len(loc) > 1:
         return _tool_sentence(where, loc[1:], error)
     if error["type"] == "extra_forbidden":  # a keyword no setting has; its value is not shown
-        return f"{where} is not a fusion_guard setting ({did_you_mean(field, list(ACCEPTED))})"
+        return f"{where} is not a fusion_guard setting ({did_you_mean(field, _KEYWORDS)})"
     value = error["input"]
     # str() of a SecretUrl is already masked; anything else given for a secret may be one.
     shown = show_value(redact_url(str(value))) if field in SECRET_FIELDS else show_value(value)
