@@ -7,16 +7,26 @@ On Redis, ``RATE_PER >= 1e15``, ``RATE=1e-300`` or a lease of 1e16 once made the
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
 import anyio
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
-from fusion_guard import Guard
-from fusion_guard._bounds import MAX_CALLS_PER_SECOND, MAX_LEASE, MAX_SPAN, lease_floor
+from fusion_guard import ConfigurationError, Guard
+from fusion_guard._bounds import (
+    MAX_CALLS_PER_SECOND,
+    MAX_LEASE,
+    MAX_SPAN,
+    lease_floor,
+    rate_problem,
+)
 from fusion_guard._setting_names import DEFAULT_TIMEOUT
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 BACKENDS = ["memory", "redis"]
 
@@ -93,3 +103,41 @@ async def test_every_accepted_lease_keeps_the_fleet_limit(
 async def test_a_huge_number_of_slots_works(request: pytest.FixtureRequest, backend: str) -> None:
     guard = _guard(request, backend, max_active=10**18, max_queue=10**18, timeout=1e300)
     assert (await guard.call("tool", _ok)).text == "ok"
+
+
+_tools = itertools.count()
+
+
+async def _works_on_both_backends(url: str, limits: dict[str, Any]) -> None:
+    tool = f"t{next(_tools)}"
+    redis = {"backend": "redis", "redis_url": url, "redis_failure_policy": "closed"}
+    for backend in ({}, redis):  # closed: a script failure would be SERVER_BUSY
+        guard = Guard(metrics=False, max_active="off", **backend, **limits)
+        codes = [(await guard.call(tool, _ok)).code for _ in range(3)]
+        assert codes[0] is None
+        assert set(codes) <= {None, "RATE_LIMITED"}
+        if limits["rate_per"] / limits["rate"] >= 1:  # no opening between the calls
+            admitted = min(3, limits["burst"] or max(1, math.ceil(limits["rate"])))
+            assert codes == [None] * admitted + ["RATE_LIMITED"] * (3 - admitted)
+
+
+@hypothesis.settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture],
+)
+@hypothesis.given(
+    calls_per_second=st.floats(-9, 7).map(lambda exponent: 10**exponent),
+    per=st.floats(-4, 9).map(lambda exponent: 10**exponent),
+    burst=st.none() | st.integers(1, 10**15),
+)
+def test_any_rate_is_refused_at_start_up_or_works_on_both_backends(
+    redis_url: str, calls_per_second: float, per: float, burst: int | None
+) -> None:
+    limits = {"rate": calls_per_second * per, "rate_per": per, "burst": burst}
+    if per > MAX_SPAN or rate_problem(calls_per_second * per, per, burst) is not None:
+        with pytest.raises(ConfigurationError) as caught:
+            Guard(metrics=False, **limits)  # type: ignore[arg-type]
+        assert "\n" not in str(caught.value)
+        return
+    anyio.run(_works_on_both_backends, redis_url, limits, backend="asyncio")
