@@ -30,6 +30,8 @@ REFUSED_VARIABLES = {
         {"REDIS_LEASE": "2", "REDIS_TIMEOUT": "1.5"},
         "floor of 2.25 seconds",
     ),
+    # Every Redis call would have timed out (the failure policy for every call).
+    "FUSION_GUARD_REDIS_TIMEOUT=1e-300": ({"REDIS_TIMEOUT": "1e-300"}, ">= 0.001"),
     # Unicode digits: '٣' was read as 3 by MAX_ACTIVE, refused by the other numbers.
     "FUSION_GUARD_MAX_ACTIVE=arabic-indic 3": ({"MAX_ACTIVE": "\u0663"}, "not a whole number"),
     "FUSION_GUARD_MAX_ACTIVE=fullwidth 3": ({"MAX_ACTIVE": "\uff13"}, "not a whole number"),

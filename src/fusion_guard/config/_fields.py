@@ -42,6 +42,7 @@ __all__ = [
     "FailurePolicy",
     "AutoBound",
     "Lease",
+    "RedisSeconds",
     "MaxActive",
     "MaxQueue",
     "PerClient",
@@ -105,6 +106,9 @@ SecondsOrOff = Annotated[Seconds | None, _Off]
 Rate = Annotated[Annotated[float, Gt(0), AllowInfNan(False)] | None, _Off]
 RatePer = Annotated[Seconds, Le(MAX_SPAN)]
 Lease = Annotated[Seconds, Le(MAX_LEASE)]
+# Below a millisecond no Redis call (a network round trip) could answer in time: every call
+# would take the failure policy.
+RedisSeconds = Annotated[float, Ge(0.001), AllowInfNan(False)]
 Burst = Annotated[Annotated[int, Ge(1)] | None, BeforeValidator(_auto_to_none)]
 RateScope = Literal["global", "tool", "client"]
 Backend = Literal["memory", "redis"]
@@ -222,9 +226,9 @@ ACCEPTED: dict[str, str] = {
         " 'redis')"
     ),
     "redis_failure_policy": _FAILURE_POLICY,
-    "redis_timeout": "a number of seconds > 0 (the longest any Redis call may take)",
+    "redis_timeout": "a number of seconds >= 0.001 (the longest any Redis call may take)",
     "redis_connect_timeout": (
-        "a number of seconds > 0 (the budget for setting up the first connections and"
+        "a number of seconds >= 0.001 (the budget for setting up the first connections and"
         " loading the scripts at start-up)"
     ),
     "redis_lease": f"a number of seconds from {LEASE_REFRESHES * LEASE_REFRESH_PERIOD:g} +"

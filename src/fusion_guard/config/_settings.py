@@ -65,8 +65,8 @@ from ._fields import (
     RatePer,
     RateScope,
     RedisPrefix,
+    RedisSeconds,
     RedisUrl,
-    Seconds,
     SecondsOrOff,
 )
 
@@ -194,8 +194,8 @@ class GuardSettings(BaseSettings):
     redis_url: RedisUrl | None = None
     # Used with BACKEND=redis only; defaults shared with the Redis backend's own.
     redis_failure_policy: FailurePolicy = "open"
-    redis_timeout: Seconds = DEFAULT_TIMEOUT
-    redis_connect_timeout: Seconds = DEFAULT_CONNECT_TIMEOUT
+    redis_timeout: RedisSeconds = DEFAULT_TIMEOUT
+    redis_connect_timeout: RedisSeconds = DEFAULT_CONNECT_TIMEOUT
     redis_lease: Lease = DEFAULT_LEASE
     redis_prefix: RedisPrefix = DEFAULT_PREFIX
     tools: Annotated[dict[PatternKey, ToolPolicy], NoDecode] = Field(default_factory=dict)
