@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from fusion_guard import Guard, Rejected
+from fusion_guard import Guard, RateLimiter, RedisRateLimitBackend, Rejected
 from fusion_guard._keys import MAX_KEY_CHARS, bounded_key
 
 pytestmark = pytest.mark.anyio
@@ -87,3 +87,23 @@ def test_a_long_key_becomes_a_fixed_size_digest() -> None:
     assert digest == bounded_key("k" * (MAX_KEY_CHARS + 1))  # stable: replicas agree on it
     assert digest != bounded_key(short + "j")
     assert long_key not in digest
+
+
+async def test_a_rate_limiter_given_huge_keys_directly_keeps_none_of_them(redis_url: str) -> None:
+    # Without the Guard's door: the Redis backend still never caches a key this long.
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
+    limiter = RateLimiter(50, scope="client", backend=backend)
+    await limiter.decide("warm-up")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for start in range(0, 50, AT_ONCE):
+            for key in _keys(start):
+                assert (await limiter.decide(key)).allowed
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        await backend.aclose()
+    assert kept < KEPT_AT_MOST, f"{kept / 2**20:.1f} MiB kept"

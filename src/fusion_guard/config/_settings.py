@@ -284,7 +284,7 @@ class GuardSettings(BaseSettings):
             scopes.append((
                 pattern,
                 policy.rate if "rate" in given else self.rate,
-                policy.rate_per if "rate_per" in given and policy.rate_per else self.rate_per,
+                policy.rate_per or self.rate_per,  # never off: None when not given
                 policy.burst if "burst" in given else self.burst,
             ))  # fmt: skip
         for pattern, rate, per, burst in scopes:
