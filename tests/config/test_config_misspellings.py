@@ -99,3 +99,10 @@ def test_a_keyword_far_from_every_setting_lists_them() -> None:
     with pytest.raises(ConfigurationError, match="is not a fusion_guard setting") as caught:
         Guard(zzz=1)
     assert "known: max_active, auto_min_active" in str(caught.value)
+
+
+def test_a_misspelt_secret_s_value_is_never_shown() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Guard(redis_ur="redis://:hunter2@cache:6380/0")
+    assert "did you mean redis_url?" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
