@@ -89,10 +89,15 @@ def test_a_long_key_becomes_a_fixed_size_digest() -> None:
     assert long_key not in digest
 
 
-async def test_a_rate_limiter_given_huge_keys_directly_keeps_none_of_them(redis_url: str) -> None:
-    # Without the Guard's door: the Redis backend still never caches a key this long.
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0)
-    limiter = RateLimiter(50, scope="client", backend=backend)
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_rate_limiter_given_huge_keys_directly_keeps_none_of_them(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    # Without the Guard's door: RateLimiter.decide and try_acquire take raw keys too.
+    redis = None
+    if backend == "redis":
+        redis = RedisRateLimitBackend(request.getfixturevalue("redis_url"), timeout=1.0)
+    limiter = RateLimiter(50, scope="client", backend=redis)
     await limiter.decide("warm-up")
     gc.collect()
     tracemalloc.start()
@@ -105,5 +110,6 @@ async def test_a_rate_limiter_given_huge_keys_directly_keeps_none_of_them(redis_
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-        await backend.aclose()
+        if redis is not None:
+            await redis.aclose()
     assert kept < KEPT_AT_MOST, f"{kept / 2**20:.1f} MiB kept"

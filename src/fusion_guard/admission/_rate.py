@@ -30,6 +30,7 @@ import anyio
 from .._checks import check_failure_policy, check_int, check_number
 from .._clock import Clock
 from .._exceptions import BackendError, ConfigurationError, RateLimited, ServerBusy
+from .._keys import bounded_key
 from .._setting_names import FailurePolicy
 from ..backends._base import GcraRequest, GcraResult, RateBackend, SyncRateBackend
 from ..backends._memory import MemoryBackend
@@ -336,6 +337,7 @@ class RateLimiter:
 
     def try_acquire(self, key: str = "") -> RateDecision:
         """Decide now and record an admitted call; needs a synchronous (in-memory) backend."""
+        key = bounded_key(key)  # a caller's key may be anything: keep at most a digest of it
         wait_one = self._wait_one
         if wait_one is not None:
             _, prefix, interval, tolerance = self._hot[0]
@@ -349,6 +351,7 @@ class RateLimiter:
         limit: a refusal comes back at once with its ``retry_after``."""
         if self._decide_now is not None:
             return self.try_acquire(key)
+        key = bounded_key(key)
         try:
             return _decision(await self._backend.decide(self._keyed(key)))
         except BackendError as exc:
