@@ -32,7 +32,7 @@ from ._exceptions import (
     Rejected,
 )
 from ._gates import Gate, GateAssembly
-from ._keys import bounded_key
+from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, outcome_of
 from ._outcomes import response_from_exception
@@ -358,7 +358,9 @@ class Guard:
         gate = self._gates.get(tool)
         if gate is None:
             gate = self._gate(tool)
-        return Ticket(gate, bounded_key(client), request)
+        if isinstance(client, str) and len(client) > MAX_KEY_CHARS:  # kept as a digest
+            client = bounded_key(client)
+        return Ticket(gate, client, request)
 
     async def call(
         self,

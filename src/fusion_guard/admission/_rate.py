@@ -30,7 +30,7 @@ import anyio
 from .._checks import check_failure_policy, check_int, check_number
 from .._clock import Clock
 from .._exceptions import BackendError, ConfigurationError, RateLimited, ServerBusy
-from .._keys import bounded_key
+from .._keys import MAX_KEY_CHARS, bounded_key
 from .._setting_names import FailurePolicy
 from ..backends._base import GcraRequest, GcraResult, RateBackend, SyncRateBackend
 from ..backends._memory import MemoryBackend
@@ -337,7 +337,8 @@ class RateLimiter:
 
     def try_acquire(self, key: str = "") -> RateDecision:
         """Decide now and record an admitted call; needs a synchronous (in-memory) backend."""
-        key = bounded_key(key)  # a caller's key may be anything: keep at most a digest of it
+        if len(key) > MAX_KEY_CHARS:  # a caller's key may be anything: keep a digest of it
+            key = bounded_key(key)
         wait_one = self._wait_one
         if wait_one is not None:
             _, prefix, interval, tolerance = self._hot[0]
