@@ -12,6 +12,7 @@ from concurrency_support import envelope_details
 from virtual_time import run_virtual
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
+from fusion_guard.testing import FakeClock
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -126,3 +127,23 @@ def test_a_warm_guard_drains_a_burst_near_the_ideal_time(backend: str) -> None:
     warm = run_virtual(scenario, backend)
     assert warm.done <= 1.1 * 40 * 1.0 / 2
     assert [r for r in warm.refusals if inconsistent(r)] == []
+
+
+@pytest.mark.anyio
+async def test_on_the_prior_the_promise_waits_out_the_queue_the_calls_in_flight_vouch_for(
+    clock: FakeClock,
+) -> None:
+    guard = ConcurrencyGuard(2, max_queue=4, queue_timeout=30, clock=clock)  # 0.1 s prior
+    guard.acquire_nowait()
+    guard.acquire_nowait()
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(guard.acquire)
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(0.06)  # the calls in flight have held 0.06 s: still the prior's to say
+        with pytest.raises(ServerBusy) as info:
+            await guard.acquire()
+        tg.cancel_scope.cancel()
+    # 4 queued drain in at least 4 x 0.06 / 2 s, 2 whole steps of the prior: the promise is the
+    # opening after them, not the next one (back then, the queue that refused it still stood)
+    assert info.value.retry_after == pytest.approx(3 * 0.1 / 2)

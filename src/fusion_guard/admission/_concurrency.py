@@ -1255,15 +1255,15 @@ class ConcurrencyGuard:
             retry_after = service.hold(in_flight) / max(own[0], 1)
             self._shed_client += 1
         else:
-            step = service.hold(in_flight) / self._max_active
-            # While the hold is the prior alone, the promise does not wait out the queue ahead:
-            # a caller back too early waits in the queue, whose timeout absorbs a prior that was
-            # too long, whereas one sent away for the whole queue's drain on such a prior comes
-            # back to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
-            # 1.94x the ideal drain time). Once measured, the k-th refusal waits for the queue
-            # ahead.
-            ahead = 0 if service.guessing(in_flight) else queued
-            retry_after = self._promises.promise(now, ahead, step)
+            hold = service.hold(in_flight)
+            # While the hold is the prior alone, the promise waits out only as much of the
+            # queue ahead as the calls in flight vouch for: its drain at their age, which no
+            # hold can undercut. Waited out at the prior, a prior too long sends callers back
+            # to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
+            # 1.94x the ideal drain time); not waited out at all, a prior too short sends them
+            # back to the queue that refused them. Once measured, the whole queue ahead.
+            ahead = int(queued * in_flight / hold) if service.guessing(in_flight) else queued
+            retry_after = self._promises.promise(now, ahead, hold / self._max_active)
             if reason == "queue_full":
                 self._shed_full += 1
                 self._shed_standing += template is self._standing_busy
