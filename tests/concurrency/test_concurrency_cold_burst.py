@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
-from concurrency_support import envelope_details
+from concurrency_support import envelope_details, fill
 from virtual_time import run_virtual
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
@@ -134,12 +134,8 @@ async def test_on_the_prior_the_promise_waits_out_the_queue_the_calls_in_flight_
     clock: FakeClock,
 ) -> None:
     guard = ConcurrencyGuard(2, max_queue=4, queue_timeout=30, clock=clock)  # 0.1 s prior
-    guard.acquire_nowait()
-    guard.acquire_nowait()
     async with anyio.create_task_group() as tg:
-        for _ in range(4):
-            tg.start_soon(guard.acquire)
-        await anyio.wait_all_tasks_blocked()
+        await fill(guard, tg, 4)
         clock.advance(0.06)  # the calls in flight have held 0.06 s: still the prior's to say
         with pytest.raises(ServerBusy) as info:
             await guard.acquire()
