@@ -23,9 +23,10 @@ How a call is admitted (``async with guard.slot():``):
    be predicted to miss (no slot having opened meanwhile, the calls in flight ageing), and every
    queued arrival looks too.
    Under *sustained overload* the queue is held to ``standing_limit`` waiters (shed
-   ``queue_full``, detail ``standing``): a queue that absorbs a burst is useful, a queue that
-   never drains only adds latency to every call, so admitted calls then wait a few service times,
-   not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
+   ``queue_full``, detail ``standing``, ``max_queue`` the standing limit; judged only once a
+   call has finished, the prior being a guess): a queue that absorbs a burst is useful, a queue
+   that never drains only adds latency to every call, so admitted calls then wait a few service
+   times, not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
    (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
    arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
    against ``max_active / mean hold``).
