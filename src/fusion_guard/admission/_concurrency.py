@@ -26,9 +26,9 @@ How a call is admitted (``async with guard.slot():``):
    ``queue_full``, detail ``standing``, ``max_queue`` the standing limit; judged only once a
    call has finished, the prior being a guess): a queue that absorbs a burst is useful, a queue
    that never drains only adds latency to every call, so admitted calls then wait a few service
-   times, not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
-   (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
-   arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
+   times, not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is
+   standing (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have
+   been arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
    against ``max_active / mean hold``).
    Either sign alone also appears in a burst at moderate load, which max_queue is there to absorb.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
