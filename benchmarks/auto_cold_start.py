@@ -1,8 +1,9 @@
-"""A fresh guard's first burst: ``--calls`` calls of ``--hold`` seconds at once, through
-``Guard(max_active=10)`` and ``Guard(max_active="auto")``, on an idle tool that could serve them
-all at once. Prints when the last one answered.
+"""A fresh guard's first burst: ``--calls`` calls of ``--hold`` seconds, ``--gap`` seconds apart
+(5 ms, as over a real transport; 0 for all at one instant), through ``Guard(max_active=10)`` and
+``Guard(max_active="auto")``, on an idle tool that could serve them all at once. Prints when the
+last one answered.
 
-    python benchmarks/auto_cold_start.py [--calls 8] [--hold 0.5]
+    python benchmarks/auto_cold_start.py [--calls 8] [--hold 0.5] [--gap 0.005]
 
 A new automatic limit runs at its initial limit (4 slots) while it measures the tool's uncrowded
 latency from the calls that come, so a burst of 8 takes two rounds where a fixed 10 takes one (it
@@ -21,22 +22,26 @@ import anyio
 from fusion_guard import Guard
 
 
-async def first_burst(max_active: int | Literal["auto"], calls: int, hold: float) -> float:
-    """Seconds until the last of ``calls`` simultaneous calls to a fresh guard answered OK."""
+async def first_burst(
+    max_active: int | Literal["auto"], calls: int, hold: float, gap: float = 0.0
+) -> float:
+    """Seconds until the last of ``calls`` calls to a fresh guard, ``gap`` seconds apart,
+    answered OK (from the first call)."""
     guard = Guard(max_active=max_active)
 
     async def tool() -> str:
         await anyio.sleep(hold)
         return "ok"
 
-    async def one() -> None:
+    async def one(index: int) -> None:
+        await anyio.sleep(index * gap)
         response = await guard.call("search", tool)
         assert not response.is_error, response.text
 
     began = time.monotonic()
     async with anyio.create_task_group() as tg:
-        for _ in range(calls):
-            tg.start_soon(one)
+        for index in range(calls):
+            tg.start_soon(one, index)
     return time.monotonic() - began
 
 
@@ -44,11 +49,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=8)
     parser.add_argument("--hold", type=float, default=0.5, help="seconds per call")
+    parser.add_argument("--gap", type=float, default=0.005, help="seconds between arrivals")
     args = parser.parse_args()
     for max_active in (10, "auto"):
-        took = anyio.run(first_burst, max_active, args.calls, args.hold)
+        took = anyio.run(first_burst, max_active, args.calls, args.hold, args.gap)
         print(
-            f"max_active={max_active!s:4}  {args.calls} calls of {args.hold} s at once:"
+            f"max_active={max_active!s:4}  {args.calls} calls of {args.hold} s,"
+            f" {args.gap * 1000:g} ms apart:"
             f" the last answered after {took:.2f} s"
         )
 

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 
 from fusion_guard import ConcurrencyGuard
 from fusion_guard.testing import FakeClock
@@ -15,6 +16,15 @@ def envelope_details(text: str) -> dict[str, str]:
     """The ``<detail>`` entries of an envelope, in order (the envelope must be well-formed)."""
     root = ET.fromstring(text)
     return {d.attrib["key"]: d.text or "" for d in root.iter("detail")}
+
+
+async def fill(guard: ConcurrencyGuard, tg: anyio.abc.TaskGroup, queued: int) -> None:
+    """Take every slot of ``guard`` and queue ``queued`` callers behind them (in ``tg``)."""
+    for _ in range(guard.limit):
+        guard.acquire_nowait()
+    for _ in range(queued):
+        tg.start_soon(guard.acquire)
+    await anyio.wait_all_tasks_blocked()
 
 
 async def serve_order(

@@ -23,11 +23,12 @@ How a call is admitted (``async with guard.slot():``):
    be predicted to miss (no slot having opened meanwhile, the calls in flight ageing), and every
    queued arrival looks too.
    Under *sustained overload* the queue is held to ``standing_limit`` waiters (shed
-   ``queue_full``, detail ``standing``): a queue that absorbs a burst is useful, a queue that
-   never drains only adds latency to every call, so admitted calls then wait a few service times,
-   not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is standing
-   (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have been
-   arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
+   ``queue_full``, detail ``standing``, ``max_queue`` the standing limit; judged only once a
+   call has finished, the prior being a guess): a queue that absorbs a burst is useful, a queue
+   that never drains only adds latency to every call, so admitted calls then wait a few service
+   times, not ``max_queue`` of them. Sustained overload takes two signs at once: the queue is
+   standing (it has not been empty for ``standing_after`` seconds, CoDel's test) *and* calls have
+   been arriving faster than the slots serve them (``_overload.OverloadDetector``: arrival rates
    against ``max_active / mean hold``).
    Either sign alone also appears in a burst at moderate load, which max_queue is there to absorb.
 3. A release *hands* its slot to the next waiter (the active count does not drop, so no newcomer
@@ -163,12 +164,14 @@ class _Waiter:
 class _FlaggedBusyTemplate(ServerBusyTemplate):
     """SERVER_BUSY with one more detail, ``FLAG`` = ``true``, after the standard ones (rendered
     once): ``predicted`` for a call shed at arrival on its predicted wait, ``standing`` for one
-    refused by the standing-queue limit."""
+    refused by the standing-queue limit (whose ``max_queue`` is that limit: the queue in force)."""
 
-    __slots__ = ()
+    __slots__ = ("max_active", "max_queue")
 
     def __init__(self, tool: str, max_active: int, max_queue: int, flag: str) -> None:
         super().__init__(tool, max_active, max_queue)
+        self.max_active = max_active
+        self.max_queue = max_queue
         extra = f'    <detail key="{flag}">true</detail>\n  </details>\n'
         self._tail = self._tail.replace("  </details>\n", extra, 1)
 
@@ -610,10 +613,11 @@ class ConcurrencyGuard:
         self._cancel_pending: Callable[[asyncio.AbstractEventLoop], bool] = _always
         self._expiry: asyncio.TimerHandle | None = None
         self._judge: asyncio.TimerHandle | None = None
-        self._busy, self._predicted_busy, self._standing_busy = self._templates(self._max_active)
-        self._templates_by_limit: dict[
-            int, tuple[ServerBusyTemplate, _FlaggedBusyTemplate, _FlaggedBusyTemplate]
-        ] = {}
+        self._busy, self._predicted_busy = self._templates(self._max_active)
+        self._standing_busy = _FlaggedBusyTemplate(
+            self._name, self._max_active, self._discipline.standing_limit, "standing"
+        )
+        self._templates_by_limit: dict[int, tuple[ServerBusyTemplate, _FlaggedBusyTemplate]] = {}
         self._timeout_templates: dict[float, TimeoutTemplate] = {}
         self._admitted = self._shed_full = self._shed_timeout = self._predicted = 0
         self._ended = 0  # calls that held a slot and gave it back (counted for an adaptive limit)
@@ -804,9 +808,18 @@ class ConcurrencyGuard:
         if queued and discipline.rejudging:  # an arrival is a moment to look (after the rates)
             queued = self._rejudge(now)
         discipline.arrival(now, queued)
-        if queued and not displaced and discipline.holds_standing(now, queued):
+        # No standing-queue judgement before a call has finished: the rate the slots serve is
+        # then the prior, a guess (a fresh 2-slot tool of 1 s calls, on its 0.1 s prior, read a
+        # burst of 20 calls 5 ms apart as overload, held its queue of 20 to 8 and refused each
+        # extra caller 2-3 times). Predictive shedding, on the calls in flight, still applies.
+        if (
+            queued
+            and not displaced
+            and self._service.samples
+            and discipline.holds_standing(now, queued)
+        ):
             if not self._displace_for(tenant):
-                raise self._refuse("queue_full", queued, self._standing_busy)
+                raise self._refuse("queue_full", queued, self._standing_template())
             queued -= 1
         if discipline.predictive:
             fair = self._fair
@@ -1135,9 +1148,7 @@ class ConcurrencyGuard:
         if queue != self._max_queue:
             self._max_queue = self._discipline.max_queue = queue
             self._templates_by_limit.clear()  # the envelopes report the queue in force
-            self._busy, self._predicted_busy, self._standing_busy = self._templates(
-                self._max_active
-            )
+            self._busy, self._predicted_busy = self._templates(self._max_active)
 
     def _set_limit(self, limit: int) -> None:
         """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
@@ -1155,21 +1166,30 @@ class ConcurrencyGuard:
             if len(self._templates_by_limit) >= MAX_LIMIT_TEMPLATES:
                 self._templates_by_limit.clear()
             templates = self._templates_by_limit[limit] = self._templates(limit)
-        self._busy, self._predicted_busy, self._standing_busy = templates
+        self._busy, self._predicted_busy = templates
         waiters = self._waiters
         while waiters and self._active < limit:
             self._active += 1
             self._hand_off()
 
-    def _templates(
-        self, limit: int
-    ) -> tuple[ServerBusyTemplate, _FlaggedBusyTemplate, _FlaggedBusyTemplate]:
+    def _templates(self, limit: int) -> tuple[ServerBusyTemplate, _FlaggedBusyTemplate]:
         """The SERVER_BUSY envelopes for ``limit`` slots (details report the limit in force)."""
         return (
             ServerBusyTemplate(self._name, limit, self._max_queue),
             _FlaggedBusyTemplate(self._name, limit, self._max_queue, "predicted"),
-            _FlaggedBusyTemplate(self._name, limit, self._max_queue, "standing"),
         )
+
+    def _standing_template(self) -> _FlaggedBusyTemplate:
+        """The SERVER_BUSY envelope of the standing-queue limit, remade when the slots or that
+        limit moved: its ``max_queue`` is the standing limit, the queue in force, so that a
+        ``queue_full`` refusal never reads as a full queue at 8 of 20."""
+        template = self._standing_busy
+        standing = self._discipline.standing_limit
+        if template.max_queue != standing or template.max_active != self._max_active:
+            template = self._standing_busy = _FlaggedBusyTemplate(
+                self._name, self._max_active, standing, "standing"
+            )
+        return template
 
     def _hand_off(self) -> None:
         """Give the released slot to the next waiter; ``active`` is unchanged (no barging)."""
@@ -1238,15 +1258,15 @@ class ConcurrencyGuard:
             retry_after = service.hold(in_flight) / max(own[0], 1)
             self._shed_client += 1
         else:
-            step = service.hold(in_flight) / self._max_active
-            # While the hold is the prior alone, the promise does not wait out the queue ahead:
-            # a caller back too early waits in the queue, whose timeout absorbs a prior that was
-            # too long, whereas one sent away for the whole queue's drain on such a prior comes
-            # back to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
-            # 1.94x the ideal drain time). Once measured, the k-th refusal waits for the queue
-            # ahead.
-            ahead = 0 if service.guessing(in_flight) else queued
-            retry_after = self._promises.promise(now, ahead, step)
+            hold = service.hold(in_flight)
+            # While the hold is the prior alone, the promise waits out only as much of the
+            # queue ahead as the calls in flight vouch for: its drain at their age, which no
+            # hold can undercut. Waited out at the prior, a prior too long sends callers back
+            # to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
+            # 1.94x the ideal drain time); not waited out at all, a prior too short sends them
+            # back to the queue that refused them. Once measured, the whole queue ahead.
+            ahead = int(queued * in_flight / hold) if service.guessing(in_flight) else queued
+            retry_after = self._promises.promise(now, ahead, hold / self._max_active)
             if reason == "queue_full":
                 self._shed_full += 1
                 self._shed_standing += template is self._standing_busy

@@ -1,0 +1,181 @@
+"""A fresh guard's first burst as it arrives over a real transport (calls a few milliseconds
+apart, not at one instant), in virtual time: how often each extra caller is refused when it
+follows its ``retry_after``, and whether every refusal's figures agree with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from concurrency_support import envelope_details, fill
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from virtual_time import run_virtual
+
+from fusion_guard import ConcurrencyGuard, ServerBusy
+from fusion_guard.testing import FakeClock
+
+BACKENDS = ["asyncio", "trio"]
+
+
+@dataclass
+class Refusal:
+    caller: int
+    at: float
+    reason: str
+    details: dict[str, str]
+    retry_after: float
+
+
+@dataclass
+class Burst:
+    done: float = 0.0
+    """When the last call answered OK, from the first arrival."""
+    refusals: list[Refusal] = field(default_factory=list)
+
+
+async def burst(guard: ConcurrencyGuard, calls: int, gap: float, hold: float) -> Burst:
+    """``calls`` callers arriving ``gap`` seconds apart, each call holding its slot ``hold``;
+    a refused caller comes back after exactly its ``retry_after``, until it is served."""
+    result = Burst()
+    start = anyio.current_time()
+
+    async def caller(index: int) -> None:
+        await anyio.sleep(index * gap)
+        while True:
+            try:
+                async with guard.slot():
+                    await anyio.sleep(hold)
+            except ServerBusy as busy:
+                advice = busy.retry_after
+                assert advice is not None  # a SERVER_BUSY always carries one
+                details = envelope_details(busy.response.text)
+                at = anyio.current_time() - start
+                result.refusals.append(Refusal(index, at, busy.reason, details, advice))
+                await anyio.sleep(advice)
+            else:
+                result.done = max(result.done, anyio.current_time() - start)
+                return
+
+    async with anyio.create_task_group() as tg:
+        for index in range(calls):
+            tg.start_soon(caller, index)
+    return result
+
+
+def inconsistent(refusal: Refusal) -> str | None:
+    """What in a refusal's envelope contradicts its reason, or None."""
+    details = refusal.details
+    active, queued = int(details["active"]), int(details["queued"])
+    max_active, max_queue = int(details["max_active"]), int(details["max_queue"])
+    if details["reason"] != refusal.reason:
+        return f"reason {details['reason']} in an envelope of {refusal.reason}"
+    if active > max_active:
+        return f"{active} active of {max_active}"
+    if refusal.reason == "queue_full" and queued < max_queue:
+        return f"queue_full at {queued} queued of {max_queue}"
+    if refusal.reason == "queue_timeout" and queued > max_queue:
+        return f"queue_timeout at {queued} queued of {max_queue}"
+    return None
+
+
+def fresh_guard() -> ConcurrencyGuard:
+    """A 2-slot tool as ``Guard(max_active=2)`` makes it: queue 20, queue_timeout 5 s, the
+    0.1 s prior; its clock the (virtual) event loop's."""
+    return ConcurrencyGuard(2, queue_timeout=5.0, clock=anyio.current_time)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fresh_guard_refuses_each_extra_caller_of_a_staggered_burst_about_once(
+    backend: str,
+) -> None:
+    # 20 calls of 1 s, 5 ms apart, at 2 slots: 10 are served within the 5 s queue timeout and
+    # 10 cannot be. Judged standing on the 0.1 s prior, the queue was held to 8 and the extra
+    # callers were refused 24-25 times (queue_full at 8 of 20), told to come back in 0.05-0.49 s.
+    async def scenario() -> Burst:
+        return await burst(fresh_guard(), 20, 0.005, 1.0)
+
+    cold = run_virtual(scenario, backend)
+    assert len(cold.refusals) <= 12
+    assert [r for r in cold.refusals if inconsistent(r)] == []
+    assert all(r.details["queued"] == r.details["max_queue"] for r in cold.refusals
+               if r.reason == "queue_full")  # fmt: skip
+    assert cold.done <= 1.1 * 20 * 1.0 / 2  # the ideal drain: 20 holds over 2 slots
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_standing_refusal_reports_the_queue_in_force(backend: str) -> None:
+    # Warm, and calls arriving 4 times as fast as the slots open: the standing queue is held to
+    # its limit (8), and says so in its own figures.
+    async def scenario() -> Burst:
+        guard = fresh_guard()
+        await burst(guard, 2, 0.0, 1.0)  # measured: a 1 s hold
+        return await burst(guard, 40, 0.125, 1.0)
+
+    warm = run_virtual(scenario, backend)
+    standing = [r for r in warm.refusals if r.details.get("standing") == "true"]
+    assert standing  # the overload was seen
+    assert {(r.details["queued"], r.details["max_queue"]) for r in standing} == {("8", "8")}
+    assert [r for r in warm.refusals if inconsistent(r)] == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_warm_guard_drains_a_burst_near_the_ideal_time(backend: str) -> None:
+    # 40 calls of 1 s, 5 ms apart, at 2 slots whose hold is known, following the advice.
+    async def scenario() -> Burst:
+        guard = fresh_guard()
+        await burst(guard, 2, 0.0, 1.0)
+        return await burst(guard, 40, 0.005, 1.0)
+
+    warm = run_virtual(scenario, backend)
+    assert warm.done <= 1.1 * 40 * 1.0 / 2
+    assert [r for r in warm.refusals if inconsistent(r)] == []
+
+
+@pytest.mark.anyio
+async def test_on_the_prior_the_promise_waits_out_the_queue_the_calls_in_flight_vouch_for(
+    clock: FakeClock,
+) -> None:
+    guard = ConcurrencyGuard(2, max_queue=4, queue_timeout=30, clock=clock)  # 0.1 s prior
+    async with anyio.create_task_group() as tg:
+        await fill(guard, tg, 4)
+        clock.advance(0.06)  # the calls in flight have held 0.06 s: still the prior's to say
+        with pytest.raises(ServerBusy) as info:
+            await guard.acquire()
+        tg.cancel_scope.cancel()
+    # 4 queued drain in at least 4 x 0.06 / 2 s, 2 whole steps of the prior: the promise is the
+    # opening after them, not the next one (back then, the queue that refused it still stood)
+    assert info.value.retry_after == pytest.approx(3 * 0.1 / 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    backend=st.sampled_from(BACKENDS),
+    calls=st.integers(1, 40),
+    gap=st.sampled_from([0.0, 0.001, 0.005, 0.02]),
+    hold=st.sampled_from([0.01, 0.05, 0.1, 0.3, 1.0]),
+    slots=st.integers(1, 4),
+    max_queue=st.none() | st.integers(0, 20),
+    warm=st.booleans(),
+)
+def test_every_refusal_of_any_burst_agrees_with_its_reason(
+    backend: str,
+    calls: int,
+    gap: float,
+    hold: float,
+    slots: int,
+    max_queue: int | None,
+    warm: bool,
+) -> None:
+    # queue_full with fewer queued than max_queue says, more running than max_active: never.
+    # (A standing queue that grew past its limit before overload was seen reads queued above
+    # max_queue: over its limit, not short of it.)
+    async def scenario() -> Burst:
+        guard = ConcurrencyGuard(slots, max_queue=max_queue, clock=anyio.current_time)
+        if warm:
+            await burst(guard, slots, 0.0, hold)
+        return await burst(guard, calls, gap, hold)
+
+    result = run_virtual(scenario, backend)
+    assert [inconsistent(r) for r in result.refusals if inconsistent(r)] == []
