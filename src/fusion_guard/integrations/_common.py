@@ -231,12 +231,12 @@ async def admit_call(
             ticket.leave(None, None, None)
         else:
             await ticket.__aexit__(None, None, None)
-    except Rejected as exc:
-        mark_span(exc.response, exc.retry_after)
+    except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
+        mark_span(exc.response, exc.retry_after, tool=tool)
         return exc.response
     except Exception as exc:
         response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
-        mark_span(response)
+        mark_span(response, tool=tool)
         return response
     if deferred is not None:
         raise deferred
