@@ -111,3 +111,25 @@ async def test_strict_tools_fails_every_request_the_check_sees(
 def test_strict_tools_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FUSION_GUARD_STRICT_TOOLS", "true")
     assert Guard.from_env(metrics=False).settings.strict_tools is True
+
+
+async def test_the_warning_lists_twenty_tools_at_most(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from fusion_guard.integrations.mcp import install
+
+    caplog.set_level(logging.WARNING, logger="fusion_guard")
+    server: MCPServer[Any] = MCPServer("many", log_level="CRITICAL")
+
+    async def tool() -> str:
+        return "done"
+
+    for number in range(25):
+        server.add_tool(tool, name=f"tool_{number:02}")
+    install(server, Guard(metrics=False, tools={"billing.*": {"rate": 5}}))
+    async with Client(server):
+        pass
+    [warning] = _unmatched(caplog)
+    assert warning["tools"].startswith("tool_00, tool_01, ")
+    assert warning["tools"].endswith("tool_19, and 5 more")
