@@ -108,8 +108,8 @@ class PatternCheck:
         self._tools: set[str] = set()
 
     def check(self, tools: Iterable[str]) -> None:
-        """Check the patterns against ``tools`` and every name given before (a server's tool
-        list only grows between checks, or a tool removed would not count as gone)."""
+        """Check the patterns not yet matched against ``tools`` and the names given before
+        (a pattern that matched once is not checked again, even if its tools are removed)."""
         if not self._patterns:
             return
         self._tools.update(tools)
@@ -119,10 +119,12 @@ class PatternCheck:
         listed = _listing(self._tools)
         if self._strict:
             shown = ", ".join(repr(pattern) for pattern in self._patterns)
+            which = "pattern" if len(self._patterns) == 1 else "patterns"
+            match = "matches" if len(self._patterns) == 1 else "each match"
             raise ConfigurationError(
-                f"tools pattern {shown} matches none of the server's tools ({listed}); MCP tool"
-                " names are bare (get_invoice, not billing.get_invoice). Fix the pattern, or"
-                " unset FUSION_GUARD_STRICT_TOOLS to start with a warning"
+                f"tools {which} {shown} {match} none of the server's tools ({listed}); MCP tool"
+                " names are bare (get_invoice, not billing.get_invoice). Fix the pattern, or turn"
+                " strict_tools (FUSION_GUARD_STRICT_TOOLS) off to start with a warning"
             )
         for pattern in self._patterns:
             log_event(
