@@ -30,7 +30,14 @@ from ._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
 if TYPE_CHECKING:
     from .config._settings import GuardSettings
 
-__all__ = ["IgnoredSetting", "PolicyTable", "ToolLimits", "ignored_settings", "specificity"]
+__all__ = [
+    "IgnoredSetting",
+    "PolicyTable",
+    "ToolLimits",
+    "ignored_settings",
+    "specificity",
+    "unmatched_patterns",
+]
 
 _WILDCARDS = "*?["
 
@@ -144,6 +151,12 @@ class PolicyTable:
                 matched.append(pattern.text)
                 rate_source = pattern.text if "rate" in pattern.overrides else rate_source
         return values, tuple(matched), rate_source
+
+
+def unmatched_patterns(patterns: Iterable[str], tools: Iterable[str]) -> list[str]:
+    """Those of ``patterns`` that match none of ``tools`` (a server's tool names), in order."""
+    names = tuple(tools)
+    return [p for p in patterns if not any(map(_matcher(p), names))]
 
 
 def _matcher(pattern: str) -> Callable[[str], object]:

@@ -196,7 +196,12 @@ class Harness:
     async def connect(self, gate: Gate, guard: Guard, **options: Any) -> AsyncIterator[ToolClient]:
         """A client session to a fresh server guarded with ``options`` (``client_key``,
         ``awareness``)."""
-        app = self.build(gate, guard, **options)
+        async with self.session(self.build(gate, guard, **options)) as client:
+            yield client
+
+    @asynccontextmanager
+    async def session(self, app: Any) -> AsyncIterator[ToolClient]:
+        """A client session to ``app``, a server ``build`` made (and the test changed since)."""
         if self.sdk == "fastmcp" and self.backend == "asyncio" and self.mode == "auto":
             from fastmcp import Client as FastMCPClient
 

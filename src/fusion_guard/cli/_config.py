@@ -31,6 +31,7 @@ _GLOBAL_ONLY = (
     "auto_initial_active",
     "metrics",
     "expose_exceptions",
+    "strict_tools",
     "backend",
     "redis_url",
     "redis_failure_policy",

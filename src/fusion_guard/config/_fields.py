@@ -219,6 +219,8 @@ ACCEPTED: dict[str, str] = {
     "failure_policy": _FAILURE_POLICY,
     "metrics": "a boolean: true/false, 1/0, yes/no, on/off",
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
+    "strict_tools": "a boolean: true/false, 1/0, yes/no, on/off (a TOOLS pattern that matches no"
+    " tool of the server stops it at start-up instead of a warning)",
     "backend": "one of 'memory' (state in this process) or 'redis' (state shared through Redis)",
     "redis_url": (
         "a redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or"

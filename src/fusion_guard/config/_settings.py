@@ -189,6 +189,8 @@ class GuardSettings(BaseSettings):
     fair_queueing: bool = True
     metrics: bool = True
     expose_exceptions: bool = False
+    # A per-tool pattern that matches none of the server's tools: a warning, or (strict) an error.
+    strict_tools: bool = False
     backend: Backend = "memory"
     # A SecretUrl: repr, errors and reports mask its password; get_secret_value() to connect.
     redis_url: RedisUrl | None = None

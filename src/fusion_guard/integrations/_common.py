@@ -11,16 +11,17 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._exceptions import Rejected
+from .._exceptions import ConfigurationError, Rejected
 from .._log import is_enabled, log_event
 from .._outcomes import response_from_exception
+from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error
 from ..wire._codes import ErrorCode
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "UNKNOWN_TOOLS",
     "ClientKey",
+    "PatternCheck",
     "admit_call",
     "answered",
     "crash_response",
@@ -84,6 +86,69 @@ def log_limits(guard: Guard, adapter: str) -> None:
     for pattern, limits in guard.configured_limits().items():
         shown = {name: _shown(name, getattr(limits, name)) for name in LIMIT_FIELDS}
         log_event(logging.INFO, "guard_limits", None, adapter=adapter, pattern=pattern, **shown)
+
+
+class PatternCheck:
+    """Checks the guard's per-tool patterns (``tools=``, ``FUSION_GUARD_TOOLS``) against the
+    server's tool names.
+
+    A pattern that matches none of them gives no tool its limits, silently: most often a name the
+    SDK never sends (MCP tool names are bare: ``get_invoice``, never ``billing.get_invoice``).
+    Each such pattern is one ``tool_pattern_unmatched`` warning (once per pattern, naming the
+    tools that exist); with ``strict_tools`` it is a ``ConfigurationError`` instead.
+    """
+
+    __slots__ = ("_adapter", "_patterns", "_strict", "_tools")
+
+    def __init__(self, guard: Guard, adapter: str) -> None:
+        settings = guard.settings
+        self._patterns = list(settings.tools)  # those not yet matched nor warned about
+        self._strict = settings.strict_tools
+        self._adapter = adapter
+        self._tools: set[str] = set()
+
+    def check(self, tools: Iterable[str]) -> None:
+        """Check the patterns not yet matched against ``tools`` and the names given before
+        (a pattern that matched once is not checked again, even if its tools are removed)."""
+        if not self._patterns:
+            return
+        self._tools.update(tools)
+        self._patterns = unmatched_patterns(self._patterns, self._tools)
+        if not self._patterns:
+            return
+        listed = _listing(self._tools)
+        if self._strict:
+            shown = ", ".join(repr(pattern) for pattern in self._patterns)
+            which = "pattern" if len(self._patterns) == 1 else "patterns"
+            match = "matches" if len(self._patterns) == 1 else "each match"
+            raise ConfigurationError(
+                f"tools {which} {shown} {match} none of the server's tools ({listed}); MCP tool"
+                " names are bare (get_invoice, not billing.get_invoice). Fix the pattern, or turn"
+                " strict_tools (FUSION_GUARD_STRICT_TOOLS) off to start with a warning"
+            )
+        for pattern in self._patterns:
+            log_event(
+                logging.WARNING,
+                "tool_pattern_unmatched",
+                adapter=self._adapter,
+                pattern=pattern,
+                tools=listed,
+                note="no tool gets this pattern's limits",
+            )
+        self._patterns = []  # warned once each; a tool added later that matches needs no word
+
+
+_LISTED_TOOLS = 20
+"""Tool names shown in a ``tool_pattern_unmatched`` warning (a server may have hundreds)."""
+
+
+def _listing(tools: Iterable[str]) -> str:
+    names = sorted(tools)
+    if not names:
+        return "the server has no tools"
+    shown = ", ".join(names[:_LISTED_TOOLS])
+    more = len(names) - _LISTED_TOOLS
+    return f"{shown}, and {more} more" if more > 0 else shown
 
 
 def _shown(name: str, value: object) -> object:
@@ -168,12 +233,12 @@ async def admit_call(
             ticket.leave(None, None, None)
         else:
             await ticket.__aexit__(None, None, None)
-    except Rejected as exc:
-        mark_span(exc.response, exc.retry_after)
+    except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
+        mark_span(exc.response, exc.retry_after, tool=tool)
         return exc.response
     except Exception as exc:
         response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
-        mark_span(response)
+        mark_span(response, tool=tool)
         return response
     if deferred is not None:
         raise deferred

@@ -12,8 +12,11 @@
     #     GuardMiddleware(max_active=5, rate=10)
     # or around a Guard built earlier:  GuardMiddleware(Guard.from_env())
 
-Only ``on_call_tool`` is overridden, so only tool calls count against limits: ``tools/list``,
-resources, prompts and every other request pass untouched. A call naming a tool the server does
+Only ``on_call_tool`` admits calls, so only tool calls count against limits: ``tools/list``,
+resources, prompts and every other request pass untouched. ``on_list_tools`` checks the
+guard's per-tool patterns against the tools listed: a pattern that matches none of the tools
+listed so far is a ``tool_pattern_unmatched`` warning, or with ``strict_tools`` a
+``ConfigurationError`` that fails the listing. A call naming a tool the server does
 not have is passed on for FastMCP to answer, without the guard: invented names get no limits and
 no metric series of their own. Refusals and failures come back as a
 ``ToolResult`` with ``is_error=True`` and the envelope as text; MCP protocol errors and
@@ -45,7 +48,7 @@ extra to install.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -53,7 +56,7 @@ try:
     from fastmcp.exceptions import FastMCPError, NotFoundError, ToolError
     from fastmcp.exceptions import ValidationError as ArgumentsError
     from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-    from fastmcp.tools.base import ToolResult
+    from fastmcp.tools.base import Tool, ToolResult
     from mcp.shared.exceptions import MCPError
     from pydantic import ValidationError
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without fastmcp
@@ -66,6 +69,7 @@ from .._guard import Guard
 from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
+    PatternCheck,
     admit_call,
     answered,
     crash_response,
@@ -141,6 +145,7 @@ class GuardMiddleware(Middleware):
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+        self._patterns = PatternCheck(self._guard, "fastmcp")
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
 
@@ -163,6 +168,17 @@ class GuardMiddleware(Middleware):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(guard={self._guard!r})"
+
+    async def on_list_tools(
+        self,
+        context: MiddlewareContext[mcp_types.ListToolsRequest],
+        call_next: CallNext[mcp_types.ListToolsRequest, Sequence[Tool]],
+    ) -> Sequence[Tool]:
+        """The tools as listed, once the guard's patterns are checked against their names (the
+        middleware is given no server before a request, and clients list tools first)."""
+        tools = await call_next(context)
+        self._patterns.check(tool.name for tool in tools)
+        return tools
 
     async def on_call_tool(
         self,

@@ -47,7 +47,8 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -59,6 +60,7 @@ from ..wire._response import ToolResponse
 from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
+    PatternCheck,
     admit_call,
     answered,
     crash_response,
@@ -109,6 +111,11 @@ def install(
     ``awareness`` (built from a contract lockfile) adds each tool's contract changes to its
     validation errors. Raises ``ConfigurationError`` when there is no ``tools/call`` handler or
     the server is guarded already.
+
+    A per-tool pattern of the guard that matches none of the server's tools is a
+    ``tool_pattern_unmatched`` warning, or with ``strict_tools`` a ``ConfigurationError``: for an
+    ``MCPServer`` when the server starts (its lifespan: every tool registered by then counts), for
+    a low-level ``Server`` when its ``tools/list`` handler is first read (on the first call).
     """
     sdk = _import_sdk()
     lowlevel = _lowlevel_server(server, sdk)
@@ -120,9 +127,12 @@ def install(
         )
     if getattr(entry.handler, _GUARDED, False):
         raise ConfigurationError("install(server, guard): this server is guarded already")
-    adapter = _Adapter(guard, client_key, awareness, sdk, _tool_names(server, lowlevel, sdk))
+    patterns = PatternCheck(guard, "mcp")
+    tools = _tool_names(server, lowlevel, sdk, patterns)
+    adapter = _Adapter(guard, client_key, awareness, sdk, tools)
     if isinstance(server, sdk.MCPServer):
         adapter.translate_call_tool(server)
+        _check_patterns_at_start(server, lowlevel, patterns)
     lowlevel.add_request_handler(
         "tools/call", entry.params_type, adapter.guard_handler(entry.handler)
     )
@@ -242,12 +252,14 @@ class _ListedTools:
     Read on the first call, then again (at most once per ``LIST_REFRESH_SECONDS``) when a call
     names a tool not listed, so a tool added at run time gets its own gate. Its handler decides
     what an unknown name does, so such a call still runs, under the shared ``UNKNOWN_TOOLS`` gate.
+    Each read checks the guard's patterns against the names.
     """
 
-    __slots__ = ("_list", "_next_read", "_schemas")
+    __slots__ = ("_list", "_next_read", "_patterns", "_schemas")
 
-    def __init__(self, list_handler: Handler) -> None:
+    def __init__(self, list_handler: Handler, patterns: PatternCheck) -> None:
         self._list = list_handler
+        self._patterns = patterns
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._next_read = -math.inf
 
@@ -260,7 +272,13 @@ class _ListedTools:
         now = time.monotonic()
         if now >= self._next_read:
             self._next_read = now + LIST_REFRESH_SECONDS
-            self._schemas = await self._read(ctx)
+            schemas = await self._read(ctx)
+            try:
+                self._patterns.check(schemas)
+            except ConfigurationError:  # strict_tools: no call runs until the patterns match
+                self._next_read = -math.inf
+                raise
+            self._schemas = schemas
         return tool if tool in self._schemas else UNKNOWN_TOOLS
 
     async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
@@ -300,11 +318,33 @@ class _EveryName:
         return None
 
 
-def _tool_names(server: object, lowlevel: Server[Any], sdk: _SDK) -> _ToolNames:
+def _tool_names(
+    server: object, lowlevel: Server[Any], sdk: _SDK, patterns: PatternCheck
+) -> _ToolNames:
     if isinstance(server, sdk.MCPServer) and lowlevel.get_tool_input_schema is not None:
         return _RegisteredTools(server, lowlevel.get_tool_input_schema)
     listing = lowlevel.get_request_handler("tools/list")
-    return _EveryName() if listing is None else _ListedTools(listing.handler)
+    return _EveryName() if listing is None else _ListedTools(listing.handler, patterns)
+
+
+def _check_patterns_at_start(
+    server: MCPServer[Any], lowlevel: Server[Any], patterns: PatternCheck
+) -> None:
+    """Check the guard's patterns against the ``MCPServer``'s tools each time it starts.
+
+    The low-level server's ``lifespan`` is entered by every transport (stdio, streamable HTTP,
+    the in-memory client) before the first request, after the application registered its tools;
+    a ``ConfigurationError`` there stops the server from starting.
+    """
+    inner: Callable[[Server[Any]], AbstractAsyncContextManager[Any]] = lowlevel.lifespan
+
+    @asynccontextmanager
+    async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
+        patterns.check(tool.name for tool in await server.list_tools())
+        async with inner(app) as state:
+            yield state
+
+    lowlevel.lifespan = lifespan
 
 
 class _Adapter:
