@@ -59,5 +59,5 @@ def served(make_app: Callable[[], Any]) -> Iterator[str]:
         thread.join(STOP_SECONDS)
         listener.close()
     assert not thread.is_alive(), f"uvicorn did not stop within {STOP_SECONDS} s"
-    if failures:
-        raise failures[0]
+    if failures:  # uvicorn exits (SystemExit) when the app's start-up fails: its log says why
+        raise RuntimeError(f"uvicorn stopped on {failures[0]!r}") from failures[0]
