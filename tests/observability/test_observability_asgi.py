@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from fusion_guard import ConfigurationError, Guard, PrometheusObserver
+from fusion_guard import ConfigurationError, Guard, PrometheusObserver, serve_metrics
 from fusion_guard.integrations.mcp import install
 from fusion_guard.observability import MetricsApp, add_metrics_route, metrics_app
 from http_serving import served
@@ -77,6 +77,14 @@ async def test_it_refuses_scopes_other_than_http(anyio_backend: str) -> None:
 
 def test_without_a_registry_it_serves_the_guards_default_one() -> None:
     assert metrics_app().registry is REGISTRY
+
+
+@pytest.mark.parametrize("registry", [object(), "REGISTRY", PrometheusObserver])
+def test_what_is_not_a_registry_is_refused_at_once(registry: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"registry=.* expected a prometheus_client"):
+        metrics_app(registry=registry)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"registry=.* expected a prometheus_client"):
+        serve_metrics(0, registry=registry)  # type: ignore[arg-type]
 
 
 def test_the_route_is_added_with_get_only() -> None:

@@ -69,10 +69,16 @@ def serve_metrics(
 def registry_to_serve(registry: CollectorRegistry | None) -> CollectorRegistry:
     """``registry``, else the one the guard's metrics use by default: the global ``REGISTRY``,
     or in multiprocess mode a registry adding up every worker's files."""
+    from prometheus_client import CollectorRegistry
+
     if registry is not None:
+        if not isinstance(registry, CollectorRegistry):
+            raise ConfigurationError(
+                f"registry={registry!r} is invalid: expected a prometheus_client CollectorRegistry "
+                "(the one given to Guard(registry=...)), or none for the default"
+            )
         return registry
     if multiprocess_enabled():
-        from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
 
         aggregated = CollectorRegistry()
