@@ -11,8 +11,17 @@ import pytest
 
 import fusion_guard
 
-#: Modules ``import fusion_guard`` must not load (each costs tens of milliseconds).
-HEAVY = ("pydantic_settings", "fusion_guard.config", "fusion_guard.contract", "redis")
+#: Modules ``import fusion_guard`` must not load (each costs tens of milliseconds): metrics load
+#: prometheus_client when an observer or a /metrics app is made, and only an app built by the
+#: server's SDK brings starlette.
+HEAVY = (
+    "pydantic_settings",
+    "fusion_guard.config",
+    "fusion_guard.contract",
+    "redis",
+    "prometheus_client",
+    "starlette",
+)
 #: ``import fusion_guard`` beyond ``import anyio``, best of several runs (about 60 ms here).
 IMPORT_BUDGET_S = 0.150
 

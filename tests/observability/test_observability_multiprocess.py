@@ -78,3 +78,35 @@ def test_workers_add_up_and_dead_workers_leave_the_live_gauges(tmp_path: Path) -
     assert value(found, "fusion_guard_inflight", tool="billing") == 1
     assert value(found, "fusion_guard_concurrency_limit", tool="billing") == 4
     assert value(found, "fusion_guard_calls_total", **ok) == 8
+
+
+ASGI_SCRAPER = textwrap.dedent(
+    """
+    import sys, anyio
+    from fusion_guard.observability import metrics_app
+
+    async def scrape():
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        request = {"type": "http", "method": "GET", "headers": [], "query_string": b""}
+        await metrics_app()(request, receive, send)
+        sys.stdout.write(sent[-1]["body"].decode())
+
+    anyio.run(scrape)
+    """
+)
+
+
+def test_the_asgi_app_adds_up_the_workers_too(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    run(WORKER, "3", env=env)
+    run(WORKER, "5", env=env)
+    found = samples(run(ASGI_SCRAPER, env=env))
+    assert value(found, "fusion_guard_calls_total", tool="billing", outcome="ok") == 8
+    assert value(found, "fusion_guard_inflight", tool="billing") == 2

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.registry import CollectorRegistry
 
-__all__ = ["MetricsServer", "serve_metrics"]
+__all__ = ["MetricsServer", "registry_to_serve", "serve_metrics"]
 
 
 class MetricsServer:
@@ -62,15 +62,23 @@ def serve_metrics(
         raise ConfigurationError(f"port={port!r} is invalid: expected an int from 0 to 65535")
     from prometheus_client import start_http_server
 
-    httpd, thread = start_http_server(port, addr=addr, registry=_default_registry(registry))
+    httpd, thread = start_http_server(port, addr=addr, registry=registry_to_serve(registry))
     return MetricsServer(httpd, thread, addr)
 
 
-def _default_registry(registry: CollectorRegistry | None) -> CollectorRegistry:
+def registry_to_serve(registry: CollectorRegistry | None) -> CollectorRegistry:
+    """``registry``, else the one the guard's metrics use by default: the global ``REGISTRY``,
+    or in multiprocess mode a registry adding up every worker's files."""
+    from prometheus_client import CollectorRegistry
+
     if registry is not None:
+        if not isinstance(registry, CollectorRegistry):
+            raise ConfigurationError(
+                f"registry={registry!r} is invalid: expected a prometheus_client CollectorRegistry "
+                "(the one given to Guard(registry=...)), or none for the default"
+            )
         return registry
     if multiprocess_enabled():
-        from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
 
         aggregated = CollectorRegistry()
