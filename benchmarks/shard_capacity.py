@@ -9,8 +9,9 @@ holding, so it is extended; ``lease_release.lua``, forgetting at once). Two load
 50 connections with one request in flight each, as a fleet's replicas send decisions, and
 8 connections pipelining 16, the server's ceiling. Each prints requests per second and the
 server time per call from ``INFO commandstats``. A cluster
-shard runs the same script on the same keys, so the figure is per primary; docs/redis.md turns
-it into a capacity sketch. Needs ``redis-server`` and ``redis-benchmark`` on ``PATH``.
+shard runs the same script on the same keys, so the figure is per primary;
+docs/redis-cluster.md turns it into a capacity sketch. Needs ``redis-server`` and
+``redis-benchmark`` on ``PATH``.
 """
 
 from __future__ import annotations

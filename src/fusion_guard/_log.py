@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 from collections.abc import Hashable
 from types import ModuleType
@@ -69,14 +70,17 @@ def log_event(
     Costs one ``isEnabledFor`` check when the level is off. Through the stdlib logger the fields
     travel both in the message (``event key=value ...``) and as ``record.event`` /
     ``record.fields``, for handlers that format structured records. A field named as one of
-    ``RESERVED_FIELDS`` gets a trailing ``_``. Never raises: a failing logging pipeline is
-    reported once per event name.
+    ``RESERVED_FIELDS`` gets a trailing ``_``; a float field is rounded (``_rounded``). Never
+    raises: a failing logging pipeline is reported once per event name.
     """
     structlog = _configured_structlog()
     if structlog is None and not _stdlib.isEnabledFor(level):
         return
-    if not RESERVED_FIELDS.isdisjoint(fields):
-        fields = {(f"{key}_" if key in RESERVED_FIELDS else key): v for key, v in fields.items()}
+    if not RESERVED_FIELDS.isdisjoint(fields) or any(type(v) is float for v in fields.values()):
+        fields = {
+            (f"{key}_" if key in RESERVED_FIELDS else key): _rounded(v) if type(v) is float else v
+            for key, v in fields.items()
+        }
     try:
         if structlog is not None:
             _to_structlog(structlog, level, event, exc_info, fields)
@@ -84,6 +88,16 @@ def log_event(
             _to_stdlib(level, event, exc_info, fields)
     except Exception as failure:  # the application's pipeline failed: the call goes on
         report_once(("log_event", event), "log_event_failed", failure, failed_event=event)
+
+
+def _rounded(value: float) -> float:
+    """A figure as the logs show it: 4 significant digits, never coarser than a millisecond
+    (``0.0500000000001819`` is ``0.05``, ``1.23456`` is ``1.235``, ``17138.1234`` is
+    ``17138.123``). The figures are seconds and rates computed in floating point, whose last
+    digits are noise to a reader; the decisions and envelopes keep the exact values."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, max(3, 3 - math.floor(math.log10(abs(value)))))
 
 
 def report_once(kind: Hashable, event: str, failure: BaseException, /, **fields: object) -> None:

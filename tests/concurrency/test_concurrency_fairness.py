@@ -214,6 +214,9 @@ async def test_the_per_client_cap_refuses_with_advice_about_the_clients_own_call
         error = parse_tool_error(busy.response.text)
         assert error is not None
         assert (error.details["client_active"], error.details["client_queued"]) == ("2", "0")
+        # The number the caller must keep to is its own cap, not the tool's 4 slots.
+        assert "(at most 2 of your calls, running or waiting)" in error.recovery
+        assert "run in parallel" not in error.recovery
         calls.release("a0")
         await anyio.wait_all_tasks_blocked()
         await _start(tg, calls, "a3", "a")

@@ -225,6 +225,25 @@ def test_events_go_through_structlog_when_the_application_configured_it(
     ]
 
 
+def test_log_lines_round_their_figures(
+    clock: FakeClock, records: Records, structlog_configured: None
+) -> None:
+    """Floating-point noise (0.0500000000001819) is not shown: 4 significant digits, never
+    coarser than a millisecond; whole numbers, text and infinities are left as they are."""
+    bound = LogEventObserver(clock=clock).for_tool("search", max_active=2)
+    with capture_logs() as captured:  # through structlog
+        bound.shed("queue_full", 2, 8, 0.0500000000001819)
+    assert captured[0]["retry_after"] == 0.05
+    structlog.reset_defaults()  # through the stdlib logger
+    bound.rate_limited("tool", 17138.123456)
+    bound.finished("timeout", 1.23456789)
+    bound.finished("internal_error", float("inf"))
+    figures = [(f["retry_after"], f.get("duration")) for _, f in events(records)]
+    assert figures == [(17138.123, None), (None, 1.235), (None, float("inf"))]
+    assert "retry_after=17138.123 " in records[0].getMessage()
+    assert "duration=1.235" in records[1].getMessage()
+
+
 @pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), "1", True])
 def test_a_bad_interval_is_refused(interval: object) -> None:
     with pytest.raises(ConfigurationError, match="interval="):

@@ -31,7 +31,7 @@ def _under_load(
     spawn: Callable[..., subprocess.Popen[str]], url: str, fail: Callable[[], float]
 ) -> tuple[list[tuple[float, int]], float]:
     """The fleet's running calls over time, and when the promotion was seen; prints the
-    figures docs/redis.md quotes (``pytest -s`` shows them)."""
+    figures docs/redis-cluster.md quotes (``pytest -s`` shows them)."""
     start_at = time.monotonic() + STARTUP
     workers = [
         spawn("chaos", url, start_at, SECONDS, LIMIT, 4, HOLD, REDIS_TIMEOUT)

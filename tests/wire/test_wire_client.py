@@ -1,4 +1,4 @@
-"""The client side (docs/wire-contract.md): parsing envelopes back, safely, and raising for
+"""The client side (docs/refusals.md): parsing envelopes back, safely, and raising for
 them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The prepared load-shedding envelopes (docs/wire-contract.md) parse back as the contract
+"""The prepared load-shedding envelopes (docs/refusals.md) parse back as the contract
 says."""
 
 from __future__ import annotations

@@ -1284,7 +1284,8 @@ class ConcurrencyGuard:
         if own is None:
             response = template.render(reason, active, queued, retry_after)
         else:
-            response = template.render_for_client(reason, active, queued, retry_after, *own)
+            cap = self._per_client if reason == "client_limit" else None
+            response = template.render_for_client(reason, active, queued, retry_after, *own, cap)
         return _server_busy(response, retry_after, reason)
 
     def _handler_timeout(self, timeout: float) -> HandlerTimeout:

@@ -38,7 +38,7 @@ _SUBSECOND_TEXT = ["0." + frac if frac else "0" for frac in MILLIS_TEXT]
 class ServerBusyTemplate:
     """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``."""
 
-    __slots__ = ("_head", "_last", "_mid", "_tail")
+    __slots__ = ("_head", "_last", "_mid", "_parallel", "_tail")
 
     def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
         # The last refusal's (reason, active, queued) and its text up to the advice: under
@@ -50,10 +50,11 @@ class ServerBusyTemplate:
             '<tool_error code="SERVER_BUSY" severity="error">\n'
             f'  <message>Tool "{name}" is at capacity ('
         )
+        self._parallel = f"(at most {max_active} run in parallel)"
         self._mid = (
             " queued).</message>\n"
             "  <recovery>Wait for the retry_after time, then call again; send fewer calls to"
-            f' "{name}" at once (at most {max_active} run in parallel).</recovery>\n'
+            f' "{name}" at once {self._parallel}.</recovery>\n'
             "  <details>\n"
             '    <detail key="reason">'
         )
@@ -95,11 +96,17 @@ class ServerBusyTemplate:
         retry_after: float,
         client_active: int,
         client_queued: int,
+        client_cap: int | None = None,
     ) -> ToolResponse:
         """The envelope of a refusal about the caller's own share (``fair_share``,
         ``client_limit``): after the standard details, how many of the caller's own calls run
-        (``client_active``) and wait (``client_queued``). Never the caller's key."""
+        (``client_active``) and wait (``client_queued``). Never the caller's key. With
+        ``client_cap`` (``client_limit``), the recovery names that cap, the number the caller
+        must keep to, instead of the tool's slots."""
         standard = self.render(reason, active, queued, retry_after).text
+        if client_cap is not None:
+            own_cap = f"(at most {client_cap} of your calls, running or waiting)"
+            standard = standard.replace(self._parallel, own_cap, 1)
         own = (
             f'    <detail key="client_active">{client_active}</detail>\n'
             f'    <detail key="client_queued">{client_queued}</detail>\n'
