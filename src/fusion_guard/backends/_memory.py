@@ -3,19 +3,26 @@
 **Promises.** A refusal tells the caller when the budget next opens, and callers refused while
 the budget is exhausted are told *successive* openings, one emission interval apart (see
 ``_base.py``): a key refused once holds a *promise cursor*, the time of the next opening not yet
-promised. Only refusals read or move it; an admitted call never touches it, so the admit path is
-what it was.
+promised. Only refusals move it. A known caller (``caller``: a client key or an MCP session)
+holds one promise per decision until its time, kept under a hash of the caller and the keys
+(never the keys themselves): it is told that promise again instead of taking a new one, and is
+refused with it while it comes back early, even when the budget has room (the openings before
+it are promised to others). Anonymous refusals take a promise each, but never one more than
+``burst`` openings past the budget's own next opening or the last opening promised to a known
+caller, whichever is later (the *anonymous bound*, ``_base.py``). An anonymous call on the admit
+path costs what it did; a known caller's costs one comparison while no promise is outstanding.
 
-Bounded memory: a key whose TAT is in the past is back to a full budget, and a cursor in the
-past promises nothing (every refusal's opening is later than ``now``), so either is the same as
-an absent one and can be dropped. Two amortised O(1) clean-ups keep the tables small:
+Bounded memory: a key whose TAT is in the past is back to a full budget, and a cursor or promise
+in the past promises nothing (every refusal's opening is later than ``now``), so either is the
+same as an absent one and can be dropped. Two amortised O(1) clean-ups keep the tables small:
 
 - once the clock passes the latest TAT or cursor handed out (the *horizon*), every key is back
-  to full with nothing promised, and both tables are cleared in one step: a million keys used
+  to full with nothing promised, and every table is cleared in one step: a million keys used
   once, then idle, cost nothing once the next new key arrives;
 - while new keys keep coming, the tables are swept (past entries dropped, the dicts rebuilt
   compact) whenever they have doubled since the previous sweep, so the sweep's O(n) is paid for
-  by the n/2 insertions before it.
+  by the n/2 insertions before it. The known callers' promises are swept the same way as they
+  grow, and are capped (``MAX_CALLERS``): past it, a caller is treated as anonymous.
 
 Only a new key grows a table, so only its insertion checks whether a clean-up is due: a
 decision on a known key does no housekeeping at all.
@@ -31,43 +38,58 @@ from collections.abc import Sequence
 from .._clock import Clock, monotonic
 from ._base import ALLOWED, GcraRequest, GcraResult
 
-__all__ = ["MemoryBackend"]
+__all__ = ["MAX_CALLERS", "MemoryBackend"]
 
 # Float sums drift by a few ulps: a caller who comes back after exactly the retry_after it was
 # given must pass, so a wait of up to a nanosecond counts as none.
 _SLACK = 1e-9
 _MIN_SWEEP = 1024
+MAX_CALLERS = 65_536
+"""Known callers' promises kept at most (about 100 bytes each); past it, anonymous advice."""
 
 
 class MemoryBackend:
     """In-process GCRA state (the default backend). ``clock``: monotonic seconds, injectable."""
 
-    __slots__ = ("_clock", "_cursors", "_horizon", "_sweep_at", "_tats")
+    __slots__ = ("_callers", "_callers_sweep_at", "_clock", "_cursors", "_frontiers",
+                 "_horizon", "_known_until", "_sweep_at", "_tats")  # fmt: skip
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = monotonic if clock is None else clock
         self._tats: dict[str, float] = {}
         self._cursors: dict[str, float] = {}  # per refused key: the next opening not promised
+        # Per key: one interval past the last opening promised to a known caller.
+        self._frontiers: dict[str, float] = {}
+        # Per known caller and decision (a hash of both): (the opening promised, its limit).
+        self._callers: dict[int, tuple[float, int]] = {}
+        self._known_until = float("-inf")  # the latest opening promised to a known caller
         self._horizon = float("-inf")  # the latest TAT or cursor stored: past it, all is full
         self._sweep_at = _MIN_SWEEP
+        self._callers_sweep_at = _MIN_SWEEP
 
     @property
     def clock(self) -> Clock:
         return self._clock
 
     def __len__(self) -> int:
-        """How many entries (TATs and promise cursors) are held now (entries in the past may
-        linger until a clean-up)."""
-        return len(self._tats) + len(self._cursors)
+        """How many entries (TATs, promise cursors, known callers' promises) are held now
+        (entries in the past may linger until a clean-up)."""
+        return len(self._tats) + len(self._cursors) + len(self._frontiers) + len(self._callers)
 
-    def wait_one(self, key: str, emission_interval: float, tolerance: float) -> float:
-        """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait."""
+    def wait_one(
+        self, key: str, emission_interval: float, tolerance: float, caller: str | None = None
+    ) -> float:
+        """Decide one limit: 0.0 when admitted (and recorded), else the seconds to wait.
+        ``caller``: who is asking, when known (one promise per caller)."""
         now = self._clock()
+        if caller is not None and now < self._known_until:
+            held = self._callers.get(hash((caller, key)))
+            if held is not None and held[0] - now > _SLACK:  # back before its promise
+                return held[0] - now
         stored = self._tats.get(key)
         tat = now if stored is None or stored < now else stored
-        opening = tat - tolerance
-        if opening - now > _SLACK:
-            return self._promise_one(key, opening, emission_interval, now)
+        if tat - tolerance - now > _SLACK:
+            return self._refusal(((key, emission_interval, tolerance),), now, caller).retry_after
         if stored is None:  # only a new key grows the table: clean up first when due
             self._clean_if_due(now)
         tat += emission_interval
@@ -76,9 +98,14 @@ class MemoryBackend:
             self._horizon = tat
         return 0.0
 
-    def decide_now(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        """Decide a call against every request's limit, all or nothing."""
+    def decide_now(self, requests: Sequence[GcraRequest], caller: str | None = None) -> GcraResult:
+        """Decide a call against every request's limit, all or nothing. ``caller``: who is
+        asking, when known (one promise per caller)."""
         now = self._clock()
+        if caller is not None and now < self._known_until:
+            held = self._callers.get(hash((caller, *[key for key, _, _ in requests])))
+            if held is not None and held[0] - now > _SLACK:  # back before its promise
+                return GcraResult(False, held[0] - now, held[1])
         get = self._tats.get
         new_key = False
         for key, _, tolerance in requests:
@@ -87,7 +114,7 @@ class MemoryBackend:
                 new_key = True
             # A key behind the clock waits less than nothing: no need to clamp it to now here.
             elif tat - tolerance - now > _SLACK:
-                return self._refusal(requests, now)
+                return self._refusal(requests, now, caller)
         if new_key:  # only a new key grows the table: clean up first when due
             self._clean_if_due(now)
         tats = self._tats
@@ -101,62 +128,95 @@ class MemoryBackend:
         self._horizon = horizon
         return ALLOWED
 
-    def _promise_one(self, key: str, opening: float, emission_interval: float, now: float) -> float:
-        """Promise ``opening`` (the budget's next one) or, when it is promised already, the next
-        one not yet promised; record the cursor past it. The seconds until it; spends no budget.
-
-        A cursor behind ``opening`` has lapsed (its callers never came back, or time moved on:
-        every opening up to the budget's own is free again) and counts for nothing."""
-        cursor = self._cursors.get(key)
-        if cursor is None:  # only a new key grows the table: clean up first when due
-            self._clean_if_due(now)
-        elif cursor > opening:  # the budget's next opening is promised already
-            opening = cursor
-        cursor = self._cursors[key] = opening + emission_interval
-        if cursor > self._horizon:
-            self._horizon = cursor
-        return opening - now
-
-    def _refusal(self, requests: Sequence[GcraRequest], now: float) -> GcraResult:
+    def _refusal(
+        self, requests: Sequence[GcraRequest], now: float, caller: str | None
+    ) -> GcraResult:
         """Promise the latest opening among the refusing limits; spends no budget.
 
-        The caller is told to come back at that opening, when it takes one opening of every
-        limit at once: each refusing limit's cursor moves one interval past it. For the limit
-        that decided the time this is its next opening; for the others it is conservative (the
-        openings they have before it stay unpromised, free for other callers), because a caller
-        who comes back later than its own limit's opening may find that opening lost to the
-        burst cap.
+        Each refusing limit offers its next opening not yet promised; for an anonymous caller
+        no more than ``burst`` openings past the later of the budget's own next opening and its
+        known callers' last promise (the anonymous bound). The caller is told to come back at
+        the latest of these, when it takes one opening of every limit at once: each refusing
+        limit's cursor moves one interval past it. For the limit that decided the time this is
+        its next opening; for the others it is conservative (the openings they have before it
+        stay unpromised, free for other callers), because a caller who comes back later than its
+        own limit's opening may find that opening lost to the burst cap. A known caller's
+        promise is kept (the caller is told it again until its time), and moves the limits'
+        frontiers, from which anonymous promises are bounded.
         """
-        get, cursor_of = self._tats.get, self._cursors.get
+        ident = None if caller is None else self._room_for(caller, requests, now)
+        if len(self._cursors) + len(self._frontiers) >= self._sweep_at:
+            self._clean_if_due(now)  # refusals grow the cursors: clean up first when due
+        get, cursor_of, frontier_of = self._tats.get, self._cursors.get, self._frontiers.get
         latest, refused = now, -1
         refusing: list[tuple[str, float]] = []
         for index, (key, emission_interval, tolerance) in enumerate(requests):
-            opening = get(key, now) - tolerance
-            if opening - now > _SLACK:
+            budget = get(key, now) - tolerance
+            if budget - now > _SLACK:
                 refusing.append((key, emission_interval))
-                cursor = cursor_of(key, opening)
-                if cursor > opening:  # the next opening is promised already
-                    opening = cursor
+                opening = cursor_of(key, budget)
+                if opening < budget:  # the cursor has lapsed: promises up to the budget's own
+                    opening = budget
+                if ident is None:  # anonymous: at most `burst` openings past the known ones
+                    frontier = frontier_of(key, budget)
+                    bound = (frontier if frontier > budget else budget) + tolerance
+                    bound += emission_interval
+                    if opening > bound:
+                        opening = bound
                 if opening > latest:
                     latest, refused = opening, index
+        cursors, frontiers = self._cursors, self._frontiers
         for key, emission_interval in refusing:
-            self._promise_one(key, latest, emission_interval, now)
+            after = latest + emission_interval
+            if after > cursors.get(key, now):
+                cursors[key] = after
+                if after > self._horizon:
+                    self._horizon = after
+            if ident is not None and after > frontier_of(key, now):
+                frontiers[key] = after
+        if ident is not None:
+            self._callers[ident] = (latest, refused)
+            if latest > self._known_until:
+                self._known_until = latest
         return GcraResult(False, latest - now, refused)
 
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
+    def _room_for(self, caller: str, requests: Sequence[GcraRequest], now: float) -> int | None:
+        """The hash a known caller's promise is kept under, or None when the table is full of
+        live promises (the caller is then advised as an anonymous one)."""
+        callers = self._callers
+        if len(callers) >= self._callers_sweep_at:
+            callers = self._callers = {i: p for i, p in callers.items() if p[0] > now}
+            self._callers_sweep_at = max(_MIN_SWEEP, 2 * len(callers))
+        if len(callers) >= MAX_CALLERS:
+            return None
+        return hash((caller, *[key for key, _, _ in requests]))
+
+    async def decide(
+        self, requests: Sequence[GcraRequest], caller: str | None = None
+    ) -> GcraResult:
         """:meth:`decide_now`; nothing is awaited, so the decision stays atomic."""
-        return self.decide_now(requests)
+        return self.decide_now(requests, caller)
 
     def _clean_if_due(self, now: float) -> None:
         if now >= self._horizon:
             self._tats.clear()
             self._cursors.clear()
-        elif len(self._tats) + len(self._cursors) >= self._sweep_at:
+            self._frontiers.clear()
+            self._callers.clear()
+        elif self._entries() >= self._sweep_at:
             self._tats = {key: tat for key, tat in self._tats.items() if tat > now}
             self._cursors = {key: at for key, at in self._cursors.items() if at > now}
+            self._frontiers = {key: at for key, at in self._frontiers.items() if at > now}
         else:
             return
-        self._sweep_at = max(_MIN_SWEEP, 2 * (len(self._tats) + len(self._cursors)))
+        self._sweep_at = max(_MIN_SWEEP, 2 * self._entries())
+
+    def _entries(self) -> int:
+        """The entries the main clean-up counts (the known callers' are swept apart)."""
+        return len(self._tats) + len(self._cursors) + len(self._frontiers)
 
     def __repr__(self) -> str:
-        return f"MemoryBackend(keys={len(self._tats)}, promised={len(self._cursors)})"
+        return (
+            f"MemoryBackend(keys={len(self._tats)}, promised={len(self._cursors)},"
+            f" callers={len(self._callers)})"
+        )
