@@ -1,0 +1,128 @@
+"""RATE_LIMITED advice nobody can poison, on Redis (decided in the Lua script, on the server's
+clock): a known caller holds one promise, anonymous promises stay within the anonymous bound,
+and a stored arrival time from before a backward clock step is clamped. Real time: the figures
+are checked within the round trips of a busy machine."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from fusion_guard import CallContext, RateLimited, RateLimiter, RedisRateLimitBackend
+from fusion_guard.backends import key_digest
+from redis_testserver import RedisServer
+
+pytestmark = pytest.mark.anyio
+
+TOOL = "search"
+
+
+async def _call(limiter: RateLimiter, client: str | None) -> float:
+    """One call of the tool: 0.0 when admitted, else the retry_after it was told."""
+    refusal = await limiter.acheck(CallContext(TOOL, client=client))
+    return 0.0 if refusal is None else refusal.retry_after or 0.0
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.001, 0.02])  # as fast as Redis answers, 1 kHz, 50/s
+@pytest.mark.parametrize("honest", ["honest", None])
+async def test_a_known_poller_leaves_an_honest_callers_advice_true(
+    redis_url: str, gap: float, honest: str | None
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix=f"poll{gap}{honest}")
+    limiter = RateLimiter(10, burst=5, scope="tool", backend=backend)
+    polls = 0
+
+    async def poll() -> None:
+        nonlocal polls
+        while True:
+            await _call(limiter, "poller")
+            polls += 1
+            await anyio.sleep(gap)
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(poll)
+            await anyio.sleep(0.6)  # the poller alone: the budget is spent, promises taken
+            wait = await _call(limiter, honest)
+            assert wait <= 1.0
+            if wait:  # else served at once: an opening was free
+                await anyio.sleep(wait)  # the poller goes on meanwhile
+                assert await _call(limiter, honest) == 0.0
+            group.cancel_scope.cancel()
+        assert polls > 25
+    finally:
+        await backend.aclose()
+
+
+async def test_a_limiter_polled_5000_times_tells_the_next_caller_under_a_second(
+    redis_url: str,
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="polled")
+    limiter = RateLimiter(10, burst=5, backend=backend)
+    try:
+        for _ in range(5000):  # the issue: 497.8 s of advice after this, fleet-wide
+            await limiter.decide()
+        assert 0.0 < (await limiter.decide()).retry_after <= 0.6 + 0.02
+        refusal = await limiter.acheck(CallContext(TOOL, client="next"))
+        assert isinstance(refusal, RateLimited)
+        assert 0.0 < (refusal.retry_after or 0.0) <= 0.7 + 0.02
+    finally:
+        await backend.aclose()
+
+
+async def test_a_known_callers_repeat_refusal_is_told_its_own_promise(redis_url: str) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="repeat")
+    limiter = RateLimiter(1, per=10.0, burst=1, scope="tool", backend=backend)  # every 10 s
+    try:
+        assert await _call(limiter, "a") == 0.0
+        first = await _call(limiter, "a")
+        again = [await _call(limiter, "a") for _ in range(20)]
+        assert first == pytest.approx(10.0, abs=0.05)
+        assert max(again) <= first  # the same opening, never a later one
+        assert await _call(limiter, "b") == pytest.approx(20.0, abs=0.05)
+    finally:
+        await backend.aclose()
+
+
+async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    """Redis's TIME cannot be stepped here, so the TAT of a budget is written 60 s ahead of it,
+    as a step back of 60 s leaves it: a caller at half the limit's rate is admitted at once,
+    but for its first call (told one interval), instead of refused for the whole 60 s."""
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="stepped")
+    limiter = RateLimiter(10, burst=2, name="stepped", backend=backend)
+    tat_key = backend.connection.key("rate", key_digest("stepped:"))
+    with redis_server.client() as client:
+        seconds, micros = client.time()
+        client.set(tat_key, str((seconds + 60) * 1_000_000 + micros))
+    try:
+        admitted = 0
+        for _ in range(10):
+            decision = await limiter.decide()
+            admitted += decision.allowed
+            assert decision.retry_after <= 0.2 + 0.02
+            await anyio.sleep(0.2)  # half the rate
+        assert admitted >= 9
+        with redis_server.client() as client:
+            assert client.pttl(tat_key) <= 300  # the clamped time, not the stepped one
+    finally:
+        await backend.aclose()
+
+
+async def test_known_callers_promises_expire_with_their_time(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="expiring")
+    limiter = RateLimiter(4, burst=1, scope="tool", backend=backend)  # every 0.25 s
+    try:
+        assert await _call(limiter, "a" * 100_000) == 0.0
+        wait = await _call(limiter, "b" * 100_000)
+        with redis_server.client() as client:
+            (promise,) = [key for key in client.keys("*") if b":c:" in key]
+            assert len(promise) < 100  # a digest, never the key
+            assert 0 < client.pttl(promise) <= round(wait * 1000) + 1
+            await anyio.sleep(wait + 0.26)
+            assert client.keys("*") == []
+    finally:
+        await backend.aclose()
