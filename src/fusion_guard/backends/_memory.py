@@ -88,8 +88,9 @@ class MemoryBackend:
                 return held[0] - now
         stored = self._tats.get(key)
         tat = now if stored is None or stored < now else stored
-        if tat - tolerance - now > _SLACK:
-            return self._refusal(((key, emission_interval, tolerance),), now, caller).retry_after
+        opening = tat - tolerance
+        if opening - now > _SLACK:
+            return self._promise_one(key, opening, emission_interval, tolerance, now, caller)
         if stored is None:  # only a new key grows the table: clean up first when due
             self._clean_if_due(now)
         tat += emission_interval
@@ -128,68 +129,105 @@ class MemoryBackend:
         self._horizon = horizon
         return ALLOWED
 
+    def _promise_one(
+        self,
+        key: str,
+        budget: float,
+        interval: float,
+        tolerance: float,
+        now: float,
+        caller: str | None,
+    ) -> float:
+        """:meth:`_refusal` for one limit (the common case), without the request list: the
+        seconds until the opening promised."""
+        ident = None if caller is None else self._room_for(hash((caller, key)), now)
+        if len(self._cursors) + len(self._frontiers) >= self._sweep_at:
+            self._clean_if_due(now)  # refusals grow the cursors: clean up first when due
+        opening = self._offer(key, budget, interval, tolerance, ident is None)
+        self._take(key, opening, interval, ident is not None)
+        if ident is not None:
+            self._keep(ident, opening, 0)
+        return opening - now
+
     def _refusal(
         self, requests: Sequence[GcraRequest], now: float, caller: str | None
     ) -> GcraResult:
         """Promise the latest opening among the refusing limits; spends no budget.
 
-        Each refusing limit offers its next opening not yet promised; for an anonymous caller
-        no more than ``burst`` openings past the later of the budget's own next opening and its
-        known callers' last promise (the anonymous bound). The caller is told to come back at
-        the latest of these, when it takes one opening of every limit at once: each refusing
-        limit's cursor moves one interval past it. For the limit that decided the time this is
-        its next opening; for the others it is conservative (the openings they have before it
-        stay unpromised, free for other callers), because a caller who comes back later than its
-        own limit's opening may find that opening lost to the burst cap. A known caller's
-        promise is kept (the caller is told it again until its time), and moves the limits'
-        frontiers, from which anonymous promises are bounded.
+        Each refusing limit offers its next opening not yet promised (:meth:`_offer`). The
+        caller is told to come back at the latest of these, when it takes one opening of every
+        limit at once: each refusing limit's cursor moves one interval past it. For the limit
+        that decided the time this is its next opening; for the others it is conservative (the
+        openings they have before it stay unpromised, free for other callers), because a caller
+        who comes back later than its own limit's opening may find that opening lost to the
+        burst cap. A known caller's promise is kept (it is told it again until its time).
         """
-        ident = None if caller is None else self._room_for(caller, requests, now)
+        ident = None
+        if caller is not None:
+            ident = self._room_for(hash((caller, *[key for key, _, _ in requests])), now)
         if len(self._cursors) + len(self._frontiers) >= self._sweep_at:
             self._clean_if_due(now)  # refusals grow the cursors: clean up first when due
-        get, cursor_of, frontier_of = self._tats.get, self._cursors.get, self._frontiers.get
+        get = self._tats.get
         latest, refused = now, -1
         refusing: list[tuple[str, float]] = []
-        for index, (key, emission_interval, tolerance) in enumerate(requests):
+        for index, (key, interval, tolerance) in enumerate(requests):
             budget = get(key, now) - tolerance
             if budget - now > _SLACK:
-                refusing.append((key, emission_interval))
-                opening = cursor_of(key, budget)
-                if opening < budget:  # the cursor has lapsed: promises up to the budget's own
-                    opening = budget
-                if ident is None:  # anonymous: at most `burst` openings past the known ones
-                    frontier = frontier_of(key, budget)
-                    bound = (frontier if frontier > budget else budget) + tolerance
-                    bound += emission_interval
-                    if opening > bound:
-                        opening = bound
+                refusing.append((key, interval))
+                opening = self._offer(key, budget, interval, tolerance, ident is None)
                 if opening > latest:
                     latest, refused = opening, index
-        cursors, frontiers = self._cursors, self._frontiers
-        for key, emission_interval in refusing:
-            after = latest + emission_interval
-            if after > cursors.get(key, now):
-                cursors[key] = after
-                if after > self._horizon:
-                    self._horizon = after
-            if ident is not None and after > frontier_of(key, now):
-                frontiers[key] = after
+        for key, interval in refusing:
+            self._take(key, latest, interval, ident is not None)
         if ident is not None:
-            self._callers[ident] = (latest, refused)
-            if latest > self._known_until:
-                self._known_until = latest
+            self._keep(ident, latest, refused)
         return GcraResult(False, latest - now, refused)
 
-    def _room_for(self, caller: str, requests: Sequence[GcraRequest], now: float) -> int | None:
-        """The hash a known caller's promise is kept under, or None when the table is full of
-        live promises (the caller is then advised as an anonymous one)."""
+    def _offer(
+        self, key: str, budget: float, interval: float, tolerance: float, anonymous: bool
+    ) -> float:
+        """The opening a refusing limit can promise: its next one not yet promised (a cursor
+        behind the budget's own next opening, ``budget``, has lapsed: its callers never came
+        back, or time moved on); for an anonymous caller at most ``burst`` openings past the
+        later of ``budget`` and the known callers' frontier (the anonymous bound)."""
+        opening = self._cursors.get(key, budget)
+        if opening < budget:
+            opening = budget
+        if anonymous:
+            frontier = self._frontiers.get(key, budget)
+            bound = (frontier if frontier > budget else budget) + tolerance + interval
+            if opening > bound:
+                opening = bound
+        return opening
+
+    def _take(self, key: str, opening: float, interval: float, known: bool) -> None:
+        """Move the key's cursor one interval past the promised ``opening`` (never back), and
+        its frontier with it for a known caller."""
+        after = opening + interval
+        cursor = self._cursors.get(key)
+        if cursor is None or after > cursor:
+            self._cursors[key] = after
+            if after > self._horizon:
+                self._horizon = after
+        if known:
+            frontier = self._frontiers.get(key)
+            if frontier is None or after > frontier:
+                self._frontiers[key] = after
+
+    def _keep(self, ident: int, opening: float, refused: int) -> None:
+        """Keep a known caller's promise until its time."""
+        self._callers[ident] = (opening, refused)
+        if opening > self._known_until:
+            self._known_until = opening
+
+    def _room_for(self, ident: int, now: float) -> int | None:
+        """``ident`` (the hash a known caller's promise is kept under), or None when the table
+        is full of live promises (the caller is then advised as an anonymous one)."""
         callers = self._callers
         if len(callers) >= self._callers_sweep_at:
             callers = self._callers = {i: p for i, p in callers.items() if p[0] > now}
             self._callers_sweep_at = max(_MIN_SWEEP, 2 * len(callers))
-        if len(callers) >= MAX_CALLERS:
-            return None
-        return hash((caller, *[key for key, _, _ in requests]))
+        return None if len(callers) >= MAX_CALLERS else ident
 
     async def decide(
         self, requests: Sequence[GcraRequest], caller: str | None = None
