@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import tracemalloc
 
+import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_guard import CallContext, RateLimiter
+from fusion_guard import CallContext, Guard, RateLimited, RateLimiter
 from fusion_guard.testing import FakeClock
 
 TOOL = "search"
@@ -166,3 +168,45 @@ def test_known_callers_promises_are_kept_in_bounded_memory_without_their_keys() 
     clock.advance(10.0)  # every promise has passed: a new key's arrival clears them all
     assert limiter.check(CallContext("another tool")) is None
     assert len(limiter.backend) == 1  # type: ignore[arg-type]
+
+
+async def _guarded(guard: Guard, client: str | None) -> float:
+    """One call through the Guard: 0.0 when admitted, else the retry_after of its envelope."""
+    try:
+        async with guard.admit(TOOL, client=client):
+            return 0.0
+    except RateLimited as limited:
+        return limited.retry_after or 0.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("poller", ["poller", None])
+async def test_a_guard_polled_in_process_tells_the_next_caller_under_a_second(
+    poller: str | None,
+) -> None:
+    """The issue's ``Guard(rate=10, burst=5)``, polled in a loop (one second of it advised 4.8
+    hours): the honest caller is told under a second and, while a known poller goes on, is
+    admitted when it comes back as told."""
+    guard = Guard(max_active=None, timeout=None, rate=10, burst=5, metrics=False)
+    polls = 0
+    stop = anyio.Event()
+
+    async def poll() -> None:
+        nonlocal polls
+        while not stop.is_set():
+            await _guarded(guard, poller)
+            polls += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(poll)
+        await anyio.sleep(0.3)
+        if poller is None:
+            stop.set()  # an anonymous poller is told apart from nobody: it stops here
+        wait = await _guarded(guard, "honest")
+        assert wait <= 0.7 + 0.01
+        if wait:
+            await anyio.sleep(wait)
+            assert await _guarded(guard, "honest") == 0.0
+        stop.set()
+    assert polls > 100
