@@ -84,28 +84,35 @@ async def test_a_known_callers_repeat_refusal_is_told_its_own_promise(redis_url:
         await backend.aclose()
 
 
+@pytest.mark.parametrize("client", [None, "known"])
 async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
-    redis_url: str, redis_server: RedisServer
+    redis_url: str, redis_server: RedisServer, client: str | None
 ) -> None:
-    """Redis's TIME cannot be stepped here, so the TAT of a budget is written 60 s ahead of it,
-    as a step back of 60 s leaves it: a caller at half the limit's rate is admitted at once,
-    but for its first call (told one interval), instead of refused for the whole 60 s."""
+    """Redis's TIME cannot be stepped here, so a budget's TAT, its promise cursor and a known
+    caller's promise are written 60 s ahead of it, as a step back of 60 s leaves them: a caller
+    at half the limit's rate is admitted but for its first call (told one interval), instead of
+    refused for the whole 60 s."""
     backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="stepped")
-    limiter = RateLimiter(10, burst=2, name="stepped", backend=backend)
-    tat_key = backend.connection.key("rate", key_digest("stepped:"))
-    with redis_server.client() as client:
-        seconds, micros = client.time()
-        client.set(tat_key, str((seconds + 60) * 1_000_000 + micros))
+    limiter = RateLimiter(10, burst=2, scope="tool", name="stepped", backend=backend)
+    tat_key = backend.connection.key("rate", key_digest(f"stepped:{TOOL}"))
+    with redis_server.client() as client_:
+        seconds, micros = client_.time()
+        ahead = (seconds + 60) * 1_000_000 + micros
+        client_.set(tat_key, str(ahead))
+        client_.set(tat_key + ":p", f"{ahead + 100_000} {ahead + 100_000}")
+        if client is not None:
+            ident = key_digest("\x00".join([client, f"stepped:{TOOL}"]))
+            client_.set(f"{tat_key}:c:{ident}", f"{ahead} 1")
     try:
         admitted = 0
         for _ in range(10):
-            decision = await limiter.decide()
-            admitted += decision.allowed
-            assert decision.retry_after <= 0.2 + 0.02
+            wait = await _call(limiter, client)
+            admitted += wait == 0.0
+            assert wait <= 0.1 + 0.02
             await anyio.sleep(0.2)  # half the rate
         assert admitted >= 9
-        with redis_server.client() as client:
-            assert client.pttl(tat_key) <= 300  # the clamped time, not the stepped one
+        with redis_server.client() as client_:
+            assert client_.pttl(tat_key) <= 300  # the clamped time, not the stepped one
     finally:
         await backend.aclose()
 

@@ -21,7 +21,8 @@
 -- them, each refusing limit's cursor moves to that time plus its interval (never back), and a
 -- known caller's frontier with it.
 -- A stored TAT is never legitimately more than tolerance + interval ahead of now: one further
--- ahead (the server's clock stepped back) is taken as that much, and stored so.
+-- ahead (the server's clock stepped back) is taken as that much, and stored so, and the limit's
+-- cursor is reset (its callers' promises, made on the old clock, are void).
 -- A TAT key expires when its TAT is reached (the budget is full again by then), a cursor or a
 -- caller's promise when its time is reached (every promise is in the past by then: it has
 -- lapsed).
@@ -40,17 +41,6 @@ local function store(key, value, at)
     redis.call('SET', key, value, 'PX', math.ceil((at - now) / 1000))
 end
 
-if caller then
-    local held = redis.call('GET', caller)
-    if held then
-        local at, index = string.match(held, '^(%d+) (%d+)$')
-        at = tonumber(at)
-        if at and at > now then
-            return (at - now) * 64 + tonumber(index)
-        end
-    end
-end
-
 local tats = {}
 local refusing = false
 
@@ -60,14 +50,31 @@ for i = 1, limits do
     local highest = now + tolerance + tonumber(ARGV[2 * i - 1])
     if tat < now then
         tat = now
-    elseif tat > highest then -- the clock stepped back: no budget is spent that far ahead
-        tat = highest
+    elseif tat > highest then -- the clock stepped back: no budget is spent that far ahead,
+        tat = highest -- and the promises made on the old clock are void
         store(KEYS[2 * i - 1], string.format('%.0f', tat), tat)
+        redis.call('DEL', KEYS[2 * i])
     end
     if tat - tolerance > now then
         refusing = true
     end
     tats[i] = tat
+end
+
+-- A live promise lies before its limit's cursor (which moved past it); one that does not was
+-- made before the cursor was reset (the clock stepped back, above) and is ignored.
+if caller then
+    local held = redis.call('GET', caller)
+    if held then
+        local at, index = string.match(held, '^(%d+) (%d+)$')
+        at, index = tonumber(at), tonumber(index)
+        if at and at > now and index and index <= limits then
+            local cursor = tonumber(string.match(redis.call('GET', KEYS[2 * index]) or '', '^%d+'))
+            if cursor and cursor > at then
+                return (at - now) * 64 + index
+            end
+        end
+    end
 end
 
 if not refusing then
