@@ -127,7 +127,7 @@ class RetryPromises:
         self._max = max_retry_after
 
     def promise(
-        self, now: float, queued: int, step: float, crowd: int = 0, caller: str | None = None
+        self, now: float, queued: int, step: float, crowd: int, caller: str | None = None
     ) -> float:
         """retry_after (seconds) for the caller refused at ``now`` with ``queued`` ahead.
 

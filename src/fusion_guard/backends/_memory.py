@@ -3,8 +3,8 @@
 **Promises.** A refusal tells the caller when the budget next opens, and callers refused while
 the budget is exhausted are told *successive* openings, one emission interval apart (see
 ``_base.py``): a key refused once holds a *promise cursor*, the time of the next opening not yet
-promised. Only refusals move it. A known caller (``caller``: a client key or an MCP session)
-holds one promise per decision until its time, kept under a hash of the caller and the keys
+promised. Only refusals move it. A known caller (``caller``: its client key) holds one
+promise per decision until its time, kept under a hash of the caller and the keys
 (never the keys themselves): it is told that promise again instead of taking a new one, and is
 refused with it while it comes back early, even when the budget has room (the openings before
 it are promised to others). Anonymous refusals take a promise each, but never one more than
@@ -24,8 +24,8 @@ same as an absent one and can be dropped. Two amortised O(1) clean-ups keep the 
   by the n/2 insertions before it. The known callers' promises are swept the same way as they
   grow, and are capped (``MAX_CALLERS``): past it, a caller is treated as anonymous.
 
-Only a new key grows a table, so only its insertion checks whether a clean-up is due: a
-decision on a known key does no housekeeping at all.
+Only a new key or a refusal grows a table, so only they check whether a clean-up is due: an
+admission on a known key does no housekeeping at all.
 
 Atomic under concurrency: a decision never awaits, so within one event loop no other task runs
 between its check and its record. Not thread-safe: use it from the event loop's thread.
