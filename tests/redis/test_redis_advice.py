@@ -5,8 +5,13 @@ are checked within the round trips of a busy machine."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fusion_guard import CallContext, RateLimited, RateLimiter, RedisRateLimitBackend
 from fusion_guard.backends import key_digest
@@ -133,3 +138,59 @@ async def test_known_callers_promises_expire_with_their_time(
             assert client.keys("*") == []
     finally:
         await backend.aclose()
+
+
+async def test_a_known_caller_back_early_is_refused_even_when_the_budget_has_room(
+    redis_url: str,
+) -> None:
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="early")
+    limiter = RateLimiter(10, burst=2, scope="tool", backend=backend)
+    try:
+        assert await _call(limiter, "x") == await _call(limiter, "y") == 0.0
+        start = anyio.current_time()
+        assert await _call(limiter, "a") == pytest.approx(0.1, abs=0.02)
+        assert await _call(limiter, "b") == pytest.approx(0.2, abs=0.02)
+        await anyio.sleep_until(start + 0.15)  # one opening is there, a's: b is early
+        assert await _call(limiter, "b") == pytest.approx(0.05, abs=0.02)
+        assert await _call(limiter, "a") == 0.0
+    finally:
+        await backend.aclose()
+
+
+_prefixes = itertools.count()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.integers(min_value=5, max_value=50),
+    st.integers(min_value=1, max_value=6),
+    st.lists(st.tuples(st.booleans(), st.sampled_from([None, None, "a", "b"])), max_size=60),
+)
+def test_promises_never_exceed_the_bound_whatever_the_refusals(
+    redis_url: str, rate: int, burst: int, calls: list[tuple[bool, str | None]]
+) -> None:
+    """The memory backend's property on the Lua script, on the server's clock: anonymous
+    callers are told at most ``burst + 1`` intervals, and with k known callers among them
+    nobody more than ``1 + (k + 1)(burst + 2)``; a pause between calls is one round trip or a
+    few milliseconds."""
+
+    async def run() -> None:
+        backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix=f"prop{next(_prefixes)}")
+        limiter = RateLimiter(rate, burst=burst, scope="tool", backend=backend)
+        interval = limiter.limit.emission_interval
+        known: set[str] = set()
+        try:
+            for pause, client in calls:
+                if pause:
+                    await asyncio.sleep(0.003)
+                if client is not None:
+                    known.add(client)
+                wait = await _call(limiter, client)
+                openings = (1 + (len(known) + 1) * (burst + 2)) if known else burst + 1
+                assert wait <= openings * interval + 0.002  # a round trip's rounding
+        finally:
+            await backend.aclose()
+
+    asyncio.run(run())
