@@ -6,7 +6,9 @@ are checked within the round trips of a busy machine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -22,6 +24,16 @@ pytestmark = pytest.mark.anyio
 TOOL = "search"
 
 
+@contextlib.asynccontextmanager
+async def _backend(redis_url: str, prefix: str) -> AsyncIterator[RedisRateLimitBackend]:
+    """A backend of its own (keys under ``prefix``), closed after the block."""
+    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix=prefix)
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
 async def _call(limiter: RateLimiter, client: str | None) -> float:
     """One call of the tool: 0.0 when admitted, else the retry_after it was told."""
     refusal = await limiter.acheck(CallContext(TOOL, client=client))
@@ -33,18 +45,17 @@ async def _call(limiter: RateLimiter, client: str | None) -> float:
 async def test_a_known_poller_leaves_an_honest_callers_advice_true(
     redis_url: str, gap: float, honest: str | None
 ) -> None:
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix=f"poll{gap}{honest}")
-    limiter = RateLimiter(10, burst=5, scope="tool", backend=backend)
-    polls = 0
+    async with _backend(redis_url, f"poll{gap}{honest}") as backend:
+        limiter = RateLimiter(10, burst=5, scope="tool", backend=backend)
+        polls = 0
 
-    async def poll() -> None:
-        nonlocal polls
-        while True:
-            await _call(limiter, "poller")
-            polls += 1
-            await anyio.sleep(gap)
+        async def poll() -> None:
+            nonlocal polls
+            while True:
+                await _call(limiter, "poller")
+                polls += 1
+                await anyio.sleep(gap)
 
-    try:
         async with anyio.create_task_group() as group:
             group.start_soon(poll)
             await anyio.sleep(0.6)  # the poller alone: the budget is spent, promises taken
@@ -55,38 +66,30 @@ async def test_a_known_poller_leaves_an_honest_callers_advice_true(
                 assert await _call(limiter, honest) == 0.0
             group.cancel_scope.cancel()
         assert polls > 25
-    finally:
-        await backend.aclose()
 
 
 async def test_a_limiter_polled_5000_times_tells_the_next_caller_under_a_second(
     redis_url: str,
 ) -> None:
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="polled")
-    limiter = RateLimiter(10, burst=5, backend=backend)
-    try:
+    async with _backend(redis_url, "polled") as backend:
+        limiter = RateLimiter(10, burst=5, backend=backend)
         for _ in range(5000):  # the issue: 497.8 s of advice after this, fleet-wide
             await limiter.decide()
         assert 0.0 < (await limiter.decide()).retry_after <= 0.6 + 0.02
         refusal = await limiter.acheck(CallContext(TOOL, client="next"))
         assert isinstance(refusal, RateLimited)
         assert 0.0 < (refusal.retry_after or 0.0) <= 0.7 + 0.02
-    finally:
-        await backend.aclose()
 
 
 async def test_a_known_callers_repeat_refusal_is_told_its_own_promise(redis_url: str) -> None:
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="repeat")
-    limiter = RateLimiter(1, per=10.0, burst=1, scope="tool", backend=backend)  # every 10 s
-    try:
+    async with _backend(redis_url, "repeat") as backend:
+        limiter = RateLimiter(1, per=10.0, burst=1, scope="tool", backend=backend)  # every 10 s
         assert await _call(limiter, "a") == 0.0
         first = await _call(limiter, "a")
         again = [await _call(limiter, "a") for _ in range(20)]
         assert first == pytest.approx(10.0, abs=0.05)
         assert max(again) <= first  # the same opening, never a later one
         assert await _call(limiter, "b") == pytest.approx(20.0, abs=0.05)
-    finally:
-        await backend.aclose()
 
 
 @pytest.mark.parametrize("client", [None, "known"])
@@ -97,18 +100,17 @@ async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
     caller's promise are written 60 s ahead of it, as a step back of 60 s leaves them: a caller
     at half the limit's rate is admitted but for its first call (told one interval), instead of
     refused for the whole 60 s."""
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="stepped")
-    limiter = RateLimiter(10, burst=2, scope="tool", name="stepped", backend=backend)
-    tat_key = backend.connection.key("rate", key_digest(f"stepped:{TOOL}"))
-    with redis_server.client() as client_:
-        seconds, micros = client_.time()
-        ahead = (seconds + 60) * 1_000_000 + micros
-        client_.set(tat_key, str(ahead))
-        client_.set(tat_key + ":p", f"{ahead + 100_000} {ahead + 100_000}")
-        if client is not None:
-            ident = key_digest("\x00".join([client, f"stepped:{TOOL}"]))
-            client_.set(f"{tat_key}:c:{ident}", f"{ahead} 1")
-    try:
+    async with _backend(redis_url, "stepped") as backend:
+        limiter = RateLimiter(10, burst=2, scope="tool", name="stepped", backend=backend)
+        tat_key = backend.connection.key("rate", key_digest(f"stepped:{TOOL}"))
+        with redis_server.client() as client_:
+            seconds, micros = client_.time()
+            ahead = (seconds + 60) * 1_000_000 + micros
+            client_.set(tat_key, str(ahead))
+            client_.set(tat_key + ":p", f"{ahead + 100_000} {ahead + 100_000}")
+            if client is not None:
+                ident = key_digest("\x00".join([client, f"stepped:{TOOL}"]))
+                client_.set(f"{tat_key}:c:{ident}", f"{ahead} 1")
         admitted = 0
         for _ in range(10):
             wait = await _call(limiter, client)
@@ -118,16 +120,13 @@ async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
         assert admitted >= 9
         with redis_server.client() as client_:
             assert client_.pttl(tat_key) <= 300  # the clamped time, not the stepped one
-    finally:
-        await backend.aclose()
 
 
 async def test_known_callers_promises_expire_with_their_time(
     redis_url: str, redis_server: RedisServer
 ) -> None:
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="expiring")
-    limiter = RateLimiter(4, burst=1, scope="tool", backend=backend)  # every 0.25 s
-    try:
+    async with _backend(redis_url, "expiring") as backend:
+        limiter = RateLimiter(4, burst=1, scope="tool", backend=backend)  # every 0.25 s
         assert await _call(limiter, "a" * 100_000) == 0.0
         wait = await _call(limiter, "b" * 100_000)
         with redis_server.client() as client:
@@ -136,16 +135,13 @@ async def test_known_callers_promises_expire_with_their_time(
             assert 0 < client.pttl(promise) <= round(wait * 1000) + 1
             await anyio.sleep(wait + 0.26)
             assert client.keys("*") == []
-    finally:
-        await backend.aclose()
 
 
 async def test_a_known_caller_back_early_is_refused_even_when_the_budget_has_room(
     redis_url: str,
 ) -> None:
-    backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix="early")
-    limiter = RateLimiter(10, burst=2, scope="tool", backend=backend)
-    try:
+    async with _backend(redis_url, "early") as backend:
+        limiter = RateLimiter(10, burst=2, scope="tool", backend=backend)
         assert await _call(limiter, "x") == await _call(limiter, "y") == 0.0
         start = anyio.current_time()
         assert await _call(limiter, "a") == pytest.approx(0.1, abs=0.02)
@@ -153,8 +149,6 @@ async def test_a_known_caller_back_early_is_refused_even_when_the_budget_has_roo
         await anyio.sleep_until(start + 0.15)  # one opening is there, a's: b is early
         assert await _call(limiter, "b") == pytest.approx(0.05, abs=0.02)
         assert await _call(limiter, "a") == 0.0
-    finally:
-        await backend.aclose()
 
 
 _prefixes = itertools.count()
@@ -177,11 +171,10 @@ def test_promises_never_exceed_the_bound_whatever_the_refusals(
     few milliseconds."""
 
     async def run() -> None:
-        backend = RedisRateLimitBackend(redis_url, timeout=1.0, prefix=f"prop{next(_prefixes)}")
-        limiter = RateLimiter(rate, burst=burst, scope="tool", backend=backend)
-        interval = limiter.limit.emission_interval
-        known: set[str] = set()
-        try:
+        async with _backend(redis_url, f"prop{next(_prefixes)}") as backend:
+            limiter = RateLimiter(rate, burst=burst, scope="tool", backend=backend)
+            interval = limiter.limit.emission_interval
+            known: set[str] = set()
             for pause, client in calls:
                 if pause:
                     await asyncio.sleep(0.003)
@@ -190,7 +183,5 @@ def test_promises_never_exceed_the_bound_whatever_the_refusals(
                 wait = await _call(limiter, client)
                 openings = (1 + (len(known) + 1) * (burst + 2)) if known else burst + 1
                 assert wait <= openings * interval + 0.002  # a round trip's rounding
-        finally:
-            await backend.aclose()
 
     asyncio.run(run())
