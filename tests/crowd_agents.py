@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -26,7 +27,14 @@ from dataclasses import astuple, dataclass
 
 import anyio
 
-from fusion_guard import Guard, RedisRateLimitBackend, parse_tool_error
+from fusion_guard import (
+    Guard,
+    RedisRateLimitBackend,
+    Rejected,
+    ToolResponse,
+    parse_tool_error,
+    success,
+)
 from fusion_guard.backends import RateBackend
 
 TOOL = "search"
@@ -105,12 +113,21 @@ async def _handler() -> str:
     return "ok"
 
 
-async def agent(guard: Guard, start: float) -> Agent:
+async def _call(guard: Guard, client: str | None) -> ToolResponse:
+    """One call of the tool as ``client`` (None: anonymous)."""
+    try:
+        async with guard.admit(TOOL, client=client):
+            return success("ok")
+    except Rejected as exc:
+        return exc.response
+
+
+async def agent(guard: Guard, start: float, client: str | None = None) -> Agent:
     refusals = 0
     first_advice: float | None = None
     first_call = time.monotonic() - start
     while True:
-        response = await guard.call(TOOL, _handler)
+        response = await _call(guard, client)
         if not response.is_error:
             done = time.monotonic() - start
             return Agent(refusals, refusals <= 1, done, first_advice, first_call)
@@ -124,17 +141,21 @@ async def agent(guard: Guard, start: float) -> Agent:
         await anyio.sleep(info.retry_after)
 
 
-async def run_agents(guard: Guard, count: int, start: float) -> list[Agent]:
-    """``count`` agents calling at once (at ``start``, a ``time.monotonic()`` instant)."""
+async def run_agents(
+    guard: Guard, count: int, start: float, *, known: bool = True, name: str = "agent"
+) -> list[Agent]:
+    """``count`` agents calling at once (at ``start``, a ``time.monotonic()`` instant), each
+    under a client key of its own (``name``-n) when ``known``, as agents over MCP are told apart
+    by their session or credentials; else all anonymous."""
     agents: list[Agent] = []
 
-    async def one() -> None:
-        agents.append(await agent(guard, start))
+    async def one(client: str | None) -> None:
+        agents.append(await agent(guard, start, client))
 
     await anyio.sleep(max(0.0, start - time.monotonic()))
     async with anyio.create_task_group() as group:
-        for _ in range(count):
-            group.start_soon(one)
+        for n in range(count):
+            group.start_soon(one, f"{name}-{n}" if known else None)
     return agents
 
 
@@ -166,7 +187,7 @@ async def _process(url: str, count: int, rate: float, burst: int) -> None:
         await asyncio.gather(*(backend.connection.client.ping() for _ in range(count)))
         print("ready", flush=True)
         start = float(await asyncio.to_thread(sys.stdin.readline))
-        agents = await run_agents(guard, count, start)
+        agents = await run_agents(guard, count, start, name=f"agent-{os.getpid()}")
     finally:
         await backend.aclose()
     print(json.dumps([astuple(a) for a in agents]), flush=True)

@@ -22,11 +22,12 @@ async def observe_hold(guard: ConcurrencyGuard, clock: FakeClock, seconds: float
         clock.advance(seconds)
 
 
-async def refusals(guard: ConcurrencyGuard, count: int) -> list[float]:
+async def refusals(guard: ConcurrencyGuard, count: int, *, known: bool = False) -> list[float]:
+    """``count`` refused calls' retry_after; ``known``: each by a client of its own."""
     out: list[float] = []
-    for _ in range(count):
+    for n in range(count):
         with pytest.raises(ServerBusy) as info:
-            await guard.acquire()
+            await guard.acquire(f"caller-{n}" if known else None)
         assert info.value.retry_after is not None
         out.append(info.value.retry_after)
     return out
@@ -39,7 +40,9 @@ async def test_successive_refusals_are_promised_successive_openings(clock: FakeC
     guard = ConcurrencyGuard(2, max_queue=0, clock=clock)
     await observe_hold(guard, clock, 0.4)  # one slot frees every 0.4 / 2 = 0.2 s
     held = [guard.acquire_nowait(), guard.acquire_nowait()]
-    assert await refusals(guard, 4) == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    assert await refusals(guard, 4, known=True) == pytest.approx([0.2, 0.4, 0.6, 0.8])
+    # Anonymous: at most a full guard (2 slots, no queue) of openings past the known ones.
+    assert await refusals(guard, 4) == pytest.approx([1.0, 1.2, 1.4, 1.4])
     for slot in held:
         slot.release()
 
@@ -64,7 +67,7 @@ async def test_retry_after_uses_the_prior_before_any_sample(clock: FakeClock) ->
 async def test_promises_fall_back_to_the_queue_drain_once_time_passes(clock: FakeClock) -> None:
     guard = ConcurrencyGuard(1, max_queue=0, expected_service_time=0.1, clock=clock)
     holder = guard.acquire_nowait()
-    assert await refusals(guard, 3) == pytest.approx([0.1, 0.2, 0.3])
+    assert await refusals(guard, 3, known=True) == pytest.approx([0.1, 0.2, 0.3])
     clock.advance(0.1)
     holder.release()  # a 0.1 s hold, as the prior said
     clock.advance(10)  # the burst is long over: no stale promises linger

@@ -7,7 +7,14 @@ import math
 import anyio
 import pytest
 
-from fusion_guard import ConfigurationError, MemoryBackend, RateDecision, RateLimit, RateLimiter
+from fusion_guard import (
+    CallContext,
+    ConfigurationError,
+    MemoryBackend,
+    RateDecision,
+    RateLimit,
+    RateLimiter,
+)
 from fusion_guard.backends import RateBackend
 from fusion_guard.testing import FakeClock
 
@@ -43,8 +50,9 @@ def test_refusals_spend_no_budget_and_are_told_successive_openings() -> None:
     clock = FakeClock()
     limiter = RateLimiter(1, per=1.0, burst=1, clock=clock)
     limiter.try_acquire()
-    waits = [limiter.try_acquire().retry_after for _ in range(100)]
-    assert waits == pytest.approx([float(k) for k in range(1, 101)])
+    refusals = [limiter.check(CallContext("t", client=f"c{k}")) for k in range(100)]
+    waits = [refusal.retry_after for refusal in refusals if refusal is not None]
+    assert waits == pytest.approx([float(k) for k in range(1, 101)])  # one opening per caller
     clock.advance(1.0)
     assert limiter.try_acquire().allowed  # the budget's next opening was not spent
 

@@ -41,33 +41,58 @@ class Bucket:
 
 
 class Promised:
-    """One limit in the reference: the exact bucket, and the promise cursor (the next opening
-    not yet promised to a refused caller; ``None`` before any refusal)."""
+    """One limit in the reference: the exact bucket, the promise cursor (the next opening not
+    yet promised to a refused caller; ``None`` before any refusal) and the frontier (one
+    interval past the last opening promised to a known caller; ``None`` before any)."""
 
     def __init__(self, rate: int, per: Fraction, burst: int) -> None:
         self.bucket = Bucket(rate, per, burst)
         self.interval = per / rate
+        self.burst = burst
         self.cursor: Fraction | None = None
+        self.frontier: Fraction | None = None
 
-    def opening(self, now: Fraction) -> Fraction | None:
-        """``None`` when this limit admits a call now, else the opening to promise."""
+    def opening(self, now: Fraction, known: bool = False) -> Fraction | None:
+        """``None`` when this limit admits a call now, else the opening to promise: the next
+        one not yet promised, for an anonymous caller at most ``burst`` openings past the later
+        of the budget's own and the frontier (the anonymous bound)."""
         wait = self.bucket.wait(now)
         if wait == 0:
             return None
-        opening = now + wait
-        return opening if self.cursor is None or self.cursor < opening else self.cursor
+        budget = now + wait
+        opening = budget if self.cursor is None or self.cursor < budget else self.cursor
+        if not known:
+            base = budget if self.frontier is None or self.frontier < budget else self.frontier
+            opening = min(opening, base + self.burst * self.interval)
+        return opening
 
     def live(self, now: Fraction) -> int:
         """How many entries the backend must still hold for this limit: its TAT until the bucket
-        is full again, its cursor until that time has passed."""
-        return (not self.bucket.full(now)) + (self.cursor is not None and self.cursor > now)
+        is full again, its cursor and frontier until their times have passed."""
+        return (
+            (not self.bucket.full(now))
+            + (self.cursor is not None and self.cursor > now)
+            + (self.frontier is not None and self.frontier > now)
+        )
 
 
-def decide(limits: list[Promised], now: Fraction) -> tuple[Fraction, int] | None:
+Held = dict[str, tuple[Fraction, int]]
+"""The reference's known callers: each one's outstanding promise and its limit."""
+
+
+def decide(
+    limits: list[Promised], now: Fraction, caller: str | None = None, held: Held | None = None
+) -> tuple[Fraction, int] | None:
     """The reference decision: ``None`` when admitted (every bucket spends a token), else the
     retry_after and which limit's opening is the latest; every refusing limit's cursor moves one
-    of its intervals past that opening."""
-    openings = [limit.opening(now) for limit in limits]
+    of its intervals past that opening (never back). A known ``caller`` (its promises in
+    ``held``) before its promise is told it again, admitted or not; its new promise moves the
+    refusing limits' frontiers."""
+    known = caller is not None and held is not None
+    if known and caller in held and held[caller][0] > now:  # type: ignore[operator]
+        promise, index = held[caller]  # type: ignore[index]
+        return promise - now, index
+    openings = [limit.opening(now, known) for limit in limits]
     refusing = [(i, at) for i, at in enumerate(openings) if at is not None]
     if not refusing:
         for limit in limits:
@@ -75,7 +100,13 @@ def decide(limits: list[Promised], now: Fraction) -> tuple[Fraction, int] | None
         return None
     refused, latest = max(refusing, key=lambda item: item[1])
     for i, _ in refusing:
-        limits[i].cursor = latest + limits[i].interval
+        limit = limits[i]
+        after = latest + limit.interval
+        limit.cursor = after if limit.cursor is None else max(limit.cursor, after)
+        if known:
+            limit.frontier = after if limit.frontier is None else max(limit.frontier, after)
+    if known:
+        held[caller] = (latest, refused)  # type: ignore[index]
     return latest - now, refused
 
 
@@ -154,20 +185,22 @@ def test_composed_limits_are_all_or_nothing_and_advise_the_latest_opening(
     )
     server = Promised(*first)
     clients = {"a": Promised(*second), "b": Promised(*second)}
+    held: Held = {}
     now = Fraction(0)
     for gap, is_a in calls:
         now += Fraction(gap, 1000)
         clock.now = float(now)
         client = "a" if is_a else "b"
         pair = [server, clients[client]]
-        openings = [limit.opening(now) for limit in pair]
+        openings = [limit.opening(now, known=True) for limit in pair]
+        early = client in held and held[client][0] > now
         refused = limits.check(CallContext("t", client=client))
-        expected = decide(pair, now)
+        expected = decide(pair, now, client, held)
         assert (refused is None) == (expected is None)
         if refused is not None and expected is not None:
             assert abs(refused.retry_after - float(expected[0])) < 1e-6
             first_at, second_at = (now if at is None else at for at in openings)
-            if abs(first_at - second_at) > Fraction(1, 10**6):  # a near tie may go either way
+            if not early and abs(first_at - second_at) > Fraction(1, 10**6):  # a near tie
                 assert refused.scope == ("global" if first_at > second_at else "client")
 
 

@@ -34,13 +34,25 @@ async def _refusals(limits: RateLimits, ctx: CallContext, count: int) -> list[Ra
     return refusals
 
 
+async def _known(limits: RateLimits, tool: str, callers: range) -> list[RateLimited]:
+    """One refusal for each known caller (client keys ``caller-n``)."""
+    return [
+        refusal
+        for n in callers
+        for refusal in await _refusals(limits, CallContext(tool, client=f"caller-{n}"), 1)
+    ]
+
+
 async def test_successive_refusals_are_told_successive_openings(redis_url: str) -> None:
     backend = RedisRateLimitBackend(redis_url, timeout=1.0)
     limits = RateLimits([RateLimiter(1, 10.0, 2)], backend=backend)  # one call every 10 s
     ctx = CallContext("t")
     assert [await limits.acheck(ctx) for _ in range(2)] == [None, None]
-    waits = [refusal.retry_after for refusal in await _refusals(limits, ctx, 4)]
+    waits = [refusal.retry_after for refusal in await _known(limits, "t", range(4))]
     assert waits == pytest.approx([10.0, 20.0, 30.0, 40.0], abs=CLOSE)
+    # Anonymous: at most `burst` (2) openings past the frontier (the known callers' last + 10).
+    waits = [refusal.retry_after for refusal in await _refusals(limits, ctx, 4)]
+    assert waits == pytest.approx([50.0, 60.0, 70.0, 70.0], abs=CLOSE)
     await backend.aclose()
 
 
@@ -84,18 +96,18 @@ async def test_composed_limits_advise_the_latest_opening(redis_url: str) -> None
     tool = RateLimiter(1, 2.0, 1, scope="tool", name="tool")  # every 2 s
     limits = RateLimits([server, tool], backend=backend)
     assert await limits.acheck(CallContext("a")) is None
-    (both,) = await _refusals(limits, CallContext("a"), 1)
+    (both,) = await _refusals(limits, CallContext("a", client="x"), 1)
     assert (both.scope, both.retry_after) == ("tool", pytest.approx(2.0, abs=CLOSE))
-    (tool_only,) = await _refusals(limits, CallContext("a"), 1)
+    (tool_only,) = await _refusals(limits, CallContext("a", client="y"), 1)
     assert tool_only.retry_after == pytest.approx(4.0, abs=CLOSE)
-    (other_tool,) = await _refusals(limits, CallContext("b"), 1)
+    (other_tool,) = await _refusals(limits, CallContext("b", client="z"), 1)
     assert (other_tool.scope, other_tool.retry_after) == ("global", pytest.approx(4.5, abs=CLOSE))
     await backend.aclose()
 
 
 async def test_a_fleet_shares_the_promises(redis_url: str) -> None:
-    """Two replicas (two backends, as two processes would have): their refusals interleave on
-    one cursor, so no two callers are told the same opening."""
+    """Two replicas (two backends, as two processes would have): their known callers'
+    refusals interleave on one cursor, so no two callers are told the same opening."""
     replicas = [RedisRateLimitBackend(redis_url, timeout=1.0) for _ in range(2)]
     fleet = [RateLimits([RateLimiter(1, 10.0, 1)], backend=backend) for backend in replicas]
     ctx = CallContext("t")
@@ -103,7 +115,7 @@ async def test_a_fleet_shares_the_promises(redis_url: str) -> None:
     start = time.monotonic()
     promised = []
     for i in range(6):
-        (refusal,) = await _refusals(fleet[i % 2], ctx, 1)
+        (refusal,) = await _known(fleet[i % 2], "t", range(i, i + 1))
         promised.append(refusal.retry_after + (time.monotonic() - start))
     assert promised == pytest.approx([10.0 * k for k in range(1, 7)], abs=CLOSE)
     for backend in replicas:

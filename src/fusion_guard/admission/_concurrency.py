@@ -798,7 +798,7 @@ class ConcurrencyGuard:
         displaced = False
         if queued >= self._max_queue:
             if not self._displace_for(tenant):
-                raise self._refuse("queue_full", queued, self._busy)
+                raise self._refuse("queue_full", queued, self._busy, caller=_key_of(tenant))
             queued -= 1
             displaced = True
         now = self._clock()
@@ -819,7 +819,9 @@ class ConcurrencyGuard:
             and discipline.holds_standing(now, queued)
         ):
             if not self._displace_for(tenant):
-                raise self._refuse("queue_full", queued, self._standing_template())
+                raise self._refuse(
+                    "queue_full", queued, self._standing_template(), caller=_key_of(tenant)
+                )
             queued -= 1
         if discipline.predictive:
             fair = self._fair
@@ -831,7 +833,9 @@ class ConcurrencyGuard:
             if discipline.would_time_out(
                 position, now, self._max_active, self._service, self._latest_start
             ):
-                raise self._refuse("queue_timeout", queued, self._predicted_busy)
+                raise self._refuse(
+                    "queue_timeout", queued, self._predicted_busy, caller=_key_of(tenant)
+                )
         return self._queue(now, tenant)
 
     def _displace_for(self, tenant: Tenant[_Waiter] | None) -> bool:
@@ -908,15 +912,16 @@ class ConcurrencyGuard:
     def _unserved(self, waiter: _Waiter) -> ServerBusy:
         """The refusal of a waiter that left the queue without a slot."""
         queued = len(self._waiters)
+        caller = _key_of(waiter.tenant)
         if waiter.left == "predicted":  # re-judged: it would not be served in time
-            return self._refuse("queue_timeout", queued, self._predicted_busy)
+            return self._refuse("queue_timeout", queued, self._predicted_busy, caller=caller)
         if waiter.left == "displaced":  # a lighter client's call took its place
             tenant = waiter.tenant
             assert tenant is not None  # displaced: a client's call
             assert self._fair is not None
             own = (self._fair.active(tenant.key, self._active), len(tenant.waiters))
-            return self._refuse("fair_share", queued, self._busy, own)
-        return self._refuse("queue_timeout", queued, self._busy)
+            return self._refuse("fair_share", queued, self._busy, own, caller)
+        return self._refuse("queue_timeout", queued, self._busy, caller=caller)
 
     def _expire(self) -> None:
         """The oldest waiter's queue_timeout is due (asyncio timer): refuse every waiter past
@@ -1242,10 +1247,12 @@ class ConcurrencyGuard:
         queued: int,
         template: ServerBusyTemplate,
         own: tuple[int, int] | None = None,
+        caller: str | None = None,
     ) -> ServerBusy:
         """Count, report and advise one refusal (one function: under overload most calls take
         it); ``own``: the refused call's client's calls running and waiting, which the envelope
-        then reports (``fair_share``, ``client_limit``)."""
+        then reports (``fair_share``, ``client_limit``); ``caller``: its client key, when
+        known (one promise per caller, see ``RetryPromises``)."""
         active = self._active
         now = self._clock()
         service = self._service
@@ -1266,7 +1273,12 @@ class ConcurrencyGuard:
             # 1.94x the ideal drain time); not waited out at all, a prior too short sends them
             # back to the queue that refused them. Once measured, the whole queue ahead.
             ahead = int(queued * in_flight / hold) if service.guessing(in_flight) else queued
-            retry_after = self._promises.promise(now, ahead, hold / self._max_active)
+            # An anonymous promise runs at most a full guard's worth of openings (every slot
+            # and every queue place) past the drain and the known callers' promises.
+            crowd = self._max_active + self._max_queue
+            retry_after = self._promises.promise(
+                now, ahead, hold / self._max_active, crowd, caller
+            )
             if reason == "queue_full":
                 self._shed_full += 1
                 self._shed_standing += template is self._standing_busy
@@ -1300,6 +1312,11 @@ class ConcurrencyGuard:
 
 
 _new_exception = Exception.__new__
+
+
+def _key_of(tenant: Tenant[_Waiter] | None) -> str | None:
+    """The client key of a call's client record (None: no record, or the keyless client)."""
+    return None if tenant is None else tenant.key
 
 
 def _always(loop: asyncio.AbstractEventLoop) -> bool:

@@ -20,10 +20,11 @@ back spread out at the limit's pace instead of all at once (``backends/_base.py`
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, TypeVar
 
 import anyio
 
@@ -39,6 +40,8 @@ from ..wire._shedding import RateLimitedTemplate, describe_rate
 from ._context import CallContext
 
 __all__ = ["SCOPES", "KeyFunction", "RateDecision", "RateLimit", "RateLimiter", "RateLimits"]
+
+_R = TypeVar("_R")
 
 KeyFunction: TypeAlias = Callable[[CallContext], str]
 """Turns a call's context into the caller's key within one limit."""
@@ -235,8 +238,8 @@ class RateLimiter:
     each tool's policy itself.
     """
 
-    __slots__ = ("_backend", "_clock", "_decide_now", "_failure_policy", "_given", "_hot",
-                 "_limits", "_templates", "_wait_one")  # fmt: skip
+    __slots__ = ("_backend", "_clock", "_decide", "_decide_now", "_failure_policy", "_given",
+                 "_hot", "_limits", "_templates", "_wait_one")  # fmt: skip
 
     def __init__(
         self,
@@ -278,15 +281,18 @@ class RateLimiter:
         # Keys are namespaced per limit, unless one limit has a private backend to itself.
         alone = not self._given and len(self._limits) == 1
         self._decide_now = (
-            self._backend.decide_now if isinstance(self._backend, SyncRateBackend) else None
+            _with_caller(self._backend.decide_now)
+            if isinstance(self._backend, SyncRateBackend)
+            else None
         )
+        self._decide = _with_caller(self._backend.decide)
         # Per limit, what the per-call path needs, without attribute look-ups.
         self._hot = tuple(
             (lim.key_function, "" if alone else lim.namespace, lim.emission_interval, lim.tolerance)
             for lim in self._limits
         )
         # One limit in memory (the common case): the backend's one-limit path, no request list.
-        self._wait_one: Callable[[str, float, float], float] | None = (
+        self._wait_one: Callable[[str, float, float, str | None], float] | None = (
             getattr(self._backend, "wait_one", None) if len(self._hot) == 1 else None
         )
         self._templates: dict[str, tuple[RateLimitedTemplate, ...]] = {}
@@ -342,10 +348,10 @@ class RateLimiter:
         wait_one = self._wait_one
         if wait_one is not None:
             _, prefix, interval, tolerance = self._hot[0]
-            wait = wait_one(prefix + key, interval, tolerance)
+            wait = wait_one(prefix + key, interval, tolerance, None)
             return _ADMITTED if wait == 0.0 else RateDecision(False, wait)
         decide_now = self._decide_now or _decide_now(self._backend)  # the latter raises
-        return _decision(decide_now(self._keyed(key)))
+        return _decision(decide_now(self._keyed(key), None))
 
     async def decide(self, key: str = "") -> RateDecision:
         """Decide and record, with any backend (one round trip on Redis). Never waits for the
@@ -354,7 +360,7 @@ class RateLimiter:
             return self.try_acquire(key)
         key = bounded_key(key)
         try:
-            return _decision(await self._backend.decide(self._keyed(key)))
+            return _decision(await self._decide(self._keyed(key), None))
         except BackendError as exc:
             refusal = self._backend_failed(exc, "")
         return _ADMITTED if refusal is None else RateDecision(False, refusal.retry_after or 0.0)
@@ -374,10 +380,10 @@ class RateLimiter:
         wait_one = self._wait_one
         if wait_one is not None:
             key, prefix, interval, tolerance = self._hot[0]
-            wait = wait_one(prefix + key(ctx), interval, tolerance)
+            wait = wait_one(prefix + key(ctx), interval, tolerance, ctx.client)
             return None if wait == 0.0 else self._refusal(ctx.tool, GcraResult(False, wait, 0))
         decide_now = self._decide_now or _decide_now(self._backend)  # the latter raises
-        result = decide_now(self.requests(ctx))
+        result = decide_now(self.requests(ctx), ctx.client)
         return None if result.allowed else self._refusal(ctx.tool, result)
 
     async def acheck(self, ctx: CallContext) -> RateLimited | None:
@@ -385,7 +391,7 @@ class RateLimiter:
         if self._decide_now is not None:
             return self.check(ctx)
         try:
-            result = await self._backend.decide(self.requests(ctx))
+            result = await self._decide(self.requests(ctx), ctx.client)
         except BackendError as exc:
             refusal = self._backend_failed(exc, ctx.tool)
             if refusal is not None:
@@ -464,9 +470,23 @@ def _decision(result: GcraResult) -> RateDecision:
     return _ADMITTED if result.allowed else RateDecision(False, result.retry_after)
 
 
-def _decide_now(backend: RateBackend) -> Callable[[Sequence[GcraRequest]], GcraResult]:
+def _with_caller(decide: Callable[..., _R]) -> Callable[[Sequence[GcraRequest], str | None], _R]:
+    """A backend's ``decide`` (or ``decide_now``) taking the caller, also when the backend was
+    written before decisions had one (it then advises every caller as an anonymous one)."""
+    try:
+        takes_caller = "caller" in inspect.signature(decide).parameters
+    except (TypeError, ValueError):  # no signature to read: call it as it always was
+        takes_caller = False
+    if takes_caller:
+        return decide
+    return lambda requests, caller: decide(requests)
+
+
+def _decide_now(
+    backend: RateBackend,
+) -> Callable[[Sequence[GcraRequest], str | None], GcraResult]:
     if isinstance(backend, SyncRateBackend):
-        return backend.decide_now
+        return _with_caller(backend.decide_now)
     raise ConfigurationError(
         f"{backend!r} decides asynchronously only: use `await decide()` / `await acheck()`"
     )

@@ -22,7 +22,20 @@ their promise (or later by up to tau) are admitted in turn: each admission moves
 the next promise. An admitted call leaves P alone. Promises lapse by themselves: once time has
 moved past P, or the budget's own opening has moved past it (fresh callers took the openings
 nobody came back for), the max() falls back to the budget's opening. Promises are advice, not
-reservations: a caller who finds the budget open is admitted, whoever the opening was promised to.
+reservations: a caller who finds the budget open is admitted, whoever the opening was promised to,
+except a known caller who comes back before its own promise (below).
+
+Who takes promises. A *known* caller (the decision's ``caller``: a client key) holds at most one
+promise per decision: refused again before its time, it is told the same opening, and no
+cursor moves; coming back early it is refused with its promise even when the budget has room
+(the openings before it are promised to others), so a client retrying in a loop takes its turn
+and no more. A known caller's promise also moves the key's *frontier* F (one interval past the
+last opening promised to a known caller). Anonymous refusals take the next opening each, but
+never one past ``max(F, TAT - tau) + tau + T``: at most ``burst`` openings beyond the later of the
+budget's own next opening and the known callers' (the *anonymous bound*). A crowd of known
+callers is staggered however large (one opening each); anonymous callers, whom nothing tells
+from one caller retrying, share at most ``burst`` openings past the known ones, so nobody is
+told more than ``(burst + 1) * T`` past the known callers' promises however often they poll.
 
 Several limits: the advice is the latest opening among the refusing limits, and each refusing
 limit's cursor moves one of its intervals past that time (the caller takes one opening of every
@@ -84,8 +97,11 @@ class RateBackend(Protocol):
     backend (a fleet). ``decide`` must be atomic and all-or-nothing (see the module docstring);
     a shared backend that fails raises :class:`~fusion_guard.BackendError`."""
 
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
-        """Decide one call against every request's limit, in one atomic step."""
+    async def decide(
+        self, requests: Sequence[GcraRequest], caller: str | None = None
+    ) -> GcraResult:
+        """Decide one call against every request's limit, in one atomic step. ``caller``: who
+        is asking, when known (a client key): one outstanding promise per caller."""
         ...
 
 
@@ -93,7 +109,7 @@ class RateBackend(Protocol):
 class SyncRateBackend(RateBackend, Protocol):
     """A backend that can also decide without awaiting (the in-memory one)."""
 
-    def decide_now(self, requests: Sequence[GcraRequest]) -> GcraResult:
+    def decide_now(self, requests: Sequence[GcraRequest], caller: str | None = None) -> GcraResult:
         """``decide``, synchronously."""
         ...
 

@@ -756,9 +756,12 @@ class RedisRateLimitBackend:
         """The connection, to share with a :class:`DistributedConcurrencyGuard`."""
         return self._conn
 
-    async def decide(self, requests: Sequence[GcraRequest]) -> GcraResult:
+    async def decide(
+        self, requests: Sequence[GcraRequest], caller: str | None = None
+    ) -> GcraResult:
         """Decide one call against every request's limit, in one round trip (on a cluster, one
-        per slot its budgets sit in, see :meth:`_decide_by_slot`)."""
+        per slot its budgets sit in, see :meth:`_decide_by_slot`). ``caller``: who is asking,
+        when known (one promise per caller, kept under a digest beside the first budget)."""
         if 2 * len(requests) >= _INDEX_BASE:  # two keys per limit, at most 63 keys
             raise ConfigurationError(
                 f"{len(requests)} limits in one decision: the Redis backend decides at most"
@@ -767,7 +770,7 @@ class RedisRateLimitBackend:
         if self._spread and len(requests) > 1:
             slots = self._slots(requests)
             if len(slots) > 1:
-                return await self._decide_by_slot(requests, slots)
+                return await self._decide_by_slot(requests, slots, caller)
         keys: list[Arg] = []
         args: list[Arg] = []
         digests, micros = self._digests, self._micros
@@ -775,6 +778,10 @@ class RedisRateLimitBackend:
             keys += digests.get(key) or self._digest(key)
             args.append(micros.get(emission_interval) or self._micro(emission_interval))
             args.append(micros.get(tolerance) or self._micro(tolerance))
+        if caller is not None:  # its promise, in the first budget's slot
+            ident = key_digest("\x00".join([caller, *[key for key, _, _ in requests]]))
+            first = requests[0][0]
+            keys.append((digests.get(first) or self._digest(first))[0] + b":c:" + ident.encode())
         reply = await self._conn.run(self._gcra, keys, args)
         if not reply:
             return ALLOWED
@@ -782,7 +789,7 @@ class RedisRateLimitBackend:
         return GcraResult(False, wait_us / _US, refused - 1)
 
     async def _decide_by_slot(
-        self, requests: Sequence[GcraRequest], slots: dict[int, list[int]]
+        self, requests: Sequence[GcraRequest], slots: dict[int, list[int]], caller: str | None
     ) -> GcraResult:
         """A decision whose budgets sit in several cluster slots (a script touches one slot):
         each slot's budgets decided in turn, in the order the limits were given; when a slot
@@ -796,7 +803,7 @@ class RedisRateLimitBackend:
         """
         admitted: list[list[int]] = []
         for indices in slots.values():
-            result = await self.decide([requests[index] for index in indices])
+            result = await self.decide([requests[index] for index in indices], caller)
             if not result.allowed:
                 await self._give_back(requests, admitted)
                 return GcraResult(False, result.retry_after, indices[result.refused])
@@ -832,8 +839,9 @@ class RedisRateLimitBackend:
 
     def _digest(self, key: str) -> tuple[bytes, bytes]:
         """The Redis keys of a limiter key, from a digest (keys may name users): its TAT, and its
-        promise cursor (written by refusals only), in the same hash slot. A key too long to
-        cache is digested at each call, never kept."""
+        promise cursor (written by refusals only), in the same hash slot; known callers'
+        promises go beside the TAT too (``<TAT key>:c:<digest>``). A key too long to cache is
+        digested at each call, never kept."""
         tat = self._conn.key("rate", key_digest(key)).encode()
         redis_keys = (tat, tat + b":p")
         if len(key) <= _CACHED_KEY_CHARS:
