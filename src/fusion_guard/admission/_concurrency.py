@@ -560,7 +560,9 @@ class ConcurrencyGuard:
         self._learns_overtaking = getattr(self._adaptive, "learns_overtaking", False) is True
         # What each finished call tells the adaptive limit (``_feedback.py``); None: no limit
         # to tell.
-        self._feedback = None if self._adaptive is None else CapacityFeedback()
+        self._feedback = (
+            None if self._adaptive is None else CapacityFeedback(self._queued_by_others)
+        )
         self._fair_order = check_bool("fair", fair)
         self._per_client = _per_client_cap(max_active_per_client, self._adaptive, self._max_active)
         # Whether client keys matter here; their records (``_fair``) start with the first key.
@@ -1094,6 +1096,13 @@ class ConcurrencyGuard:
             fair.push(fair.anonymous, waiter, self._active, waiter.since)
         return fair
 
+    def _queued_by_others(self, client: str | None) -> int:
+        """Calls waiting for a slot that are not ``client``'s (None: the keyless client's)."""
+        fair = self._fair
+        if fair is None:  # no client records: every waiter is keyless
+            return 0 if client is None else len(self._waiters)
+        return len(self._waiters) - fair.queued(client)
+
     def _release(self) -> None:
         if self._waiters and self._active <= self._max_active:
             self._hand_off()
@@ -1109,10 +1118,12 @@ class ConcurrencyGuard:
         assert adaptive is not None
         assert openings is not None
         assert feedback is not None
-        dropped = feedback.ended(slot._seat, held, slot._timeout, timed_out, reached_tool)
+        start, inflight = slot._start, slot._inflight
+        dropped = feedback.ended(
+            slot._seat, start, held, inflight, slot._timeout, timed_out, reached_tool
+        )
         if not reached_tool:
             return  # it never ran: the slots did not open any slower or faster for it
-        start, inflight = slot._start, slot._inflight
         parallel = self._parallel_calls
         if parallel is None:
             # A limit with no estimate: only a call that found every slot taken tells how fast

@@ -1,0 +1,62 @@
+"""Virtual time for concurrency tests on both backends: time passes only while every task
+waits, jumping to the next timer at once, so seconds of a simulated tool run in a fraction of
+that and every run repeats exactly.
+
+On trio it is trio's own ``MockClock(autojump_threshold=0)``; on asyncio an event loop whose
+``time()`` is virtual and whose selector, asked to block until the next timer, moves the time
+there instead (a loop waiting on no timer at all blocks for real, as it would anyway). The
+guard's deadlines and timers read the loop's time, so they run in virtual time too; give the
+guard ``clock=anyio.current_time``.
+
+Use it as a module's ``anyio_backend`` fixture::
+
+    anyio_backend = virtual_time_backends()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from typing import Any
+
+import pytest
+from trio.testing import MockClock
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Never sleeps for a timer: moves its loop's virtual time to it instead."""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        if timeout is None:
+            return super().select(None)  # no timer to jump to: only I/O can wake the loop
+        ready = super().select(0)
+        if not ready and timeout > 0:
+            self._loop.virtual_now += timeout
+        return ready
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop in virtual time (see the module)."""
+
+    def __init__(self) -> None:
+        self.virtual_now = 0.0
+        super().__init__(_JumpingSelector(self))
+
+    def time(self) -> float:
+        return self.virtual_now
+
+
+def virtual_time_backends() -> Any:
+    """An ``anyio_backend`` fixture running each test on asyncio and on trio in virtual time."""
+
+    @pytest.fixture(params=["asyncio", "trio"])
+    def anyio_backend(request: pytest.FixtureRequest) -> Any:
+        if request.param == "asyncio":
+            return "asyncio", {"loop_factory": VirtualTimeLoop}
+        return "trio", {"clock": MockClock(autojump_threshold=0)}  # a fresh clock per test
+
+    return anyio_backend
