@@ -198,6 +198,13 @@ class Ticket:
         self.complete(self.outcome if exc is None else outcome_of(exc))
         return swallowed
 
+    def invalid_arguments(self) -> None:
+        """Say that the call's arguments failed validation before the tool ran (the SDK
+        adapters do): the call is still reported, but the adaptive limit and the service time
+        learn nothing from its hold, which says nothing of the tool."""
+        if self._slot is not None:
+            self._slot.invalid_arguments()
+
     def complete(self, outcome: Outcome | str | None = None) -> None:
         """Report how the call ended (``outcome`` or the ticket's ``outcome``), once."""
         if not self._done:

@@ -1,10 +1,16 @@
-"""Virtual time for whole scenarios, on asyncio and on trio: time passes only while every task
-waits, and jumps to the next timer, so seconds of calls run in milliseconds and the same
-scenario gives the same figures on any machine.
+"""Virtual time for concurrency tests on both backends: time passes only while every task
+waits, jumping to the next timer at once, so seconds of a simulated tool run in a fraction of
+that and every run repeats exactly.
 
-Inside :func:`run_virtual`, ``anyio.sleep`` and ``anyio.current_time`` (what a guard is given as
-its clock) read the virtual clock; the guard's own timers (queue timeouts, re-judging the tail)
-run on it too, as they run on the event loop's clock.
+On trio it is trio's own ``MockClock(autojump_threshold=0)``; on asyncio an event loop whose
+``time()`` is virtual and whose selector, asked to block until the next timer, moves the time
+there instead (a loop waiting on no timer at all blocks for real, as it would anyway). The
+guard's deadlines and timers read the loop's time, so they run in virtual time too; give the
+guard ``clock=anyio.current_time``.
+
+Use it as a module's ``anyio_backend`` fixture::
+
+    anyio_backend = virtual_time_backends()
 """
 
 from __future__ import annotations
@@ -15,43 +21,56 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import pytest
 from trio.testing import MockClock
 
 T = TypeVar("T")
 
 
 class _JumpingSelector(selectors.DefaultSelector):
-    """Polls without waiting; where the loop would sleep until its next timer, the virtual
-    clock jumps there instead."""
+    """Never sleeps for a timer: moves its loop's virtual time to it instead."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: VirtualTimeLoop) -> None:
         super().__init__()
-        self.now = 0.0
+        self._loop = loop
 
-    def select(self, timeout: float | None = None) -> list[tuple[Any, int]]:
-        ready: list[tuple[Any, int]] = super().select(0)
-        if not ready and timeout is not None and timeout > 0:
-            self.now += timeout
-        elif not ready and timeout is None:
-            raise RuntimeError("virtual time: every task waits and no timer is due (a deadlock)")
+    def select(self, timeout: float | None = None) -> list[Any]:
+        if timeout is None:
+            return super().select(None)  # no timer to jump to: only I/O can wake the loop
+        ready = super().select(0)
+        if not ready and timeout > 0:
+            self._loop.virtual_now += timeout
         return ready
 
 
-class _VirtualLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop whose clock is the selector's virtual one."""
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop in virtual time (see the module)."""
 
     def __init__(self) -> None:
-        self._jumping = _JumpingSelector()
-        super().__init__(self._jumping)
+        self.virtual_now = 0.0
+        super().__init__(_JumpingSelector(self))
 
     def time(self) -> float:
-        return self._jumping.now
+        return self.virtual_now
+
+
+def virtual_time_backends() -> Any:
+    """An ``anyio_backend`` fixture running each test on asyncio and on trio in virtual time."""
+
+    @pytest.fixture(params=["asyncio", "trio"])
+    def anyio_backend(request: pytest.FixtureRequest) -> Any:
+        if request.param == "asyncio":
+            return "asyncio", {"loop_factory": VirtualTimeLoop}
+        return "trio", {"clock": MockClock(autojump_threshold=0)}  # a fresh clock per test
+
+    return anyio_backend
 
 
 def run_virtual(fn: Callable[[], Awaitable[T]], backend: str) -> T:
-    """``fn()`` run on ``backend`` ("asyncio" or "trio") in virtual time."""
+    """``fn()`` run on ``backend`` ("asyncio" or "trio") in virtual time, outside a test's
+    event loop (for scenarios a test runs several times)."""
     if backend == "trio":
         options: dict[str, Any] = {"clock": MockClock(autojump_threshold=0)}
     else:
-        options = {"loop_factory": _VirtualLoop}
+        options = {"loop_factory": VirtualTimeLoop}
     return anyio.run(fn, backend=backend, backend_options=options)

@@ -26,7 +26,8 @@ limit in seconds:
   1 / 1.25 the tool queues calls inside: the limit is multiplied by the gradient at once. In
   between, the difference is within the noise of a median of a few calls, and the limit holds.
 - A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
-  overload there is.
+  overload there is. (The guard feeds as dropped only the timeouts that speak of the tool's
+  capacity, not of one client's arguments: ``_feedback.py``.)
 - **Not below what calls were seen served at once**: a call that ends while ``k`` calls admitted
   before it still run shows the tool serving ``k + 1`` at once (a tool that serves one at a
   time, in order, never lets a call overtake another). For ``OVERTAKING_MEMORY`` calls after

@@ -73,6 +73,7 @@ from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
 from ._deadline import Deadline
 from ._discipline import LOOK_EVERY, QueueDiscipline, whole_calls
 from ._fairness import FairQueue, Tenant
+from ._feedback import CapacityFeedback, Seat
 from ._limit import FixedLimit, Limit, OvertakingLimit
 from ._service_time import RetryPromises, ServiceTimeEstimator
 
@@ -190,10 +191,16 @@ class Slot:
         "_held",
         "_inflight",
         "_rank",
+        "_reached_tool",
+        "_seat",
         "_start",
         "_timeout",
         "queue_wait",
     )
+
+    #: The caller's client key (``_ClientSlot`` keeps it); a plain slot's call is keyless.
+    _client: str | None = None
+    _seat: Seat  # its place in the guard's CapacityFeedback (under an adaptive limit)
 
     def __init__(self, guard: ConcurrencyGuard, timeout: float | None) -> None:
         self._guard = guard
@@ -237,6 +244,10 @@ class Slot:
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "admitted", failure)
         self._held = True
+        self._reached_tool = True
+        feedback = guard._feedback
+        if feedback is not None:
+            self._seat = feedback.seat(self._client)
         self._inflight = guard._active  # itself included: what an adaptive limit learns from
         self._rank = guard._admitted  # calls that took a slot before it: _rank - 1
         # The guard keeps the latest start: the youngest call's age bounds every hold in flight
@@ -284,19 +295,28 @@ class Slot:
         call twice."""
         self._end("ok")
 
+    def invalid_arguments(self) -> None:
+        """Say that the call's arguments failed validation before the tool ran: its hold
+        then tells nothing of the tool, and neither the adaptive limit nor the service time
+        learns from it. The SDK adapters call it (through ``Ticket.invalid_arguments``)."""
+        self._reached_tool = False
+
     def _end(self, outcome: Outcome) -> None:
         """Give the slot back and report how the call ended, once."""
         if self._held:
             self._held = False
             guard = self._guard
             held = guard._clock() - self._start
-            guard._service.observe(held)
-            if guard._adaptive is not None:
+            reached_tool = self._reached_tool
+            if reached_tool:
+                guard._service.observe(held)
+            feedback = guard._feedback
+            if feedback is not None:
                 # Of the calls that took a slot before this one, at least this many still hold
                 # one (even if every call ended so far was among them): it overtook them.
                 overtook = max(0, self._rank - 1 - guard._ended)
                 guard._ended += 1
-                guard._learn(self._start, held, self._inflight, outcome == "timeout", overtook)
+                guard._learn(self, held, outcome == "timeout", overtook, reached_tool)
             # Above a lowered limit the slot is not handed on: the calls in flight drain first.
             if guard._waiters and guard._active <= guard._max_active:
                 guard._hand_off()
@@ -483,6 +503,7 @@ class ConcurrencyGuard:
         "_expiry",
         "_fair",
         "_fair_order",
+        "_feedback",
         "_handler_timeouts",
         "_judge",
         "_keyed",
@@ -541,6 +562,11 @@ class ConcurrencyGuard:
     ) -> None:
         self._adaptive, self._max_active = _limit_of(max_active, limit)
         self._learns_overtaking = getattr(self._adaptive, "learns_overtaking", False) is True
+        # What each finished call tells the adaptive limit (``_feedback.py``); None: no limit
+        # to tell.
+        self._feedback = (
+            None if self._adaptive is None else CapacityFeedback(self._queued_by_others)
+        )
         self._fair_order = check_bool("fair", fair)
         self._per_client = _per_client_cap(max_active_per_client, self._adaptive, self._max_active)
         # Whether client keys matter here; their records (``_fair``) start with the first key.
@@ -1090,6 +1116,13 @@ class ConcurrencyGuard:
             fair.push(fair.anonymous, waiter, self._active, waiter.since)
         return fair
 
+    def _queued_by_others(self, client: str | None) -> int:
+        """Calls waiting for a slot that are not ``client``'s (None: the keyless client's)."""
+        fair = self._fair
+        if fair is None:  # no client records: every waiter is keyless
+            return 0 if client is None else len(self._waiters)
+        return len(self._waiters) - fair.queued(client)
+
     def _release(self) -> None:
         if self._waiters and self._active <= self._max_active:
             self._hand_off()
@@ -1097,12 +1130,20 @@ class ConcurrencyGuard:
             self._active -= 1
 
     def _learn(
-        self, start: float, held: float, inflight: int, dropped: bool, overtook: int
+        self, slot: Slot, held: float, timed_out: bool, overtook: int, reached_tool: bool
     ) -> None:
-        """Feed one finished call to the adaptive limit and apply the limit it then gives."""
-        adaptive, openings = self._adaptive, self._openings
+        """Feed one finished call to the adaptive limit, as far as it tells of the tool's
+        capacity (``CapacityFeedback``), and apply the limit it then gives."""
+        adaptive, openings, feedback = self._adaptive, self._openings, self._feedback
         assert adaptive is not None
         assert openings is not None
+        assert feedback is not None
+        start, inflight = slot._start, slot._inflight
+        dropped = feedback.ended(
+            slot._seat, start, held, inflight, slot._timeout, timed_out, reached_tool
+        )
+        if not reached_tool:
+            return  # it never ran: the slots did not open any slower or faster for it
         parallel = self._parallel_calls
         if parallel is None:
             # A limit with no estimate: only a call that found every slot taken tells how fast
@@ -1118,6 +1159,8 @@ class ConcurrencyGuard:
             crowd = 0.5 * (inflight + self._active)
             in_parallel = math.floor(parallel)
             openings.observe(held / (crowd if crowd > in_parallel else in_parallel))
+        if dropped is None:
+            return  # a timeout of its caller's own (``_feedback.py``): the limit learns nothing
         try:
             if self._learns_overtaking:
                 cast(OvertakingLimit, adaptive).on_sample(

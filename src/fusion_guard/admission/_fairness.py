@@ -137,9 +137,11 @@ class FairQueue(Generic[WaiterT]):
         return tenant
 
     def forget_if_idle(self, tenant: Tenant[WaiterT]) -> None:
-        """Drop ``tenant``'s record if none of its calls waits."""
-        if tenant.key is not None and not tenant.waiters:
-            self._waiting.pop(tenant.key, None)
+        """Drop ``tenant``'s record if none of its calls waits (and it is still the key's
+        record: a refused caller's may have been replaced by a newer call's meanwhile)."""
+        key = tenant.key
+        if key is not None and not tenant.waiters and self._waiting.get(key) is tenant:
+            del self._waiting[key]
 
     @property
     def clients(self) -> int:
@@ -163,6 +165,10 @@ class FairQueue(Generic[WaiterT]):
         waiters[waiter] = None
         self._moved(tenant, before, self.weight(tenant))
         if len(waiters) == 1:
+            if tenant.key is not None:
+                # The caller took its record before its arrival re-judged the queue, which may
+                # have shed that record's last waiter and forgotten it: one record per key.
+                self._waiting[tenant.key] = tenant
             ring = self._ring
             ring[tenant] = None
             if (

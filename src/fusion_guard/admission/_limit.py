@@ -44,7 +44,9 @@ class Limit(Protocol):
             duration: how long it held the slot, in seconds.
             inflight: calls holding a slot when it took its own, itself included.
             dropped: it ended by its handler deadline (TIMEOUT): a sign of overload, whatever
-                the duration says.
+                the duration says. The guard does not feed a timeout that its other clients'
+                calls show to be the caller's own, nor a call whose arguments failed
+                validation (``_feedback.py``).
         """
         ...
 

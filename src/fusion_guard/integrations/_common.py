@@ -393,8 +393,13 @@ def validation_response(
     """The ``<validation_error>`` for arguments the SDK's own validation rejected, with the tool
     as the action (and, given ``awareness`` from a contract lockfile, the tool's contract changes).
 
-    Both adapters route every SDK argument-validation failure here and nowhere else.
+    Both adapters route every SDK argument-validation failure here and nowhere else, so this
+    is where the admitted call is marked as never having reached the tool: the adaptive limit
+    learns nothing from it.
     """
+    ticket = _current_ticket.get()
+    if ticket is not None:
+        ticket.invalid_arguments()
     response = format_validation_error(exc, action=tool, awareness=awareness)
     mark_span(response)
     return response
