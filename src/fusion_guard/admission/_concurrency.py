@@ -1319,9 +1319,7 @@ class ConcurrencyGuard:
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = self._max_active + self._max_queue
-            retry_after = self._promises.promise(
-                now, ahead, hold / self._max_active, crowd, caller
-            )
+            retry_after = self._promises.promise(now, ahead, hold / self._max_active, crowd, caller)
             if reason == "queue_full":
                 self._shed_full += 1
                 self._shed_standing += template is self._standing_busy
