@@ -91,8 +91,8 @@ def test_the_command_runs_the_crowd_and_writes_json_and_chart(tmp_path: Path) ->
     figures, chart = tmp_path / "tenants.json", tmp_path / "tenants.png"
     done = subprocess.run(
         [
-            sys.executable, "-m", "fusion_guard", "demo", "--scenario", "tenants", "--mode",
-            "crowd", "--clients", "12", "--duration", "1", "--json", str(figures),
+            sys.executable, "-m", "fusion_guard", "demo", "--no-check", "--scenario", "tenants",
+            "--mode", "crowd", "--clients", "12", "--duration", "1", "--json", str(figures),
             "--chart", str(chart),
         ],
         capture_output=True, text=True, timeout=120, check=False,
