@@ -37,6 +37,8 @@ unit: $(STAMP)
 ## The tests again, against the lowest versions pyproject.toml allows (its `>=` floors, read by
 ## ci/lowest.py), in fresh venvs: every extra at lowest-direct versions, then the core floors
 ## exactly (with the extras that fit beside them; test modules of the others are skipped).
+## The long real-time scenarios (the `slow` mark) run once, in `make test`: here the point is
+## whether the floors work, which the quicker tests of the same code paths show.
 test-lowest: test-lowest-all test-lowest-core
 
 test-lowest-all test-lowest-core: test-lowest-%:
@@ -47,7 +49,7 @@ test-lowest-all test-lowest-core: test-lowest-%:
 	$(LOWEST)-$*/bin/python ci/lowest.py install $* $(LOWEST)-$*/bin/python
 	touch $(LOWEST)-$*/absent-modules
 	PYTHONPATH=ci FG_ABSENT_MODULES=$(LOWEST)-$*/absent-modules \
-	  $(LOWEST)-$*/bin/pytest tests -q -p no:cacheprovider -p absent_extras
+	  $(LOWEST)-$*/bin/pytest tests -q -m "not slow" -p no:cacheprovider -p absent_extras
 
 DOCS_STAMP := $(VENV)/.docs-installed
 

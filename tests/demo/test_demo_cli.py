@@ -86,6 +86,7 @@ def test_a_bad_chart_path_is_refused_before_the_run(
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_short_run_writes_json_and_chart(tmp_path: Path) -> None:
     figures, chart = tmp_path / "figures.json", tmp_path / "chart.png"
     done = subprocess.run(
@@ -121,6 +122,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_metrics_port_serves_the_guards_metrics_while_it_runs() -> None:
     port = _free_port()
     demo = subprocess.Popen(
@@ -160,6 +162,7 @@ def test_metrics_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]
     assert f"cannot serve /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_guard_can_run_with_an_automatic_limit(tmp_path: Path) -> None:
     figures = tmp_path / "figures.json"
     done = subprocess.run(

@@ -151,6 +151,7 @@ def test_overload_options_are_refused_with_shifting(
     assert "apply to the overload scenario only" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     figures = tmp_path / "shifting.json"
     done = subprocess.run(
