@@ -4,7 +4,7 @@ Each figure test measures the project's operation and its baseline interleaved (
 hits both alike), keeps the best batch of each, and reports the ratio through the ``figures``
 fixture. ``make bench`` (benchmarks enabled) runs every figure test, with all its rounds, and fails
 when a figure misses its target as written in docs/benchmarks.md. ``make test`` runs the same code
-with ``--benchmark-disable`` as a smoke test: a few short batches, so its ratios are informational
+with ``--benchmark-disable`` as a smoke test: a few rounds, so its ratios are informational
 (labelled so in the summary) and it fails only on a gross regression (a wide margin).
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 GROSS_REGRESSION_MARGIN = 3.0
-#: The smoke run's batches: at most this many rounds, of this share of a figure's operations.
+#: The smoke run's rounds: a figure's full batches (shorter ones would weigh each batch's set-up,
+#: a fresh event loop, more than the operations), but only this many of them.
 SMOKE_ROUNDS = 3
-SMOKE_OPS_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,9 @@ class Figures:
         ops: int,
         rounds: int,
     ) -> tuple[float, float]:
-        """:func:`time_batches` with a figure's full batches under ``make bench``; a few short
-        ones in the smoke run, which only needs the code to run and a gross regression to show."""
-        if not self.strict:
-            ops = max(1, round(ops * SMOKE_OPS_SHARE))
-            rounds = min(rounds, SMOKE_ROUNDS)
+        """:func:`time_batches` with all of a figure's rounds under ``make bench``; a few in the
+        smoke run, which only needs the code to run and a gross regression to show."""
+        rounds = rounds if self.strict else min(rounds, SMOKE_ROUNDS)
         return time_batches(candidate, baseline, ops=ops, rounds=rounds)
 
     def at_most(self, name: str, candidate_s: float, baseline_s: float, limit: float) -> Figure:
@@ -141,7 +139,7 @@ def summary(figures: Sequence[Figure], strict: bool) -> tuple[str, list[str]]:
     """The title and lines of the figures table printed after a run.
 
     Under ``make bench`` a figure off its target is marked MISSED (and its test failed); in the
-    smoke run the figures come from a few short batches, so the table says they are
+    smoke run the figures come from a few rounds, so the table says they are
     informational and a figure off its target is only noted.
     """
     if strict:
@@ -149,7 +147,7 @@ def summary(figures: Sequence[Figure], strict: bool) -> tuple[str, list[str]]:
         miss = "  << MISSED"
     else:
         title = (
-            "fusion_guard figures (informational: a smoke run of short batches under"
+            "fusion_guard figures (informational: a smoke run of a few rounds under"
             " --benchmark-disable; `make bench` checks the targets)"
         )
         miss = "  (off target in this smoke run; not judged)"
