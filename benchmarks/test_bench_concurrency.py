@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bench_support import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch
 from fusion_guard import ConcurrencyGuard, GradientLimit, PrometheusObserver, ServerBusy
 
 OPS = 20_000
@@ -75,7 +75,7 @@ def test_uncontended_slot_vs_semaphore(
         prometheus = PrometheusObserver(CollectorRegistry())
         observer = prometheus.for_tool("billing.process_invoice", max_active=1)
     guard = ConcurrencyGuard(1, name="billing.process_invoice", observer=observer)
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(_guard_section(guard)),
         async_batch(_semaphore_section()),
         ops=OPS,
@@ -91,7 +91,7 @@ def test_uncontended_slot_with_a_client_key_vs_semaphore(
 ) -> None:
     guard = ConcurrencyGuard(1, name="billing.process_invoice")
     keyed = _guard_section(guard, client="tenant-42")
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(keyed), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
     )
     assert guard.statistics().clients == 0  # the record went with its last call
@@ -109,7 +109,7 @@ def test_uncontended_slot_under_an_adaptive_limit_vs_semaphore(
     benchmark: pytest.FixtureRequest, figures: Figures
 ) -> None:
     guard = ConcurrencyGuard(limit=GradientLimit(), name="billing.process_invoice")
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(_guard_section(guard)),
         async_batch(_semaphore_section()),
         ops=OPS,
@@ -122,7 +122,7 @@ def test_uncontended_slot_under_an_adaptive_limit_vs_semaphore(
 
 
 def test_shed_path_vs_semaphore(benchmark: pytest.FixtureRequest, figures: Figures) -> None:
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(_shed_section()), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
     )
     figures.at_most("shed (SERVER_BUSY built, caught) vs Semaphore", candidate, baseline, 3.0)
@@ -201,7 +201,7 @@ def test_acquire_release_with_10000_queued(
     queues: tuple[_StandingQueue, _StandingQueue],
 ) -> None:
     long, short = queues
-    candidate, baseline = time_batches(long.batch(), short.batch(), ops=OPS, rounds=ROUNDS)
+    candidate, baseline = figures.time_batches(long.batch(), short.batch(), ops=OPS, rounds=ROUNDS)
     assert long.guard.queued == 10_000 - 1  # one caller holds (or is being handed) the slot
     figures.at_most("acquire+release, 10,000 queued vs 10 queued", candidate, baseline, 1.2)
     benchmark(short.batch(), 1_000)
@@ -212,7 +212,9 @@ def test_hand_off_with_100_queued_vs_semaphore(
 ) -> None:
     guarded, bare = _StandingQueue(100), _StandingQueue(100, semaphore=True)
     try:
-        candidate, baseline = time_batches(guarded.batch(), bare.batch(), ops=OPS, rounds=ROUNDS)
+        candidate, baseline = figures.time_batches(
+            guarded.batch(), bare.batch(), ops=OPS, rounds=ROUNDS
+        )
         assert guarded.guard.queued == 100 - 1  # still circulating: one hand-off per step
         figures.at_most("hand-off per call, 100 queued vs Semaphore", candidate, baseline, 1.5)
         benchmark(guarded.batch(), 1_000)

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bench_support import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch
 from fusion_guard import Guard
 
 OPS = 5_000
@@ -69,7 +69,7 @@ def test_guard_call_vs_semaphore(
     def call() -> Awaitable[object]:
         return guard.call("billing.pay", handler)
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(call), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
     )
     figures.at_most(f"Guard.call, {name} vs bare semaphore", candidate, baseline, target)
@@ -86,7 +86,7 @@ def test_defaults_vs_semaphore_and_anyio_deadline(
     def call() -> Awaitable[object]:
         return guard.call("billing.pay", handler)
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(call), async_batch(_semaphore_with_deadline()), ops=OPS, rounds=ROUNDS
     )
     name = f"Guard.call defaults ({'metrics on' if metrics else 'metrics off'}) vs sem+fail_after"

@@ -21,7 +21,7 @@ from fastmcp import FastMCP
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from bench_support import Figures, time_batches
+from bench_support import Figures
 from fusion_guard import Guard
 from fusion_guard.integrations.fastmcp import GuardMiddleware
 from fusion_guard.integrations.mcp import install
@@ -113,8 +113,7 @@ def test_guarded_tool_call_vs_unguarded(
     label: str,
     target: float,
 ) -> None:
-    rounds = ROUNDS if figures.strict else 3  # the smoke run (make test) stays short
-    candidate, baseline = time_batches(batch(limits), batch(None), ops=OPS, rounds=rounds)
+    candidate, baseline = figures.time_batches(batch(limits), batch(None), ops=OPS, rounds=ROUNDS)
     name = f"guarded tools/call, {label}, vs unguarded ({sdk})"
     figures.at_most(name, candidate, baseline, target)
     benchmark.pedantic(batch(limits), args=(OPS,), rounds=1, iterations=1)

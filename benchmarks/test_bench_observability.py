@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from bench_support import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch
 from fusion_guard import ConcurrencyGuard, GuardSettings, PrometheusObserver, ServerBusy
 from fusion_guard._observer import ToolObserver
 from fusion_guard.observability._defaults import default_observers
@@ -98,7 +98,7 @@ def figure(
     limit: float,
 ) -> None:
     """Measure ``ours`` against ``baseline`` side by side, then let pytest-benchmark time it."""
-    candidate_s, baseline_s = time_batches(
+    candidate_s, baseline_s = figures.time_batches(
         async_batch(ours), async_batch(baseline), ops=OPS, rounds=ROUNDS
     )
     figures.at_most(name, candidate_s, baseline_s, limit)

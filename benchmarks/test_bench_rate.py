@@ -18,7 +18,7 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from bench_support import Figures, async_batch, sync_batch, time_batches
+from bench_support import Figures, async_batch, sync_batch
 from fusion_guard import CallContext, RateLimit, RateLimiter
 
 CLIENTS = [f"client-{i}" for i in range(10_000)]
@@ -41,7 +41,7 @@ def test_memory_decision_vs_limits_moving_window(
     assert ours.try_acquire("warm-up").allowed
     assert theirs.hit(item, "warm-up")
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         sync_batch(_cycling(ours.try_acquire)),
         sync_batch(_cycling(lambda key: theirs.hit(item, key))),
         ops=OPS,
@@ -59,7 +59,7 @@ def test_guard_path_one_limit_vs_limits_moving_window(
     theirs, item = MovingWindowRateLimiter(MemoryStorage()), RateLimitItemPerSecond(100)
     contexts = [CallContext("billing.pay", client=client) for client in CLIENTS]
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         sync_batch(_cycling_contexts(contexts, limits.check)),
         sync_batch(_cycling_contexts(contexts, lambda ctx: theirs.hit(item, ctx.client or ""))),
         ops=OPS,
@@ -83,7 +83,7 @@ def test_composed_decision_vs_limits_moving_window(
     def both(ctx: CallContext) -> bool:
         return theirs.hit(server, "server") and theirs.hit(per_client, ctx.client or "")
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         sync_batch(_cycling_contexts(contexts, limits.check)),
         sync_batch(_cycling_contexts(contexts, both)),
         ops=OPS // 2,
@@ -108,7 +108,7 @@ def test_refusal_vs_limits_moving_window(
     assert ours.try_acquire().allowed
     assert theirs.hit(item, "")
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         sync_batch(ours.try_acquire),
         sync_batch(lambda: theirs.hit(item, "")),
         ops=OPS,
@@ -141,7 +141,7 @@ def test_async_acquire_vs_aiolimiter(benchmark: pytest.FixtureRequest, figures: 
     ours = _PerLoop(lambda: RateLimiter(10**9, per=1.0, burst=10**9))
     theirs = _PerLoop(lambda: AsyncLimiter(max_rate=10**9, time_period=1.0))
 
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(ours.acquire), async_batch(theirs.acquire), ops=OPS, rounds=ROUNDS
     )
     figures.faster_by("rate acquire (async, memory) vs aiolimiter", candidate, baseline, 1)

@@ -25,7 +25,7 @@ from limits import RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from bench_support import Figures, async_batch, time_batches
+from bench_support import Figures, async_batch
 from fusion_guard import RateLimiter, RedisRateLimitBackend
 from fusion_guard.backends._redis import FleetSemaphore
 from fusion_guard.testing import RedisServer
@@ -75,14 +75,14 @@ def test_redis_decision_vs_ping_and_limits_moving_window(
         event_loop.run_until_complete(op())
 
     run = event_loop.run_until_complete
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(decide, event_loop=event_loop),
         async_batch(ping, event_loop=event_loop),
         ops=OPS,
         rounds=ROUNDS,
     )
     figures.at_most("rate decision (Redis) vs PING, same connection", candidate, baseline, 1.3)
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(decide, event_loop=event_loop),
         async_batch(limits_hit, event_loop=event_loop),
         ops=OPS,
@@ -112,7 +112,7 @@ def test_fleet_lease_vs_two_pings(
 
     run = event_loop.run_until_complete
     run(lease())  # connect and load the scripts before timing
-    candidate, baseline = time_batches(
+    candidate, baseline = figures.time_batches(
         async_batch(lease, event_loop=event_loop),
         async_batch(two_pings, event_loop=event_loop),
         ops=OPS,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from bench_support import Figures, sync_batch, time_batches
+from bench_support import Figures, sync_batch
 from fusion_guard import ToolResponse, error, tool_error
 from fusion_guard.wire._shedding import RateLimitedTemplate, ServerBusyTemplate
 
@@ -99,7 +99,7 @@ def test_the_baseline_builds_the_same_text() -> None:
 
 def test_figure_render_seed_vs_elementtree(figures: Figures, benchmark: BenchmarkFixture) -> None:
     benchmark(seed_text)
-    ours, baseline = time_batches(
+    ours, baseline = figures.time_batches(
         sync_batch(seed_text), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
     )
     figures.faster_by("render the seed envelope (tool_error) vs ElementTree", ours, baseline, 6)
@@ -107,7 +107,7 @@ def test_figure_render_seed_vs_elementtree(figures: Figures, benchmark: Benchmar
 
 def test_figure_builder_seed_vs_elementtree(figures: Figures, benchmark: BenchmarkFixture) -> None:
     benchmark(build_seed)
-    ours, baseline = time_batches(
+    ours, baseline = figures.time_batches(
         sync_batch(build_seed), sync_batch(etree_seed), ops=OPS, rounds=ROUNDS
     )
     figures.faster_by("render the seed envelope (error builder) vs ElementTree", ours, baseline, 3)
@@ -118,7 +118,9 @@ def test_figure_shed_envelopes_are_the_cheapest(
     figures: Figures, benchmark: BenchmarkFixture, name: str, shed: Any
 ) -> None:
     benchmark(shed)
-    ours, seed = time_batches(sync_batch(shed), sync_batch(render_seed), ops=OPS, rounds=ROUNDS)
+    ours, seed = figures.time_batches(
+        sync_batch(shed), sync_batch(render_seed), ops=OPS, rounds=ROUNDS
+    )
     figures.at_most(f"render {name} vs the seed envelope (tool_error)", ours, seed, 1.0)
 
 

@@ -203,6 +203,8 @@ async def test_cold_burst_following_the_advice_drains_near_the_ideal_time() -> N
     assert warm.done <= 1.1 * ideal + 0.03  # a few event-loop ticks of slack on a busy machine
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # wall-clock timing; logic: FakeClock tests
 async def test_fresh_guard_refuses_a_long_tool_as_soon_as_it_can_know() -> None:
     guard = ConcurrencyGuard(2, queue_timeout=5.0)  # the Guard's defaults otherwise
     cold = await burst(guard, 20, 1.0, follow=False)

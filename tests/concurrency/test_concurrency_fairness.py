@@ -282,6 +282,7 @@ def test_a_bad_per_client_cap_fails_at_construction(value: object, wording: str)
         ConcurrencyGuard(4, name="t", max_active_per_client=value)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 async def test_a_flood_of_distinct_keys_keeps_records_only_for_calls_in_the_guard() -> None:
     guard = ConcurrencyGuard(2, max_queue=3, queue_timeout=math.inf, name="t", predictive=False)
     held = [await guard.acquire(client=f"holder{index}") for index in range(2)]

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from fusion_guard.cli import main
+from fusion_guard.demo import _shifting as shifting
 from fusion_guard.demo._shifting import (
     SHIFTING_POLICIES,
     PhaseResult,
@@ -150,11 +151,13 @@ def test_overload_options_are_refused_with_shifting(
     assert "apply to the overload scenario only" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     figures = tmp_path / "shifting.json"
     done = subprocess.run(
         [
             sys.executable, "-m", "fusion_guard", "demo", "--scenario", "shifting", "--no-chart",
+            "--no-check",
             "--duration", "1", "--json", str(figures),
         ],
         capture_output=True, text=True, timeout=120, check=False,
@@ -167,3 +170,21 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     assert data["scenario"]["workers"] == [2, 8, 1, 4]
     assert len(data["phases"]) == 12
     assert not any(math.isnan(p["mean_limit"]) for p in data["phases"])
+
+
+@pytest.mark.parametrize(
+    ("share", "option", "status"), [(0.9, [], 0), (0.8, [], 1), (0.8, ["--no-check"], 0)]
+)
+def test_the_command_fails_on_a_missed_target_unless_no_check(
+    share: float,
+    option: list[str],
+    status: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def run(scenario: ShiftingScenario, **kwargs: object) -> ShiftingResult:
+        return _synthetic(share, 1.0)  # figures made to meet or miss the goodput target
+
+    monkeypatch.setattr(shifting, "run_shifting", run)
+    assert main(["demo", "--scenario", "shifting", "--no-chart", *option]) == status
+    assert ("1 of 3 targets missed" in capsys.readouterr().err) == (status == 1)

@@ -33,6 +33,7 @@ def _tools_in(registry: CollectorRegistry) -> tuple[set[str], int]:
     return tools, series
 
 
+@pytest.mark.slow
 async def test_invented_names_leave_configured_limits_and_series_alone(harness: Harness) -> None:
     registry = CollectorRegistry()
     guard = Guard(registry=registry, tools={"slow": {"max_active": 1, "max_queue": 0}})

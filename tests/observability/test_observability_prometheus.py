@@ -145,6 +145,7 @@ def by(result: list[dict[str, Any]], label: str) -> dict[str, float]:
     return {series["metric"][label]: float(series["value"][1]) for series in result}
 
 
+@pytest.mark.slow
 async def test_every_dashboard_and_alert_query_returns_data_for_the_tool(
     anyio_backend: str, prometheus: Prometheus, metrics_registry: CollectorRegistry
 ) -> None:

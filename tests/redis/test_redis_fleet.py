@@ -130,6 +130,7 @@ def _under_load(
     return running([tuple(span) for outcome in results for span in outcome["ran"]]), recovered
 
 
+@pytest.mark.slow
 def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
     spawn: Any, redis_server: RedisServer, redis_url: str
 ) -> None:
@@ -149,6 +150,7 @@ def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
     assert full_share(steps, resumed + 1.0, resumed + 2.0, LIMIT) > 0.5  # and stays full
 
 
+@pytest.mark.slow
 def test_after_a_fast_restart_the_fleet_never_runs_more_than_its_limit(
     spawn: Any, redis_server: RedisServer, redis_url: str
 ) -> None:

@@ -53,6 +53,7 @@ def _under_load(
     return steps, promoted
 
 
+@pytest.mark.slow
 def test_a_killed_cluster_primary_is_replaced_within_a_second_of_promotion(
     fresh_cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -68,6 +69,7 @@ def test_a_killed_cluster_primary_is_replaced_within_a_second_of_promotion(
     assert full_again(steps, promoted, LIMIT) <= 1.0, full_again(steps, promoted, LIMIT)
 
 
+@pytest.mark.slow
 def test_a_sentinel_failover_is_followed_within_a_second(
     fresh_sentinel: SentinelSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

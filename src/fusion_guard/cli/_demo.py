@@ -182,9 +182,11 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--check",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
-        " shifting, of docs/adaptive.md; tenants, of docs/demo.md)",
+        " shifting, of docs/adaptive.md; tenants, of docs/demo.md), the default; --no-check"
+        " prints the targets without failing, for a busy or noisy machine",
     )
     parser.set_defaults(handler=run)
 
@@ -300,7 +302,7 @@ def _report(
     write_chart: Callable[[Path], None],
 ) -> int:
     """Write the figures and the chart as asked, print ``out``; the exit status (2: the chart
-    could not be written; 1 with --check: a target missed)."""
+    could not be written; 1: a target missed, unless --no-check)."""
     if args.json is not None:
         write_json(args.json)
         out.append(f"\nfigures written to {args.json}")
@@ -315,7 +317,14 @@ def _report(
     if chart_failed is not None:
         sys.stderr.write(chart_failed + "\n")
         return 2
-    return 1 if args.check and not all(t.met for t in targets) else 0
+    missed = sum(not t.met for t in targets)
+    if missed and args.check:
+        sys.stderr.write(
+            f"fusion-guard demo: {missed} of {len(targets)} targets missed; on a busy or noisy"
+            " machine, --no-check reports them without failing\n"
+        )
+        return 1
+    return 0
 
 
 def _quiet_logs() -> None:
