@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
 
 import anyio
@@ -36,6 +36,8 @@ from fusion_guard import (
     success,
 )
 from fusion_guard.backends import RateBackend
+
+Clock = Callable[[], float]
 
 TOOL = "search"
 
@@ -122,14 +124,16 @@ async def _call(guard: Guard, client: str | None) -> ToolResponse:
         return exc.response
 
 
-async def agent(guard: Guard, start: float, client: str | None = None) -> Agent:
+async def agent(
+    guard: Guard, start: float, client: str | None = None, clock: Clock = time.monotonic
+) -> Agent:
     refusals = 0
     first_advice: float | None = None
-    first_call = time.monotonic() - start
+    first_call = clock() - start
     while True:
         response = await _call(guard, client)
         if not response.is_error:
-            done = time.monotonic() - start
+            done = clock() - start
             return Agent(refusals, refusals <= 1, done, first_advice, first_call)
         assert response.code == "RATE_LIMITED", response.text
         info = parse_tool_error(response.text)
@@ -142,17 +146,23 @@ async def agent(guard: Guard, start: float, client: str | None = None) -> Agent:
 
 
 async def run_agents(
-    guard: Guard, count: int, start: float, *, known: bool = True, name: str = "agent"
+    guard: Guard,
+    count: int,
+    start: float,
+    *,
+    known: bool = True,
+    name: str = "agent",
+    clock: Clock = time.monotonic,
 ) -> list[Agent]:
-    """``count`` agents calling at once (at ``start``, a ``time.monotonic()`` instant), each
-    under a client key of its own (``name``-n) when ``known``, as agents over MCP are told apart
-    by their session or credentials; else all anonymous."""
+    """``count`` agents calling at once (at ``start``, an instant of ``clock``), each under a
+    client key of its own (``name``-n) when ``known``, as agents over MCP are told apart by
+    their credentials; else all anonymous."""
     agents: list[Agent] = []
 
     async def one(client: str | None) -> None:
-        agents.append(await agent(guard, start, client))
+        agents.append(await agent(guard, start, client, clock))
 
-    await anyio.sleep(max(0.0, start - time.monotonic()))
+    await anyio.sleep(max(0.0, start - clock()))
     async with anyio.create_task_group() as group:
         for n in range(count):
             group.start_soon(one, f"{name}-{n}" if known else None)
