@@ -209,9 +209,11 @@ async def test_fastmcp_marks_a_warning_error_exactly_where_the_docs_say(
 
     recorded = await _warning_spans("fastmcp", spans)
     status = {tool: span.status.status_code for tool, span in recorded.items()}
+    # A warning returned from a ``-> str`` tool: ERROR on the FastMCP this project pins for
+    # development, UNSET on the lowest FastMCP 4 release (`make test-lowest`), which converts it.
+    assert status.pop("returns_typed") in (StatusCode.ERROR, StatusCode.UNSET)
     assert status == {
         "raises_typed": StatusCode.ERROR,
-        "returns_typed": StatusCode.ERROR,
         "raises_untyped": StatusCode.ERROR,
         "returns_untyped": StatusCode.UNSET,
         "returns_tool_result": StatusCode.UNSET,
