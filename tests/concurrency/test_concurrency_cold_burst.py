@@ -11,10 +11,10 @@ import pytest
 from concurrency_support import envelope_details, fill
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from virtual_time import run_virtual
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
 from fusion_guard.testing import FakeClock
+from virtual_time import run_virtual
 
 BACKENDS = ["asyncio", "trio"]
 

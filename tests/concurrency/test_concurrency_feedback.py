@@ -12,7 +12,6 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from virtual_time import virtual_time_backends
 
 from fusion_guard import ConcurrencyGuard, GradientLimit, HandlerTimeout, ServerBusy
 from fusion_guard.admission._feedback import (
@@ -20,6 +19,7 @@ from fusion_guard.admission._feedback import (
     TROUBLE_WEIGHT,
     CapacityFeedback,
 )
+from virtual_time import virtual_time_backends
 
 
 def _feedback(queued_by_others: int = 0) -> CapacityFeedback:
