@@ -1,0 +1,146 @@
+"""Pins for the hot paths: how many Python calls the free path and the shed path make.
+
+Time on a loaded 2-core machine is noise; the number of Python calls is not, and each one costs
+tens of nanoseconds of an uncontended slot that costs about a microsecond. ``sys.setprofile``
+counts every Python function entered (C functions report ``c_call`` and are not counted) from
+the call's arrival to its end. A change that adds a call to these paths fails here; one that
+removes calls lowers the pin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from collections.abc import Callable, Coroutine
+from functools import partial
+from operator import getitem
+from types import FrameType
+from typing import Any
+
+from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
+
+#: ``async with guard.slot():`` with a free slot and no client key: slot(), the Slot, its
+#: __aenter__ and _hold, its __aexit__ and _end, and the service-time sample.
+FREE_PATH = 7
+#: ... with a client key: the key bounded, the client's arrival counted, its end uncounted.
+FREE_PATH_KEYED = 10
+#: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
+#: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
+FREE_PATH_ADAPTIVE = 26
+#: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
+#: built (no observer).
+SHED_AT_ARRIVAL = 10
+#: A full queue refusing a keyed call: its client's record is made, it finds no lighter
+#: client's place to take, and its record goes when it is refused.
+SHED_KEYED = 24
+#: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
+#: overload detector and the discipline look first.
+SHED_PREDICTED = 25
+#: ``async with guard.admit(tool):`` through the Guard with metrics off, free slot, the default
+#: 50 s deadline: the ticket, the slot, the deadline and the default observers. At most: the
+#: Guard's own part may shrink.
+GUARD_FREE_PATH = 25
+
+
+def _calls(
+    body: Callable[..., Coroutine[Any, Any, object]],
+    *args: object,
+    runs: int = 1,
+    warm: int = 50,
+) -> int:
+    """Python calls made per await of ``body(*args)`` (itself not counted), over ``runs`` awaits
+    after ``warm`` uncounted ones on the same event loop (first calls make records, templates,
+    a deadline's timer queue). ``body`` must not suspend: the count is of one task's
+    synchronous path."""
+    count = 0
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal count
+        if event == "call":
+            count += 1
+
+    async def measured() -> None:
+        for _ in range(warm):
+            await body(*args)
+        sys.setprofile(profile)
+        try:
+            for _ in range(runs):
+                await body(*args)
+        finally:
+            sys.setprofile(None)
+
+    asyncio.run(measured())
+    # measured() was entered before the profile was set; each run enters body() once.
+    return (count - runs) // runs
+
+
+def _counting_clock() -> Callable[[], float]:
+    """A clock without a Python frame (C calls only) that moves 1 ms per reading, so that the
+    adaptive limit sees the same holds on every run."""
+    return partial(next, itertools.count(1000.0, 0.001))
+
+
+async def _free(guard: ConcurrencyGuard, client: str | None = None) -> None:
+    async with guard.slot(client=client):
+        pass
+
+
+async def _shed(guard: ConcurrencyGuard, client: str | None = None) -> None:
+    try:
+        async with guard.slot(client=client):
+            pass
+    except ServerBusy:
+        return
+    raise AssertionError("admitted, not shed")
+
+
+def test_free_path_without_a_client_key() -> None:
+    guard = ConcurrencyGuard(1)
+    assert _calls(_free, guard) == FREE_PATH
+    assert guard.active == 0
+
+
+def test_free_path_with_a_client_key() -> None:
+    guard = ConcurrencyGuard(1)
+    assert _calls(_free, guard, "tenant-42") == FREE_PATH_KEYED
+    assert guard.statistics().clients == 0  # the record went with its last call
+
+
+def test_free_path_under_an_adaptive_limit() -> None:
+    guard = ConcurrencyGuard(limit=GradientLimit(), clock=_counting_clock())
+    # Over 100 calls: windows close and the limit moves on some calls, not on others.
+    assert _calls(_free, guard, runs=100, warm=200) == FREE_PATH_ADAPTIVE
+
+
+def test_shed_path_of_a_full_guard() -> None:
+    guard = ConcurrencyGuard(1, max_queue=0)
+    guard.acquire_nowait()
+    assert _calls(_shed, guard) == SHED_AT_ARRIVAL
+
+
+def test_shed_path_of_a_keyed_call_at_a_full_queue() -> None:
+    guard = ConcurrencyGuard(1, max_queue=0, clock=partial(getitem, [1000.0], 0))
+    guard.acquire_nowait()
+    assert _calls(_shed, guard, "tenant-42") == SHED_KEYED
+
+
+def test_shed_path_of_a_predicted_wait() -> None:
+    now = [1000.0]
+    guard = ConcurrencyGuard(1, max_queue=10, queue_timeout=0.5, clock=partial(getitem, now, 0))
+    first = guard.acquire_nowait()
+    now[0] += 10.0
+    first.release()  # one finished call: holds are measured, 10 s
+    guard.acquire_nowait()  # and this one runs for good: a queued call would wait past 0.5 s
+    assert _calls(_shed, guard) == SHED_PREDICTED
+    assert guard.statistics().shed_predicted > 0
+
+
+def test_free_path_through_the_guard() -> None:
+    guard = Guard(max_active=1, metrics=False)
+
+    async def admitted() -> None:
+        async with guard.admit("search"):
+            pass
+
+    assert _calls(admitted) <= GUARD_FREE_PATH
