@@ -151,6 +151,10 @@ class GateAssembly:
             "fair": limits.fair_queueing,
             "max_active_per_client": limits.max_active_per_client,
             "observer": observer,
+            # The tool's tickets report how each call ended, knowing how the handler answered
+            # (an error envelope is no exception): the slots do not, so each call is reported
+            # once.
+            "reports_finished": False,
         }
         if settings.backend != "redis" or settings.redis_url is None:
             if adaptive is not None:
@@ -235,10 +239,7 @@ class GateAssembly:
 
 def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
     """Connect a tool's observer and slots: observers that show live figures (in-flight, queue
-    depth) read them from the slots, and the slots leave ``finished`` to the tool's tickets,
-    which know how the handler answered (an error envelope is no exception): each call is
-    reported once."""
-    slots.reports_finished = False
+    depth) read them from the slots."""
     watch = getattr(observer, "watch", None)
     if callable(watch):
         watch(slots)

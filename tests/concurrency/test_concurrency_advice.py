@@ -10,7 +10,7 @@ import pytest
 from concurrency_support import envelope_details, serve_order
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
-from fusion_guard.admission._concurrency import _asyncio_cancel_pending
+from fusion_guard.admission._queue import asyncio_cancel_pending
 from fusion_guard.testing import FakeClock, ToolRecorder
 
 pytestmark = pytest.mark.anyio
@@ -220,7 +220,7 @@ async def test_a_pending_cancellation_is_seen_wherever_asyncio_keeps_its_tasks(
         if not live:
             patched.setattr(asyncio.tasks, "_current_tasks", {}, raising=False)
             patched.setattr(asyncio, "current_task", lambda loop=None: task)
-        pending = _asyncio_cancel_pending(loop)
+        pending = asyncio_cancel_pending(loop)
     with anyio.CancelScope() as scope:
         assert not pending(loop)
         with anyio.CancelScope(shield=True) as shielded:

@@ -180,12 +180,12 @@ async def test_invalid_slot_timeout_is_refused(seconds: object) -> None:
 
 
 def test_fast_server_busy_equals_the_normal_construction() -> None:
-    from fusion_guard.admission._concurrency import _server_busy
+    from fusion_guard.admission._refusal import server_busy
     from fusion_guard.wire._shedding import ServerBusyTemplate
 
     response = ServerBusyTemplate("t", 1, 0).render("queue_full", 1, 0, 0.5)
     fast, normal = (
-        _server_busy(response, 0.5, "queue_full"),
+        server_busy(response, 0.5, "queue_full"),
         ServerBusy(response, 0.5, "queue_full"),
     )
     assert type(fast) is type(normal)

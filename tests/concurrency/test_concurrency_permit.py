@@ -1,7 +1,7 @@
 """A composed permit (``ConcurrencyGuard(permit=...)``): taken after the local slot, given back
-before it, refusals through the guard's public ``refusal()``; whatever the mix of calls, permits
-refused, failing and cancellations, every permit taken is given back once and the guard ends
-empty. On asyncio and trio (a user's permit need not be Redis)."""
+before it, a permit not had in time refused by the guard (``TimeoutError``); whatever the mix
+of calls, permits refused, failing and cancellations, every permit taken is given back once and
+the guard ends empty. On asyncio and trio (a user's permit need not be Redis)."""
 
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ class CountingPermit:
         self.broken = False
         self._ids = itertools.count()
 
-    async def take(self, guard: ConcurrencyGuard, deadline: float) -> object | None:
+    async def take(self, deadline: float) -> object | None:
         await anyio.lowlevel.checkpoint()  # a round trip
         if self.broken:
             raise RuntimeError("permit store down")
         if self.refuse or len(self.out) >= self.capacity:
-            raise guard.refusal("queue_timeout")
+            raise TimeoutError  # the guard refuses the call queue_timeout
         token = next(self._ids)
         self.out.add(token)
         return token

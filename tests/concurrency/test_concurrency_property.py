@@ -85,10 +85,10 @@ class World:
         if guard.queued:
             assert guard.active == guard.max_active  # a free slot never coexists with waiters
         # Re-judged waiters leave the queue as they are marked; granted ones as they are handed.
-        assert not any(w.left or w.granted for w in guard._waiters)
+        assert not any(w.left or w.granted for w in guard._core.waiters)
         # The in-flight bound: no call holding a slot started after the latest start.
         running = [c.started for c in self.calls if c.entered and c.index not in self.outcomes]
-        assert not running or guard._latest_start >= max(running)
+        assert not running or guard._core.latest_start >= max(running)
 
 
 async def drive(world: World, program: list[tuple[str, int, bool]]) -> None:

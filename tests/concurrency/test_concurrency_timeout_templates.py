@@ -10,7 +10,7 @@ import pytest
 from concurrency_support import envelope_details
 
 from fusion_guard import ConcurrencyGuard, HandlerTimeout
-from fusion_guard.admission._concurrency import TIMEOUT_TEMPLATES
+from fusion_guard.admission._refusal import TIMEOUT_TEMPLATES
 from fusion_guard.wire._shedding import TimeoutTemplate
 
 
@@ -38,13 +38,14 @@ async def test_per_call_timeouts_keep_a_bounded_number_of_templates() -> None:
 def test_100000_distinct_timeouts_use_no_more_memory_than_a_few() -> None:
     # The envelope step alone (a real deadline costs ~40 us of scheduling per call).
     guard = ConcurrencyGuard(1, name="t")
+    handler_timeout = guard._refusals.handler_timeout
     for i in range(TIMEOUT_TEMPLATES):
-        guard._handler_timeout(1.0 + i)
+        handler_timeout(1.0 + i)
     tracemalloc.start()
     try:
         start = tracemalloc.get_traced_memory()[0]
         for i in range(100_000):
-            guard._handler_timeout(2.0 + i * 1e-6)
+            handler_timeout(2.0 + i * 1e-6)
         gc.collect()
         grown = tracemalloc.get_traced_memory()[0] - start
     finally:

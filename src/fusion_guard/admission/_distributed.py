@@ -37,7 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKEND_RETRY_AFTER",
+    "Figures",
     "BackendFailure",
     "DistributedConcurrencyGuard",
     "RedisLease",
@@ -79,6 +80,23 @@ BACKEND_RETRY_AFTER = 1.0
 """The least retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
 _FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.05
+
+
+class Figures(Protocol):
+    """What a failure's envelope reports of the slots a call would take: their capacity and
+    the calls running and waiting now (a guard shows these)."""
+
+    @property
+    def active(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def max_active(self) -> int: ...
+
+    @property
+    def max_queue(self) -> int: ...
 
 
 class _BackendUnavailableTemplate(ServerBusyTemplate):
@@ -169,10 +187,21 @@ class RedisLease:
     ``take`` polls while the fleet is full, with jittered exponential backoff, until the
     ``deadline`` (then the guard's ``queue_timeout`` refusal); when Redis fails it applies
     ``failure_policy`` (``open``: no lease, the call runs on its local slot; ``closed``: SERVER_BUSY
-    ``backend_unavailable``). It sees only the guard's public surface.
+    ``backend_unavailable``, reported to ``observer``). It sees nothing of the guard but the
+    figures it reads for that envelope (``watch``).
     """
 
-    __slots__ = ("_clock", "_conn", "_failure", "_name", "_policy", "_semaphore", "lease")
+    __slots__ = (
+        "_clock",
+        "_conn",
+        "_failure",
+        "_figures",
+        "_name",
+        "_observer",
+        "_policy",
+        "_semaphore",
+        "lease",
+    )
 
     def __init__(
         self,
@@ -183,6 +212,7 @@ class RedisLease:
         lease: float,
         failure_policy: FailurePolicy,
         clock: Callable[[], float],
+        observer: ToolObserver | None = None,
     ) -> None:
         self.lease = check_seconds("lease", lease)
         if self.lease > MAX_LEASE:  # the scripts' millisecond times would no longer be exact
@@ -195,6 +225,8 @@ class RedisLease:
         self._policy = check_failure_policy(failure_policy)
         self._semaphore = FleetSemaphore(conn, name, limit=limit, lease=self.lease)
         self._failure: BackendFailure | None = None  # made on the first failure
+        self._observer = observer  # what a failure is reported to
+        self._figures: Figures | None = None  # see watch()
 
     @property
     def failure_policy(self) -> FailurePolicy:
@@ -219,14 +251,23 @@ class RedisLease:
         """The most leases the fleet holds at once."""
         return self._semaphore.limit
 
-    async def take(self, guard: ConcurrencyGuard, deadline: float) -> str | None:
-        """A lease's holder id; None when Redis failed and the policy is open."""
+    def watch(self, figures: Figures) -> None:
+        """Read the calls running and waiting for a failure's envelope from ``figures`` (the
+        guard the lease is composed into), and its capacity figures once, at the first
+        failure."""
+        self._figures = figures
+
+    async def take(self, deadline: float) -> str | None:
+        """A lease's holder id; None when Redis failed and the policy is open. Raises
+        ``TimeoutError`` when the fleet stayed full until ``deadline`` (the guard's clock)."""
         backoff = _FIRST_BACKOFF
         while True:
             try:
                 grant = await self._semaphore.try_acquire()
             except BackendError as exc:
-                busy = self._failed(guard).handle(exc, guard.active, guard.queued)
+                figures = self._figures
+                active, queued = (0, 0) if figures is None else (figures.active, figures.queued)
+                busy = self._failed().handle(exc, active, queued)
                 if busy is not None:
                     raise busy from exc
                 return None
@@ -234,7 +275,7 @@ class RedisLease:
                 return grant.holder
             remaining = deadline - self._clock()
             if remaining <= 0:
-                raise guard.refusal("queue_timeout")
+                raise TimeoutError  # the guard refuses the call queue_timeout
             # Full jitter: the fleet's waiters do not poll Redis in lockstep.
             await anyio.sleep(min(remaining, backoff * random.uniform(0.5, 1.0)))
             backoff = min(2 * backoff, _MAX_BACKOFF)
@@ -245,11 +286,11 @@ class RedisLease:
         except BackendError as exc:  # retried in the background (FleetSemaphore.release)
             log_event(logging.WARNING, "lease_release_failed", tool=self._name, error=str(exc))
 
-    def _failed(self, guard: ConcurrencyGuard) -> BackendFailure:
+    def _failed(self) -> BackendFailure:
         failure = self._failure
         if failure is None:
             failure = self._failure = backend_failure(
-                self._name, self._policy, self._conn, guard.observer, guard
+                self._name, self._policy, self._conn, self._observer, self._figures
             )
         return failure
 
@@ -301,10 +342,12 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
             lease=lease,
             failure_policy=failure_policy,
             clock=local.get("clock", time.monotonic),
+            observer=local.get("observer"),
         )
         # With a limit, the fleet's cap is the lease's and this process's slots are the limit's.
         local_slots = max_active if local.get("limit") is None else None
         super().__init__(local_slots, max_queue, queue_timeout, permit=self._lease, **local)
+        self._lease.watch(self)
 
     @property
     def fleet_max_active(self) -> int:
@@ -366,7 +409,7 @@ def backend_failure(
     policy: FailurePolicy,
     backend: RateBackend | RedisConnection,
     observer: ToolObserver | None = None,
-    slots: ConcurrencyGuard | None = None,
+    slots: Figures | None = None,
 ) -> BackendFailure:
     """The failure policy of ``tool`` for when its ``backend`` fails (a rate backend, or the
     Redis connection of fleet leases), made once per tool: logged through it (``failed``), its

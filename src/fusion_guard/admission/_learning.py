@@ -1,0 +1,196 @@
+"""What a finished call teaches an adaptive limit, and how its lesson is put in force.
+
+``_feedback.py`` decides what a call's outcome says of the tool's capacity (a sample, a drop,
+or nothing); ``LimitLearning.learn`` feeds that to the ``Limit`` with the call's hold, learns
+how fast slots open, and applies what the limit then says: a new limit in force (``_set_limit``:
+a raise admits waiters at once, a cut cancels nothing), a default queue following the tool's
+parallelism (``_follow_parallelism``), the discipline's standing limit. Only an adaptive guard
+has one; a fixed guard's calls teach nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import cast
+
+from .._log import log_event
+from .._observer import observer_failed
+from ._core import Core
+from ._discipline import whole_calls
+from ._feedback import CapacityFeedback, Seat
+from ._limit import Limit, OvertakingLimit
+from ._refusal import Refusals
+from ._service_time import ServiceTimeEstimator
+
+__all__ = [
+    "LIMIT_LOG_SECONDS",
+    "QUEUE_PER_PARALLEL_CALL",
+    "QUEUE_PER_SLOT",
+    "LimitLearning",
+    "default_max_queue",
+    "parallelism_of",
+]
+
+#: The default queue: this many waiters per slot.
+QUEUE_PER_SLOT = 10
+#: ... and per call the tool serves in parallel under an adaptive limit that estimates it: such
+#: a limit runs above the parallelism on purpose, to find more (``GradientLimit`` settles at
+#: about twice it), so about one call per parallel call already waits inside the tool. Counted
+#: in, a full queue waits as long as under a fixed limit equal to the parallelism; left out, the
+#: first second of a 4x overload waited two calls longer, and 34 of seeds 1-60 of the one-minute
+#: demo met every target, not 39 (``python benchmarks/virtual_demo.py --seeds 1-60
+#: --max-active auto``, with the slots under overload of ``QueueDiscipline.slots_in_force``).
+QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
+#: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
+LIMIT_LOG_SECONDS = 1.0
+
+
+class LimitLearning:
+    """The lessons of one adaptive guard's finished calls (see the module). ``queue_follows``:
+    the queue is the default one, which follows the parallelism the limit estimates."""
+
+    __slots__ = (
+        "_adaptive",
+        "_core",
+        "_feedback",
+        "_limit_logged",
+        "_log_due",
+        "_openings",
+        "_overtaking",
+        "_parallel_calls",
+        "_queue_floor",
+        "_queue_follows",
+        "_refusals",
+    )
+
+    def __init__(
+        self, core: Core, refusals: Refusals, adaptive: Limit, prior: float, queue_follows: bool
+    ) -> None:
+        self._core = core
+        self._refusals = refusals
+        self._adaptive = adaptive
+        self._overtaking = getattr(adaptive, "learns_overtaking", False) is True
+        # Each finished call's signal (``_feedback.py``), from the seat it took with its slot.
+        self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
+        # The time between slot openings at saturation, learnt from each call's hold over the
+        # calls it shared the tool with. The mean hold over the slots in force is wrong for as
+        # long as the mean lags a moved limit (a small limit moves often).
+        self._openings = core.openings = ServiceTimeEstimator(prior)
+        self._parallel_calls = parallelism_of(adaptive)  # as of the last finished call
+        self._queue_follows = queue_follows
+        self._queue_floor = core.max_queue  # a default queue never shrinks below its first
+        self._limit_logged = core.max_active  # the limit last reported in the log
+        self._log_due = -math.inf
+
+    def learn(
+        self,
+        seat: Seat,
+        start: float,
+        held: float,
+        inflight: int,
+        timeout: float | None,
+        timed_out: bool,
+        overtook: int,
+        reached_tool: bool,
+    ) -> None:
+        """Feed one finished call to the limit, as far as it tells of the tool's capacity
+        (``CapacityFeedback``), and apply the limit it then gives. The call took its slot at
+        ``start`` with ``inflight`` calls holding one (itself included), held it ``held``
+        seconds and overtook ``overtook`` calls that took a slot before it."""
+        adaptive, core = self._adaptive, self._core
+        dropped = self._feedback.ended(
+            seat, start, held, inflight, timeout, timed_out, reached_tool
+        )
+        if not reached_tool:
+            return  # it never ran: the slots did not open any slower or faster for it
+        parallel = self._parallel_calls
+        if parallel is None:
+            # A limit with no estimate: only a call that found every slot taken tells how fast
+            # they open.
+            if inflight >= core.max_active:
+                self._openings.observe(held / inflight)
+        else:
+            # Every call tells it, as under a fixed limit: its hold over the calls it shared the
+            # tool with (in flight at its start and its end, averaged: a crowd thinned by a lull
+            # let it through sooner), or over the parallelism when more (it did not wait
+            # inside), rounded down: to the nearest, an estimate of 1.6 for one worker read the
+            # tool as serving twice as fast as it does (docs/adaptive-tried.md).
+            crowd = 0.5 * (inflight + core.active)
+            in_parallel = math.floor(parallel)
+            self._openings.observe(held / (crowd if crowd > in_parallel else in_parallel))
+        if dropped is None:
+            return  # a timeout of its caller's own (``_feedback.py``): the limit learns nothing
+        try:
+            if self._overtaking:
+                cast(OvertakingLimit, adaptive).on_sample(
+                    start, held, inflight, dropped, overtook=overtook
+                )
+            else:
+                adaptive.on_sample(start, held, inflight, dropped)
+            limit = adaptive.limit
+            parallelism = self._parallel_calls = parallelism_of(adaptive)
+        except Exception as failure:  # a limit's bug never changes a call's answer
+            observer_failed(adaptive, "on_sample", failure)
+            return
+        discipline = core.discipline
+        if isinstance(limit, int) and limit >= 1:
+            # Under sustained overload, not above what the tool serves in parallel (and one).
+            limit = discipline.slots_in_force(limit, parallelism, start + held, len(core.waiters))
+            if limit != core.max_active:
+                self._set_limit(limit)
+        # Only when the estimate moved: GradientLimit moves it once a window, not every call.
+        if parallelism is not None and parallelism != parallel and self._queue_follows:
+            self._follow_parallelism(parallelism)
+        # A standing queue is held to a few calls per call the tool serves in parallel: for a
+        # limit that runs above the tool's parallelism (to find it), the limit would overstate
+        # it, and the queue's wait, by as much. Without an estimate: held per slot.
+        discipline.on_limit(core.max_active, parallelism)
+
+    def _follow_parallelism(self, parallelism: float) -> None:
+        """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call
+        the tool serves in parallel, to the nearest call, never below the first. A queue that
+        shrinks refuses newcomers; it cancels no waiter."""
+        core = self._core
+        queue = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
+        if queue != core.max_queue:
+            core.max_queue = core.discipline.max_queue = queue
+            self._refusals.on_queue()  # the envelopes report the queue in force
+
+    def _set_limit(self, limit: int) -> None:
+        """Put ``limit`` in force: a raise admits waiters at once; a decrease cancels nothing
+        (the calls in flight drain, and no slot is handed on above the limit)."""
+        core = self._core
+        logged = self._limit_logged
+        if (limit >= 2 * logged or 2 * limit <= logged) and core.clock() >= self._log_due:
+            # A move by half or more, at most once per LIMIT_LOG_SECONDS per tool.
+            self._limit_logged = limit
+            self._log_due = core.clock() + LIMIT_LOG_SECONDS
+            log_event(logging.INFO, "concurrency_limit_moved", tool=core.name, limit=limit,
+                      previous=logged)  # fmt: skip
+        core.max_active = limit
+        self._refusals.on_limit(limit)
+        waiters = core.waiters
+        while waiters and core.active < limit:
+            core.active += 1
+            core.hand_off()
+
+
+def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:
+    """The queue a guard keeps when none is given: ``QUEUE_PER_SLOT`` waiters per slot, or,
+    under an ``adaptive`` limit, ``QUEUE_PER_PARALLEL_CALL`` per call it estimates the tool
+    serves in parallel, to the nearest call (halves up). Not rounded up: a window of lucky calls
+    reads 2.2 for a tool of 2, and a queue of 30 made the first second of an overload wait
+    behind 20-29 calls; a tool partly used, which reads below what it serves, is held up by the
+    calls it is seen serving at once."""
+    per_call = QUEUE_PER_PARALLEL_CALL if adaptive else QUEUE_PER_SLOT
+    return per_call * whole_calls(parallel)
+
+
+def parallelism_of(adaptive: object) -> float | None:
+    """An adaptive limit's estimate of the calls the tool serves in parallel (its optional
+    ``parallelism``), or None: none, or a nonsense one (not a finite number >= 1)."""
+    parallelism = getattr(adaptive, "parallelism", None)
+    if isinstance(parallelism, int | float) and 1 <= parallelism < math.inf:
+        return float(parallelism)
+    return None

@@ -1,0 +1,193 @@
+"""Refusals: a decision to shed turned into its ServerBusy (or a deadline into HandlerTimeout),
+counted, reported and advised, from envelopes rendered once and kept.
+
+One function, ``Refusals.refuse``, for every shed of the guard's own (under overload most calls
+take it), whoever decided it: the limiter at a full guard, the waiting at arrival or in the
+queue, a permit with no lease in time. It reads the core's figures and writes only its
+counters.
+"""
+
+from __future__ import annotations
+
+from .._exceptions import HandlerTimeout, ServerBusy
+from .._observer import ShedReason, observer_failed
+from ..wire._response import ToolResponse
+from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
+from ._core import Core
+from ._service_time import RetryPromises
+
+__all__ = [
+    "MAX_LIMIT_TEMPLATES",
+    "TIMEOUT_TEMPLATES",
+    "FlaggedBusyTemplate",
+    "Refusals",
+    "server_busy",
+]
+
+#: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
+#: Guard passes its tool's), but per-call timeouts may vary without bound.
+TIMEOUT_TEMPLATES = 8
+#: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
+MAX_LIMIT_TEMPLATES = 64
+
+
+class FlaggedBusyTemplate(ServerBusyTemplate):
+    """SERVER_BUSY with one more detail, ``FLAG`` = ``true``, after the standard ones (rendered
+    once): ``predicted`` for a call shed at arrival on its predicted wait, ``standing`` for one
+    refused by the standing-queue limit (whose ``max_queue`` is that limit: the queue in force)."""
+
+    __slots__ = ("max_active", "max_queue")
+
+    def __init__(self, tool: str, max_active: int, max_queue: int, flag: str) -> None:
+        super().__init__(tool, max_active, max_queue)
+        self.max_active = max_active
+        self.max_queue = max_queue
+        extra = f'    <detail key="{flag}">true</detail>\n  </details>\n'
+        self._tail = self._tail.replace("  </details>\n", extra, 1)
+
+
+class Refusals:
+    """The refusals of one guard: ``busy`` and ``predicted_busy`` are the SERVER_BUSY envelopes
+    of the limit and queue in force (``on_limit`` / ``on_queue`` follow them); ``refuse`` and
+    ``handler_timeout`` build what is raised. ``per_client``: the cap a ``client_limit`` refusal
+    reports."""
+
+    __slots__ = (
+        "_by_limit",
+        "_core",
+        "_per_client",
+        "_promises",
+        "_standing",
+        "_timeouts",
+        "busy",
+        "predicted_busy",
+    )
+
+    def __init__(self, core: Core, max_retry_after: float, per_client: int | None) -> None:
+        self._core = core
+        self._promises = RetryPromises(max_retry_after)
+        self._per_client = per_client
+        self.busy, self.predicted_busy = self._templates(core.max_active)
+        self._standing = FlaggedBusyTemplate(
+            core.name, core.max_active, core.discipline.standing_limit, "standing"
+        )
+        self._by_limit: dict[int, tuple[ServerBusyTemplate, FlaggedBusyTemplate]] = {}
+        self._timeouts: dict[float, TimeoutTemplate] = {}
+
+    def on_limit(self, limit: int) -> None:
+        """The limit in force moved to ``limit``: the envelopes report it."""
+        templates = self._by_limit.get(limit)
+        if templates is None:
+            if len(self._by_limit) >= MAX_LIMIT_TEMPLATES:
+                self._by_limit.clear()
+            templates = self._by_limit[limit] = self._templates(limit)
+        self.busy, self.predicted_busy = templates
+
+    def on_queue(self) -> None:
+        """The queue in force moved: the envelopes report it."""
+        self._by_limit.clear()
+        self.busy, self.predicted_busy = self._templates(self._core.max_active)
+
+    def _templates(self, limit: int) -> tuple[ServerBusyTemplate, FlaggedBusyTemplate]:
+        """The SERVER_BUSY envelopes for ``limit`` slots (details report the limit in force)."""
+        core = self._core
+        return (
+            ServerBusyTemplate(core.name, limit, core.max_queue),
+            FlaggedBusyTemplate(core.name, limit, core.max_queue, "predicted"),
+        )
+
+    def standing(self) -> FlaggedBusyTemplate:
+        """The SERVER_BUSY envelope of the standing-queue limit, remade when the slots or that
+        limit moved: its ``max_queue`` is the standing limit, the queue in force, so that a
+        ``queue_full`` refusal never reads as a full queue at 8 of 20."""
+        template = self._standing
+        core = self._core
+        standing = core.discipline.standing_limit
+        if template.max_queue != standing or template.max_active != core.max_active:
+            template = self._standing = FlaggedBusyTemplate(
+                core.name, core.max_active, standing, "standing"
+            )
+        return template
+
+    def refuse(
+        self,
+        reason: ShedReason,
+        queued: int,
+        template: ServerBusyTemplate,
+        own: tuple[int, int] | None = None,
+        caller: str | None = None,
+    ) -> ServerBusy:
+        """Count, report and advise one refusal (one function: under overload most calls take
+        it); ``own``: the refused call's client's calls running and waiting, which the envelope
+        then reports (``fair_share``, ``client_limit``); ``caller``: its client key, when known
+        (one promise per caller, see ``RetryPromises``)."""
+        core = self._core
+        active = core.active
+        now = core.clock()
+        service = core.service
+        in_flight = now - core.latest_start
+        if reason == "client_limit":
+            # About the client's own calls: when one of them is expected to end (one of its n
+            # running calls every hold / n; with none running yet, a hold after its first
+            # starts). No promise: the openings the crowd is told of are the guard's slots.
+            assert own is not None  # refused over its own cap
+            retry_after = service.hold(in_flight) / max(own[0], 1)
+            core.shed_client += 1
+        else:
+            hold = service.hold(in_flight)
+            # While the hold is the prior alone, the promise waits out only as much of the
+            # queue ahead as the calls in flight vouch for: its drain at their age, which no
+            # hold can undercut. Waited out at the prior, a prior too long sends callers back
+            # to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
+            # 1.94x the ideal drain time); not waited out at all, a prior too short sends them
+            # back to the queue that refused them. Once measured, the whole queue ahead.
+            ahead = int(queued * in_flight / hold) if service.guessing(in_flight) else queued
+            # An anonymous promise runs at most a full guard's worth of openings (every slot
+            # and every queue place) past the drain and the known callers' promises.
+            crowd = core.max_active + core.max_queue
+            retry_after = self._promises.promise(now, ahead, hold / core.max_active, crowd, caller)
+            if reason == "queue_full":
+                core.shed_full += 1
+                core.shed_standing += template is self._standing
+            elif reason == "fair_share":
+                core.shed_fair += 1
+            else:
+                core.shed_timeout += 1
+                core.predicted += template is self.predicted_busy
+        observer = core.observer
+        if observer is not None:
+            try:
+                observer.shed(reason, active, queued, retry_after)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "shed", failure)
+        if own is None:
+            response = template.render(reason, active, queued, retry_after)
+        else:
+            cap = self._per_client if reason == "client_limit" else None
+            response = template.render_for_client(reason, active, queued, retry_after, *own, cap)
+        return server_busy(response, retry_after, reason)
+
+    def handler_timeout(self, timeout: float) -> HandlerTimeout:
+        """The TIMEOUT of a body its ``timeout`` ended, counted."""
+        self._core.handler_timeouts += 1
+        templates = self._timeouts
+        template = templates.get(timeout)
+        if template is None:
+            if len(templates) >= TIMEOUT_TEMPLATES:
+                del templates[next(iter(templates))]  # the oldest deadline makes room
+            template = templates[timeout] = TimeoutTemplate(self._core.name, timeout)
+        return HandlerTimeout(template.render())
+
+
+_new_exception = Exception.__new__
+
+
+def server_busy(response: ToolResponse, retry_after: float, reason: str) -> ServerBusy:
+    """``ServerBusy(response, retry_after, reason)``, the same object (``args`` is the envelope
+    text) built without the two-level ``__init__`` chain, which costs a sixth of the shed path.
+    Under overload this runs for most calls."""
+    busy: ServerBusy = _new_exception(ServerBusy, response.text)
+    busy.response = response
+    busy.retry_after = retry_after
+    busy.reason = reason
+    return busy

@@ -1,0 +1,327 @@
+"""The slot: one call's hold on a guard, from its entry to its end, and the one report of it.
+
+``Slot`` is the listener of Netflix's concurrency-limits: every admitted call ends through it,
+once (``_end``), and its end is what the rest learns from: the service time, the adaptive limit
+(through the core's ``learn``), the next waiter (``Core.release``), the observer. The free path
+(a slot free at arrival: ``__aenter__``, ``_hold``, ``__aexit__``, ``_end``) is written out in
+full, without a call it could spare: it is what nearly every call of a guard not overloaded
+costs.
+
+Variants compose what a call holds besides a local slot: ``_ClientSlot`` a client's record
+(fair shares, the per-client cap), ``_PermitSlot`` a :class:`Permit` such as a fleet lease.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import ClassVar, Protocol, Self, runtime_checkable
+
+import anyio
+
+from .._observer import Outcome, observer_failed, outcome_of
+from ._core import Core
+from ._deadline import Deadline
+from ._feedback import Seat
+from ._refusal import Refusals
+
+__all__ = ["Permit", "Slot"]
+
+
+class Slot:
+    """One call's hold on a guard slot: an async context manager, used once.
+
+    ``queue_wait`` is the time spent queued (0.0 when a slot was free). With a ``timeout`` the
+    body runs under a deadline; past it the body is cancelled, the slot freed, and
+    :class:`~fusion_guard.HandlerTimeout` raised. ``release()`` is idempotent.
+    """
+
+    __slots__ = (
+        "_core",
+        "_deadline",
+        "_held",
+        "_inflight",
+        "_rank",
+        "_reached_tool",
+        "_seat",
+        "_start",
+        "_timeout",
+        "queue_wait",
+    )
+
+    #: The caller's client key (``_ClientSlot`` keeps it); a plain slot's call is keyless.
+    _client: str | None = None
+    _seat: Seat  # its place in the core's capacity feedback (under an adaptive limit)
+
+    def __init__(self, core: Core, timeout: float | None) -> None:
+        self._core = core
+        self._timeout = timeout
+        self._deadline: Deadline | None = None
+        self._held = False
+        self.queue_wait = 0.0
+
+    #: Whether ``_leave`` ends the hold (a fleet slot must also give its lease back, awaited).
+    leaves_at_once: ClassVar[bool] = True
+
+    async def __aenter__(self) -> Slot:
+        core = self._core
+        if core.active < core.max_active:  # free slot: take it without yielding
+            core.active += 1
+            return self._hold(0.0)
+        return self._hold(await core.wait(None))
+
+    def take_free(self) -> bool:
+        """Take a free slot without a coroutine: True when taken (held as after ``async with``),
+        False when the caller must enter with ``await slot.__aenter__()`` (it would queue).
+        The Guard's tickets use it so an uncontended call costs one coroutine less. A call over
+        its client's ``max_active_per_client`` raises ``ServerBusy`` (``client_limit``)."""
+        core = self._core
+        if core.active < core.max_active:
+            core.active += 1
+            self._hold(0.0)
+            return True
+        return False
+
+    def _hold(self, queue_wait: float) -> Self:
+        """The slot is ours after ``queue_wait`` seconds: count it, report it, start the clock
+        (and the deadline). Variants that take more than a local slot end their entry here."""
+        core = self._core
+        self.queue_wait = queue_wait
+        core.admitted += 1
+        observer = core.observer
+        if observer is not None:
+            try:
+                observer.admitted(queue_wait)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "admitted", failure)
+        self._held = True
+        self._reached_tool = True
+        capacity = core.capacity
+        if capacity is not None:
+            self._seat = capacity.seat(self._client)
+        self._inflight = core.active  # itself included: what an adaptive limit learns from
+        self._rank = core.admitted  # calls that took a slot before it: _rank - 1
+        self._start = core.latest_start = core.clock()
+        if self._timeout is not None:
+            self._deadline = Deadline(self._timeout)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._deadline is None:  # no deadline to tell apart: the hold simply ends
+            self._end("ok" if exc is None else outcome_of(exc))
+            return False
+        return self.leave(exc_type, exc, tb)
+
+    def leave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """``__aexit__`` without a coroutine, for slots that ``leaves_at_once``: end the hold
+        and the deadline; raises ``HandlerTimeout`` when the deadline cancelled the body."""
+        deadline = self._deadline
+        if deadline is not None:
+            self._deadline = None
+            try:
+                expired = deadline.expired(exc_type, exc, tb)
+            except BaseException as raised:
+                self._end(outcome_of(raised))
+                raise
+            if expired:  # our deadline cancelled the body
+                self._end("timeout")  # freed before the envelope is even built
+                raise self._core.timed_out(self._timeout or 0.0) from None
+        self._end("ok" if exc is None else outcome_of(exc))
+        return False
+
+    def release(self) -> None:
+        """Give the slot back (to the next waiter, if any), the call reported ``ok``. Safe to
+        call twice."""
+        self._end("ok")
+
+    def invalid_arguments(self) -> None:
+        """Say that the call's arguments failed validation before the tool ran: its hold
+        then tells nothing of the tool, and neither the adaptive limit nor the service time
+        learns from it. The SDK adapters call it (through ``Ticket.invalid_arguments``)."""
+        self._reached_tool = False
+
+    def _end(self, outcome: Outcome) -> None:
+        """Give the slot back and report how the call ended, once."""
+        if self._held:
+            self._held = False
+            core = self._core
+            held = core.clock() - self._start
+            reached_tool = self._reached_tool
+            if reached_tool:
+                core.service.observe(held)
+            learn = core.learn
+            if learn is not None:
+                # Of the calls that took a slot before this one, at least this many still hold
+                # one (even if every call ended so far was among them): it overtook them.
+                overtook = max(0, self._rank - 1 - core.ended)
+                core.ended += 1
+                learn(
+                    self._seat,
+                    self._start,
+                    held,
+                    self._inflight,
+                    self._timeout,
+                    outcome == "timeout",
+                    overtook,
+                    reached_tool,
+                )
+            # Core.release, inlined: the free path. Above a lowered limit the slot is not
+            # handed on: the calls in flight drain first.
+            if core.waiters and core.active <= core.max_active:
+                core.hand_off()
+            else:
+                core.active -= 1
+            ends = core.ends
+            if ends is not None:
+                try:
+                    ends.finished(outcome, held)
+                except Exception as failure:  # observers never change an outcome
+                    observer_failed(ends, "finished", failure)
+
+
+class _ClientSlot(Slot):
+    """A slot of a call in a guard that keeps clients' records (fair shares, the per-client
+    cap): the call belongs to its client (``client`` None: the keyless client) from arrival to
+    release. Its own type, so that a guard without client keys pays nothing for them."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, core: Core, timeout: float | None, client: str | None) -> None:
+        # Slot.__init__ spelled out: a call up to it would cost a tenth of the keyed path.
+        self._core = core
+        self._timeout = timeout
+        self._deadline: Deadline | None = None
+        self._held = False
+        self.queue_wait = 0.0
+        self._client = client
+
+    async def __aenter__(self) -> Slot:
+        core = self._core
+        if core.arrive(self._client):
+            return self._hold(0.0)
+        return self._hold(await core.wait_as_client(self._client))
+
+    def take_free(self) -> bool:
+        core = self._core
+        if core.active < core.max_active:
+            core.arrive(self._client)  # takes the free slot, or refuses over the cap
+            self._hold(0.0)
+            return True
+        return False
+
+    def _end(self, outcome: Outcome) -> None:
+        client = self._client
+        if self._held and client is not None:  # FairQueue.ended, inlined: the keyed hot path
+            fair = self._core.fair
+            assert fair is not None  # kept from the first arrival with a key
+            running = fair.running
+            left = running[client] - 1
+            if left:
+                running[client] = left
+            else:
+                del running[client]
+            fair.keyed_active -= 1
+        Slot._end(self, outcome)
+
+
+@runtime_checkable
+class Permit(Protocol):
+    """Something a call must hold besides its local slot, composed into a guard with
+    ``ConcurrencyGuard(permit=...)``: a fleet-wide lease in Redis, say. ``take`` is awaited once
+    the local slot is held, ``deadline`` being the call's arrival plus ``queue_timeout`` (the
+    guard's clock); it returns a token for ``give_back`` (None: nothing to give back, e.g.
+    admitted by a failure policy), raises ``TimeoutError`` when no permit came by the deadline
+    (the guard then refuses the call ``queue_timeout``, counted, reported and advised like its
+    own refusals), or raises a :class:`~fusion_guard.ServerBusy` of its own, which passes as it
+    is. ``give_back`` is awaited, shielded, before the local slot is released."""
+
+    async def take(self, deadline: float) -> object | None: ...
+
+    async def give_back(self, token: object) -> None: ...
+
+
+class _PermitSlot(_ClientSlot):
+    """A slot of a guard with a permit: the local slot, then the permit (awaited), given back in
+    the opposite order. The permit sees nothing of the guard: only its deadline."""
+
+    __slots__ = ("_permit", "_refusals", "_token")
+    leaves_at_once: ClassVar[bool] = False  # the permit is given back (awaited) first
+
+    def __init__(
+        self,
+        core: Core,
+        timeout: float | None,
+        client: str | None,
+        permit: Permit,
+        refusals: Refusals,
+    ) -> None:
+        super().__init__(core, timeout, client)
+        self._permit = permit
+        self._refusals = refusals
+        self._token: object | None = None
+
+    async def __aenter__(self) -> _PermitSlot:
+        # Slot.__aenter__ with one step more, the permit, between taking the local slot and
+        # counting the call admitted (a call refused its permit was never admitted).
+        core = self._core
+        arrival = core.clock()
+        if self._client is not None or core.fair is not None:
+            if not core.arrive(self._client):
+                await core.wait_as_client(self._client)
+        elif core.active < core.max_active:  # a free local slot, taken without yielding
+            core.active += 1
+        else:
+            await core.wait(None)  # sheds (and reports) queue_full or queue_timeout
+        try:
+            self._token = await self._permit.take(arrival + core.queue_timeout)
+        except TimeoutError:  # no permit in time: the guard's own refusal
+            refusals = self._refusals
+            # Counted and advised while the local slot is still held, as every refusal is.
+            busy = refusals.refuse("queue_timeout", len(core.waiters), refusals.busy)
+            self._give_back_local()
+            raise busy from None
+        except BaseException:
+            self._give_back_local()
+            raise
+        return self._hold(core.clock() - arrival)
+
+    def _give_back_local(self) -> None:
+        """The local slot of a call refused its permit (or cancelled waiting for it)."""
+        core = self._core
+        if self._client is not None:
+            core.fair.ended(self._client)  # type: ignore[union-attr]  # kept
+        core.release()
+
+    def take_free(self) -> bool:
+        return False  # a local slot is not enough: the permit is awaited (``__aenter__``)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        token, self._token = self._token, None
+        if token is not None:
+            clock = self._core.clock
+            giving = clock()
+            # Shielded: a body cancelled by its deadline must still give its permit back.
+            with anyio.CancelScope(shield=True):
+                await self._permit.give_back(token)
+            # The hold an adaptive limit learns from is the call's, not the permit's round trip
+            # (a Redis that stalls is not a tool that slowed down).
+            self._start += clock() - giving
+        return self.leave(exc_type, exc, tb)
+
+    async def arelease(self) -> None:
+        """Give the permit and the local slot back (for slots taken with ``acquire()``)."""
+        await self.__aexit__(None, None, None)

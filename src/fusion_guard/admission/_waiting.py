@@ -1,0 +1,178 @@
+"""Arrival at a taken guard: refuse at once, or queue (``_queue.py``).
+
+Where a call that found no free slot is judged (``Waiting.wait``): a full queue refuses it
+(``queue_full``, or a lighter client's call takes the heaviest client's newest place); a
+standing queue under sustained overload is held to ``standing_limit`` (``queue_full``, detail
+``standing``); a call whose expected wait already exceeds ``queue_timeout`` is shed at once
+(``queue_timeout``, detail ``predicted``); any other call queues. And where a keyed call
+arrives (``Waiting.arrive``): refused over its client's cap (``client_limit``), else it takes a
+free slot or goes on to ``wait``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+
+from ._core import Core, Waiter
+from ._discipline import LOOK_EVERY
+from ._fairness import FairQueue, Tenant
+from ._queue import Queue, key_of
+from ._refusal import Refusals
+
+__all__ = ["Waiting"]
+
+
+class Waiting:
+    """The arrival of one guard's calls at its queue (see the module). ``fair``: serve waiting
+    calls in turn across client keys; ``per_client``: the cap on one key's calls running or
+    waiting (None: no cap)."""
+
+    __slots__ = ("_core", "_fair_order", "_per_client", "_queue", "_refusals")
+
+    def __init__(
+        self,
+        core: Core,
+        refusals: Refusals,
+        queue: Queue,
+        *,
+        fair: bool,
+        per_client: int | None,
+    ) -> None:
+        self._core = core
+        self._refusals = refusals
+        self._queue = queue
+        self._fair_order = fair
+        self._per_client = per_client
+
+    def wait(self, tenant: Tenant[Waiter] | None = None) -> Coroutine[None, None, float]:
+        """``await wait()``: queue for a slot and return the time waited; ``tenant``: the
+        caller's client, once clients' records are kept.
+
+        Raises ServerBusy before any coroutine exists when the caller is shed at arrival (queue
+        full, or predicted to time out): the shed path stays short. At a full queue a lighter
+        client's call takes the place of the heaviest client's newest instead (fair shares).
+        """
+        core = self._core
+        refusals = self._refusals
+        queued = len(core.waiters)
+        displaced = False
+        if queued >= core.max_queue:
+            if not self._displace_for(tenant):
+                raise refusals.refuse("queue_full", queued, refusals.busy, None, key_of(tenant))
+            queued -= 1
+            displaced = True
+        now = core.clock()
+        discipline = core.discipline
+        if now - discipline.overload.last_look >= LOOK_EVERY:
+            self._look_at_rates(now)
+        if queued and discipline.rejudging:  # an arrival is a moment to look (after the rates)
+            queued = self._queue.rejudge(now)
+        discipline.arrival(now, queued)
+        # No standing-queue judgement before a call has finished: the rate the slots serve is
+        # then the prior, a guess (a fresh 2-slot tool of 1 s calls, on its 0.1 s prior, read a
+        # burst of 20 calls 5 ms apart as overload, held its queue of 20 to 8 and refused each
+        # extra caller 2-3 times). Predictive shedding, on the calls in flight, still applies.
+        if (
+            queued
+            and not displaced
+            and core.service.samples
+            and discipline.holds_standing(now, queued)
+        ):
+            if not self._displace_for(tenant):
+                standing = refusals.standing()
+                raise refusals.refuse("queue_full", queued, standing, None, key_of(tenant))
+            queued -= 1
+        if discipline.predictive:
+            fair = core.fair
+            position = (
+                queued + 1
+                if tenant is None or fair is None or not fair.serves_in_turn
+                else fair.position(tenant, queued, core.active)
+            )
+            if discipline.would_time_out(
+                position, now, core.max_active, core.service, core.latest_start
+            ):
+                raise refusals.refuse(
+                    "queue_timeout", queued, refusals.predicted_busy, None, key_of(tenant)
+                )
+        return self._queue.join(now, tenant)
+
+    def _displace_for(self, tenant: Tenant[Waiter] | None) -> bool:
+        """Make room for a call of ``tenant`` at a full queue by refusing the heaviest client's
+        newest queued call, when ``tenant`` is lighter enough (``FairQueue.displaced_by``)."""
+        core = self._core
+        fair = core.fair
+        if tenant is None or fair is None:
+            return False
+        displaced = fair.displaced_by(tenant, core.clock())
+        if displaced is None:
+            return False
+        waiter = displaced[1]
+        del core.waiters[waiter]
+        waiter.left = "displaced"
+        waiter.wake()  # its own task raises the refusal (fair_share)
+        return True
+
+    def _look_at_rates(self, now: float) -> None:
+        """Feed the overload detector (see ``_overload.py``) the counters kept anyway."""
+        core = self._core
+        arrivals = (
+            core.admitted
+            + core.shed_full
+            + core.shed_timeout
+            + core.cancelled_queued
+            + core.shed_fair
+            + core.shed_client
+            + len(core.waiters)
+        )
+        openings = core.openings
+        if openings is not None and openings.samples:
+            opening = openings.mean
+        else:
+            opening = core.service.mean / core.max_active
+        core.discipline.overload.observe(now, arrivals, opening, core.service.samples)
+
+    # -- clients (fair shares, the per-client cap) --------------------------------------------
+
+    def arrive(self, client: str | None) -> bool:
+        """A call of ``client`` arrives (None: without a key): refuse it over its client's cap,
+        else take a free slot for it if there is one (True), or leave it to queue (False)."""
+        core = self._core
+        fair = core.fair
+        if fair is None:
+            fair = self._keep_clients()
+        cap = self._per_client
+        if cap is not None and client is not None:
+            own = (fair.running.get(client, 0), fair.queued(client))
+            if own[0] + own[1] >= cap:
+                refusals = self._refusals
+                raise refusals.refuse("client_limit", len(core.waiters), refusals.busy, own)
+        if core.active < core.max_active:
+            core.active += 1
+            if client is not None:  # FairQueue.started, inlined: the keyed hot path
+                running = fair.running
+                running[client] = running.get(client, 0) + 1
+                fair.keyed_active += 1
+            return True
+        return False
+
+    async def wait_as_client(self, client: str | None) -> float:
+        """Queue a keyed call (its client's records are kept): ``wait`` as its client."""
+        fair = self._core.fair
+        assert fair is not None  # kept from the first arrival with a key
+        tenant = fair.tenant(client)
+        try:
+            return await self.wait(tenant)
+        except BaseException:
+            fair.forget_if_idle(tenant)  # a refused newcomer leaves no record behind
+            raise
+
+    def _keep_clients(self) -> FairQueue[Waiter]:
+        """Start keeping clients' records (the first call with a key): calls already waiting
+        form the keyless client."""
+        core = self._core
+        fair = core.fair = FairQueue(serves_in_turn=self._fair_order, now=core.clock())
+        for waiter in core.waiters:
+            waiter.tenant = fair.anonymous
+            fair.push(fair.anonymous, waiter, core.active, waiter.since)
+        return fair
