@@ -21,16 +21,20 @@ from ._policy import ToolLimits
 from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard
 from .admission._context import CallContext
+from .admission._deadline import Timeouts
+from .admission._distributed import DistributedConcurrencyGuard
 from .admission._rate import RateLimit, RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
-from .wire._shedding import TimeoutTemplate
 
 if TYPE_CHECKING:
-    from .admission._distributed import BackendFailure
+    from .admission._failure import BackendFailure
     from .config._settings import GuardSettings
 
-__all__ = ["NULL_OBSERVER", "Gate", "GateAssembly"]
+__all__ = ["NULL_OBSERVER", "Gate", "GateAssembly", "Slots"]
+
+Slots = ConcurrencyGuard | DistributedConcurrencyGuard
+"""A tool's slots: this process's, or this process's composed with a fleet lease."""
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -78,7 +82,7 @@ class Gate:
         self,
         limits: ToolLimits,
         observer: ToolObserver,
-        slots: ConcurrencyGuard | None,
+        slots: Slots | None,
         rates: RateLimiter | None,
         backend_failure: BackendFailure | None,
     ) -> None:
@@ -90,11 +94,10 @@ class Gate:
         self.slots = slots
         self.rates = rates
         self.backend_failure = backend_failure
-        # Without slots the deadline is the ticket's own; with slots the Slot applies it.
+        # Without slots the ticket keeps the deadline, with slots the Slot does; what its
+        # expiry raises is decided in one place either way (``Timeouts``).
         self.deadline = (
-            TimeoutTemplate(limits.tool, limits.timeout)
-            if slots is None and limits.timeout is not None
-            else None
+            Timeouts(limits.tool) if slots is None and limits.timeout is not None else None
         )
 
 
@@ -142,7 +145,7 @@ class GateAssembly:
         observer: ToolObserver | None,
         adaptive: GradientLimit | None,
         initial: int | None,
-    ) -> ConcurrencyGuard:
+    ) -> Slots:
         settings = self._settings
         queue_timeout = math.inf if limits.queue_timeout is None else limits.queue_timeout
         local: dict[str, Any] = {
@@ -171,7 +174,6 @@ class GateAssembly:
         # Fleet-wide slots: Redis leases, on the rate backend's connection when it is Redis.
         # Under "auto" the fleet's hard cap is the automatic limit's ceiling, and this
         # process's slots follow its own adaptive limit inside it.
-        from .admission._distributed import DistributedConcurrencyGuard
         from .backends._redis import RedisRateLimitBackend
 
         backend = self.rate_backend()
@@ -225,19 +227,19 @@ class GateAssembly:
         return RateLimiter(limits=(limit,), backend=self.rate_backend(), failure_policy="raise")
 
     def _failure(
-        self, limits: ToolLimits, observer: ToolObserver, slots: ConcurrencyGuard | None
+        self, limits: ToolLimits, observer: ToolObserver, slots: Slots | None
     ) -> BackendFailure | None:
         """The tool's failure policy for its rate backend, made once (None in memory, which
         does not fail)."""
         backend = self.rate_backend()
         if isinstance(backend, MemoryBackend):
             return None
-        from .admission._distributed import backend_failure
+        from .admission._failure import backend_failure
 
         return backend_failure(limits.tool, limits.failure_policy, backend, observer, slots)
 
 
-def _watch(observer: ToolObserver, slots: ConcurrencyGuard) -> None:
+def _watch(observer: ToolObserver, slots: Slots) -> None:
     """Connect a tool's observer and slots: observers that show live figures (in-flight, queue
     depth) read them from the slots."""
     watch = getattr(observer, "watch", None)

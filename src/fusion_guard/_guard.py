@@ -27,17 +27,16 @@ import anyio
 from ._exceptions import (
     BackendError,
     ConfigurationError,
-    HandlerTimeout,
     RateLimited,
     Rejected,
 )
-from ._gates import Gate, GateAssembly
+from ._gates import Gate, GateAssembly, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
 from ._observer import GuardObserver, Outcome, outcome_of
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
-from .admission._concurrency import ConcurrencyGuard, Slot
+from .admission._concurrency import Slot
 from .admission._context import CallContext
 from .admission._deadline import Deadline
 from .admission._rate import RateLimiter
@@ -247,10 +246,10 @@ class Ticket:
     ) -> bool:
         self._deadline = None
         if deadline.expired(exc_type, exc, tb):
-            template = self._gate.deadline
-            if template is None:  # pragma: no cover (a deadline is entered only with one)
+            timeouts = self._gate.deadline
+            if timeouts is None:  # pragma: no cover (a deadline is entered only with one)
                 raise TimeoutError
-            raise HandlerTimeout(template.render()) from None
+            raise timeouts.refusal(self._gate.limits.timeout or math.inf) from None
         return False
 
 
@@ -348,7 +347,7 @@ class Guard:
         resolved = {pattern: self._policies.resolve(pattern) for pattern in patterns}
         return {"": self._policies.defaults(), **resolved}
 
-    def concurrency(self, tool: str) -> ConcurrencyGuard | None:
+    def concurrency(self, tool: str) -> Slots | None:
         """The tool's concurrency guard (``active``, ``queued``, ``statistics()``), if limited."""
         return self._gate(tool).slots
 

@@ -10,7 +10,7 @@ import pytest
 from concurrency_support import envelope_details
 
 from fusion_guard import ConcurrencyGuard, HandlerTimeout
-from fusion_guard.admission._refusal import TIMEOUT_TEMPLATES
+from fusion_guard.admission._deadline import TIMEOUT_TEMPLATES
 from fusion_guard.wire._shedding import TimeoutTemplate
 
 

@@ -1,4 +1,5 @@
-"""The handler deadline: one implementation for a slot's body and for a tool without slots.
+"""The handler deadline: one implementation for a slot's body and for a tool without slots, and
+one owner of what its expiry raises (``Timeouts``: the TIMEOUT envelopes, kept rendered).
 
 Every admitted call runs under a deadline (50 s by default) that almost never fires, so entering
 and leaving it is on the hot path. anyio's ``CancelScope`` costs about 5 us on asyncio, and even
@@ -25,7 +26,14 @@ from collections import deque
 
 import anyio
 
-__all__ = ["Deadline"]
+from .._exceptions import HandlerTimeout
+from ..wire._shedding import TimeoutTemplate
+
+__all__ = ["TIMEOUT_TEMPLATES", "Deadline", "Timeouts"]
+
+#: TIMEOUT envelopes kept rendered per tool, one per distinct deadline: a tool sees one or a
+#: few (the Guard passes its tool's), but per-call timeouts may vary without bound.
+TIMEOUT_TEMPLATES = 8
 
 #: Queues kept per thread, one per distinct deadline length: a guard uses one or a few, but
 #: per-call timeouts may vary without bound (a forgotten queue still serves its own entries).
@@ -155,3 +163,25 @@ class Deadline:
             and exc_type is not None
             and issubclass(exc_type, asyncio.CancelledError)
         )
+
+
+class Timeouts:
+    """What a body ended by its deadline raises, for one tool: a ``HandlerTimeout`` carrying
+    the TIMEOUT envelope of that deadline, rendered once and kept (``TIMEOUT_TEMPLATES`` at
+    most, the oldest making room). The one place a deadline's expiry becomes an answer, for a
+    slot's body (through the guard's refusals, which count it) and for a tool without slots."""
+
+    __slots__ = ("_templates", "_tool")
+
+    def __init__(self, tool: str) -> None:
+        self._tool = tool
+        self._templates: dict[float, TimeoutTemplate] = {}
+
+    def refusal(self, timeout: float) -> HandlerTimeout:
+        templates = self._templates
+        template = templates.get(timeout)
+        if template is None:
+            if len(templates) >= TIMEOUT_TEMPLATES:
+                del templates[next(iter(templates))]  # the oldest deadline makes room
+            template = templates[timeout] = TimeoutTemplate(self._tool, timeout)
+        return HandlerTimeout(template.render())

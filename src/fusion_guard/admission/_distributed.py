@@ -2,8 +2,8 @@
 
 ``DistributedConcurrencyGuard(8, redis="redis://...", name="billing.charge")`` lets at most 8
 calls run at once across every process sharing the Redis, the ``prefix`` and the ``name``. It is a
-:class:`ConcurrencyGuard` (the local slots, bounded queue and shedding are that class's, through
-the seam its module describes) that also holds a Redis lease while a call runs:
+:class:`ConcurrencyGuard` composed with a :class:`RedisLease` permit (the local slots, bounded
+queue and shedding are the guard's; the lease is what a call holds besides):
 
 1. A call first takes a *local* slot (at most ``max_active`` in this process, a bounded queue,
    ``queue_timeout``): SERVER_BUSY ``queue_full`` when this process's queue is full.
@@ -17,7 +17,7 @@ the seam its module describes) that also holds a Redis lease while a call runs:
    quarter second); a crashed process stops refreshing, so its permits come back within
    ``lease`` seconds. Leaving the slot releases the lease, then the local slot.
 
-When Redis fails (down, or slower than ``timeout``), :class:`BackendFailure` applies
+When Redis fails (down, or slower than ``timeout``), :class:`~._failure.BackendFailure` applies
 ``failure_policy``: ``open`` runs the call on its local slot alone (counted, logged), ``closed``
 sheds it with SERVER_BUSY ``backend_unavailable``. The next call tries Redis again, so recovery
 needs no restart, and no lease outlives its call: an acquire given up on (timed out, failed,
@@ -37,7 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -45,7 +45,7 @@ from .._bounds import MAX_LEASE
 from .._checks import check_failure_policy, check_int, check_name, check_seconds
 from .._exceptions import BackendError, ConfigurationError, ServerBusy
 from .._log import log_event
-from .._observer import ToolObserver, ToolObservers
+from .._observer import ShedReason, ToolObserver
 from ..backends._redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -53,131 +53,28 @@ from ..backends._redis import (
     DEFAULT_TIMEOUT,
     FailurePolicy,
     FleetSemaphore,
-    Outage,
     RedisConnection,
     RedisRateLimitBackend,
 )
-from ..wire._render import escape_content
-from ..wire._shedding import ServerBusyTemplate
-from ._concurrency import ConcurrencyGuard
+from ._concurrency import ConcurrencyGuard, ConcurrencyStatistics
+from ._failure import BACKEND_RETRY_AFTER, BackendFailure, Figures, backend_failure
+from ._limit import Limit
+from ._slot import Permit, Slot
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
 
-    from ..backends._base import RateBackend
-
 __all__ = [
     "BACKEND_RETRY_AFTER",
-    "Figures",
     "BackendFailure",
     "DistributedConcurrencyGuard",
     "RedisLease",
     "backend_failure",
 ]
 
-BACKEND_RETRY_AFTER = 1.0
-"""The least retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
 _FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.05
-
-
-class Figures(Protocol):
-    """What a failure's envelope reports of the slots a call would take: their capacity and
-    the calls running and waiting now (a guard shows these)."""
-
-    @property
-    def active(self) -> int: ...
-
-    @property
-    def queued(self) -> int: ...
-
-    @property
-    def max_active(self) -> int: ...
-
-    @property
-    def max_queue(self) -> int: ...
-
-
-class _BackendUnavailableTemplate(ServerBusyTemplate):
-    """SERVER_BUSY for a tool without slots whose fail-closed rate limit could not be decided:
-    the standard layout (reason, active, queued, retry_after) without capacity figures, its own
-    message and advice (rendered once per tool)."""
-
-    __slots__ = ()
-
-    def __init__(self, tool: str) -> None:
-        super().__init__(tool, 0, 0)
-        name = escape_content(tool)
-        self._head = (
-            '<tool_error code="SERVER_BUSY" severity="error">\n'
-            f'  <message>Tool "{name}" cannot take calls right now: the store its limits are'
-            " shared through is unavailable ("
-        )
-        self._mid = (
-            " queued).</message>\n"
-            "  <recovery>Wait for the retry_after time, then call again; the fault is on the"
-            " server's side and clears by itself.</recovery>\n"
-            "  <details>\n"
-            '    <detail key="reason">'
-        )
-        self._tail = "  </details>\n  <retry_after>"
-
-
-class BackendFailure:
-    """Applies one tool's failure policy to a :class:`~fusion_guard.BackendError`.
-
-    ``handle(exc, active, queued)`` reports it (``observer.backend_error("redis", allowed)`` and
-    a sampled log line), then returns ``None`` under ``open`` (admit the call) or, under
-    ``closed``, the :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``,
-    reported as a shed). The envelope is the standard SERVER_BUSY of the wire contract when the
-    tool has slots (``max_active``, ``max_queue``), else one without capacity figures.
-    """
-
-    __slots__ = ("_busy", "_log", "_observer", "_outage", "policy")
-
-    def __init__(
-        self,
-        tool: str,
-        policy: FailurePolicy,
-        *,
-        observer: ToolObserver | None = None,
-        log: Callable[[BackendError, bool], None] | None = None,
-        max_active: int | None = None,
-        max_queue: int = 0,
-        outage: Outage | None = None,
-    ) -> None:
-        self.policy = check_failure_policy(policy)
-        self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
-        self._busy = (
-            _BackendUnavailableTemplate(tool)
-            if max_active is None
-            else ServerBusyTemplate(tool, max_active, max_queue)
-        )
-        # Contained: what an observer raises never replaces the policy's answer.
-        self._observer = None if observer is None else _contained(observer)
-        self._log = log
-
-    def handle(self, exc: BackendError, active: int, queued: int) -> ServerBusy | None:
-        allowed = self.policy == "open"
-        if self._log is not None:
-            self._log(exc, allowed)
-        observer = self._observer
-        if observer is not None:
-            observer.backend_error("redis", allowed)
-        if allowed:
-            return None
-        retry_after = self._outage.retry_after()
-        if observer is not None:
-            observer.shed("backend_unavailable", active, queued, retry_after)
-        response = self._busy.render("backend_unavailable", active, queued, retry_after)
-        busy = ServerBusy(response, retry_after, "backend_unavailable")
-        busy.__cause__ = exc
-        return busy
-
-
-def _contained(observer: ToolObserver) -> ToolObserver:
-    return observer if isinstance(observer, ToolObservers) else ToolObservers((observer,))
 
 
 class RedisLease:
@@ -295,7 +192,7 @@ class RedisLease:
         return failure
 
 
-class DistributedConcurrencyGuard(ConcurrencyGuard):
+class DistributedConcurrencyGuard:
     """At most ``max_active`` calls at once across every process sharing ``redis``, ``prefix``
     and ``name``; this process queues as a :class:`~fusion_guard.ConcurrencyGuard` does.
 
@@ -305,7 +202,9 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     slots in force). Each process learns from its own calls, whose latency the whole fleet's
     load sets; the time a call waits for a fleet lease is queueing, not latency it learns from.
 
-    A ``ConcurrencyGuard`` composed with a :class:`RedisLease` permit (``guard.permit``).
+    A :class:`~fusion_guard.ConcurrencyGuard` composed with a :class:`RedisLease` permit
+    (``guard.guard`` and ``guard.permit``); it answers as that guard does, with the fleet's
+    figures besides.
     ``redis``: a URL (``redis://``, ``redis+cluster://``, ``redis+sentinel://``...), a
     ``redis.asyncio.Redis`` or ``RedisCluster``, or a
     :class:`~fusion_guard.RedisRateLimitBackend` whose connection to share. ``lease``: seconds
@@ -318,7 +217,7 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
     A held slot from ``await acquire()`` is given back with ``await slot.arelease()``.
     """
 
-    __slots__ = ("_lease",)
+    __slots__ = ("__weakref__", "_guard", "_lease")
 
     def __init__(
         self,
@@ -346,8 +245,110 @@ class DistributedConcurrencyGuard(ConcurrencyGuard):
         )
         # With a limit, the fleet's cap is the lease's and this process's slots are the limit's.
         local_slots = max_active if local.get("limit") is None else None
-        super().__init__(local_slots, max_queue, queue_timeout, permit=self._lease, **local)
-        self._lease.watch(self)
+        self._guard = ConcurrencyGuard(
+            local_slots, max_queue, queue_timeout, permit=self._lease, **local
+        )
+        self._lease.watch(self._guard)
+
+    @property
+    def guard(self) -> ConcurrencyGuard:
+        """This process's guard: its slots and queue, composed with the fleet lease."""
+        return self._guard
+
+    # -- the guard's surface, answered by the guard -----------------------------------------
+
+    def slot(self, timeout: float | None = None, client: str | None = None) -> Slot:
+        """``async with guard.slot():``: a local slot, then a fleet lease (see the module)."""
+        return self._guard.slot(timeout, client)
+
+    async def acquire(self, client: str | None = None) -> Slot:
+        """A held slot and lease; give them back with ``await slot.arelease()``."""
+        return await self._guard.acquire(client)
+
+    def acquire_nowait(self) -> Slot:
+        """Not available: a fleet lease is awaited."""
+        raise ConfigurationError(
+            "DistributedConcurrencyGuard.acquire_nowait() is not available with a permit to"
+            " await (a fleet lease): use `await guard.acquire()` or `async with guard.slot()`"
+        )
+
+    def free_at_once(self) -> bool:
+        """Never: a fleet lease is awaited."""
+        return False
+
+    def refusal(self, reason: ShedReason, *, predicted: bool = False) -> ServerBusy:
+        """The guard's ``refusal``."""
+        return self._guard.refusal(reason, predicted=predicted)
+
+    def statistics(self) -> ConcurrencyStatistics:
+        return self._guard.statistics()
+
+    @property
+    def name(self) -> str:
+        return self._guard.name
+
+    @property
+    def active(self) -> int:
+        """Calls holding a local slot now."""
+        return self._guard.active
+
+    @property
+    def queued(self) -> int:
+        """Callers waiting for a local slot now."""
+        return self._guard.queued
+
+    @property
+    def limit(self) -> int:
+        """This process's slots in force (see ``fleet_max_active`` for the fleet's cap)."""
+        return self._guard.limit
+
+    @property
+    def max_active(self) -> int:
+        """This process's slots in force: the same figure as ``limit``."""
+        return self._guard.max_active
+
+    @property
+    def max_queue(self) -> int:
+        return self._guard.max_queue
+
+    @property
+    def queue_timeout(self) -> float:
+        return self._guard.queue_timeout
+
+    @property
+    def lifo(self) -> bool:
+        return self._guard.lifo
+
+    @property
+    def standing_limit(self) -> int:
+        return self._guard.standing_limit
+
+    @property
+    def fair(self) -> bool:
+        return self._guard.fair
+
+    @property
+    def max_active_per_client(self) -> int | None:
+        return self._guard.max_active_per_client
+
+    @property
+    def observer(self) -> ToolObserver | None:
+        return self._guard.observer
+
+    @property
+    def adaptive_limit(self) -> Limit | None:
+        return self._guard.adaptive_limit
+
+    @property
+    def reports_finished(self) -> bool:
+        return self._guard.reports_finished
+
+    @property
+    def permit(self) -> Permit:
+        """The fleet lease (a :class:`RedisLease`)."""
+        return self._lease
+
+    # -- the fleet's figures, answered by the lease -----------------------------------------
 
     @property
     def fleet_max_active(self) -> int:
@@ -399,30 +400,3 @@ def _connection(
     if isinstance(redis, RedisRateLimitBackend):
         return redis.connection
     return RedisConnection(redis, timeout=timeout, prefix=prefix, connect_timeout=connect_timeout)
-
-
-# -- the failure policy of a rate backend -------------------------------------------------------
-
-
-def backend_failure(
-    tool: str,
-    policy: FailurePolicy,
-    backend: RateBackend | RedisConnection,
-    observer: ToolObserver | None = None,
-    slots: Figures | None = None,
-) -> BackendFailure:
-    """The failure policy of ``tool`` for when its ``backend`` fails (a rate backend, or the
-    Redis connection of fleet leases), made once per tool: logged through it (``failed``), its
-    SERVER_BUSY advice paced by the connection's outage, its envelope with the tool's capacity
-    figures when it has ``slots``. The policy is the tool's, not the backend's: one backend
-    serves every tool of a Guard, and each tool may have its own."""
-    connection = getattr(backend, "connection", backend)  # a connection is its own
-    return BackendFailure(
-        tool,
-        policy,
-        observer=observer,
-        log=getattr(backend, "failed", None),
-        max_active=None if slots is None else slots.max_active,
-        max_queue=0 if slots is None else slots.max_queue,
-        outage=getattr(connection, "outage", None),
-    )

@@ -404,7 +404,7 @@ class RateLimiter:
         policy = self._failure_policy
         if policy == "raise":
             raise exc
-        from ._distributed import backend_failure  # the Redis side: loaded on first failure
+        from ._failure import backend_failure  # the Redis side: loaded on first failure
 
         return backend_failure(tool or "rate limit", policy, self._backend).handle(exc, 0, 0)
 

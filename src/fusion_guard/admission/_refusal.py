@@ -12,21 +12,18 @@ from __future__ import annotations
 from .._exceptions import HandlerTimeout, ServerBusy
 from .._observer import ShedReason, observer_failed
 from ..wire._response import ToolResponse
-from ..wire._shedding import ServerBusyTemplate, TimeoutTemplate
+from ..wire._shedding import ServerBusyTemplate
 from ._core import Core
+from ._deadline import Timeouts
 from ._service_time import RetryPromises
 
 __all__ = [
     "MAX_LIMIT_TEMPLATES",
-    "TIMEOUT_TEMPLATES",
     "FlaggedBusyTemplate",
     "Refusals",
     "server_busy",
 ]
 
-#: TIMEOUT envelopes kept rendered, one per distinct deadline: a guard sees one or a few (the
-#: Guard passes its tool's), but per-call timeouts may vary without bound.
-TIMEOUT_TEMPLATES = 8
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
 MAX_LIMIT_TEMPLATES = 64
 
@@ -72,7 +69,7 @@ class Refusals:
             core.name, core.max_active, core.discipline.standing_limit, "standing"
         )
         self._by_limit: dict[int, tuple[ServerBusyTemplate, FlaggedBusyTemplate]] = {}
-        self._timeouts: dict[float, TimeoutTemplate] = {}
+        self._timeouts = Timeouts(core.name)
 
     def on_limit(self, limit: int) -> None:
         """The limit in force moved to ``limit``: the envelopes report it."""
@@ -170,13 +167,7 @@ class Refusals:
     def handler_timeout(self, timeout: float) -> HandlerTimeout:
         """The TIMEOUT of a body its ``timeout`` ended, counted."""
         self._core.handler_timeouts += 1
-        templates = self._timeouts
-        template = templates.get(timeout)
-        if template is None:
-            if len(templates) >= TIMEOUT_TEMPLATES:
-                del templates[next(iter(templates))]  # the oldest deadline makes room
-            template = templates[timeout] = TimeoutTemplate(self._core.name, timeout)
-        return HandlerTimeout(template.render())
+        return self._timeouts.refusal(timeout)
 
 
 _new_exception = Exception.__new__

@@ -1,0 +1,155 @@
+"""The failure policy, applied in one place: what a tool does when the store its limits are
+shared through (Redis) fails.
+
+``BackendFailure.handle`` is the only code that turns a :class:`~fusion_guard.BackendError` into
+an answer: admit the call (``open``) or refuse it with SERVER_BUSY ``backend_unavailable``
+(``closed``), reported and logged either way. Every path that meets a failing backend comes
+here: a rate limiter's decision (``RateLimiter``, with the tool's policy or its own) and a
+fleet lease (``RedisLease``). ``backend_failure`` makes a tool's once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from .._checks import check_failure_policy
+from .._exceptions import BackendError, ServerBusy
+from .._observer import ToolObserver, ToolObservers
+from ..backends._redis import FailurePolicy, Outage
+from ..wire._render import escape_content
+from ..wire._shedding import ServerBusyTemplate
+
+if TYPE_CHECKING:
+    from ..backends._base import RateBackend
+    from ..backends._redis import RedisConnection
+
+__all__ = ["BACKEND_RETRY_AFTER", "BackendFailure", "Figures", "backend_failure"]
+
+BACKEND_RETRY_AFTER = 1.0
+"""The least retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
+
+
+class Figures(Protocol):
+    """What a failure's envelope reports of the slots a call would take: their capacity and
+    the calls running and waiting now (a guard shows these)."""
+
+    @property
+    def active(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def max_active(self) -> int: ...
+
+    @property
+    def max_queue(self) -> int: ...
+
+
+class _BackendUnavailableTemplate(ServerBusyTemplate):
+    """SERVER_BUSY for a tool without slots whose fail-closed rate limit could not be decided:
+    the standard layout (reason, active, queued, retry_after) without capacity figures, its own
+    message and advice (rendered once per tool)."""
+
+    __slots__ = ()
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(tool, 0, 0)
+        name = escape_content(tool)
+        self._head = (
+            '<tool_error code="SERVER_BUSY" severity="error">\n'
+            f'  <message>Tool "{name}" cannot take calls right now: the store its limits are'
+            " shared through is unavailable ("
+        )
+        self._mid = (
+            " queued).</message>\n"
+            "  <recovery>Wait for the retry_after time, then call again; the fault is on the"
+            " server's side and clears by itself.</recovery>\n"
+            "  <details>\n"
+            '    <detail key="reason">'
+        )
+        self._tail = "  </details>\n  <retry_after>"
+
+
+class BackendFailure:
+    """Applies one tool's failure policy to a :class:`~fusion_guard.BackendError`.
+
+    ``handle(exc, active, queued)`` reports it (``observer.backend_error("redis", allowed)`` and
+    a sampled log line), then returns ``None`` under ``open`` (admit the call) or, under
+    ``closed``, the :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``,
+    reported as a shed). The envelope is the standard SERVER_BUSY of the wire contract when the
+    tool has slots (``max_active``, ``max_queue``), else one without capacity figures.
+    """
+
+    __slots__ = ("_busy", "_log", "_observer", "_outage", "policy")
+
+    def __init__(
+        self,
+        tool: str,
+        policy: FailurePolicy,
+        *,
+        observer: ToolObserver | None = None,
+        log: Callable[[BackendError, bool], None] | None = None,
+        max_active: int | None = None,
+        max_queue: int = 0,
+        outage: Outage | None = None,
+    ) -> None:
+        self.policy = check_failure_policy(policy)
+        self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
+        self._busy = (
+            _BackendUnavailableTemplate(tool)
+            if max_active is None
+            else ServerBusyTemplate(tool, max_active, max_queue)
+        )
+        # Contained: what an observer raises never replaces the policy's answer.
+        self._observer = None if observer is None else _contained(observer)
+        self._log = log
+
+    def handle(self, exc: BackendError, active: int, queued: int) -> ServerBusy | None:
+        allowed = self.policy == "open"
+        if self._log is not None:
+            self._log(exc, allowed)
+        observer = self._observer
+        if observer is not None:
+            observer.backend_error("redis", allowed)
+        if allowed:
+            return None
+        retry_after = self._outage.retry_after()
+        if observer is not None:
+            observer.shed("backend_unavailable", active, queued, retry_after)
+        response = self._busy.render("backend_unavailable", active, queued, retry_after)
+        busy = ServerBusy(response, retry_after, "backend_unavailable")
+        busy.__cause__ = exc
+        return busy
+
+
+def _contained(observer: ToolObserver) -> ToolObserver:
+    return observer if isinstance(observer, ToolObservers) else ToolObservers((observer,))
+
+
+# -- the failure policy of a rate backend -------------------------------------------------------
+
+
+def backend_failure(
+    tool: str,
+    policy: FailurePolicy,
+    backend: RateBackend | RedisConnection,
+    observer: ToolObserver | None = None,
+    slots: Figures | None = None,
+) -> BackendFailure:
+    """The failure policy of ``tool`` for when its ``backend`` fails (a rate backend, or the
+    Redis connection of fleet leases), made once per tool: logged through it (``failed``), its
+    SERVER_BUSY advice paced by the connection's outage, its envelope with the tool's capacity
+    figures when it has ``slots``. The policy is the tool's, not the backend's: one backend
+    serves every tool of a Guard, and each tool may have its own."""
+    connection = getattr(backend, "connection", backend)  # a connection is its own
+    return BackendFailure(
+        tool,
+        policy,
+        observer=observer,
+        log=getattr(backend, "failed", None),
+        max_active=None if slots is None else slots.max_active,
+        max_queue=0 if slots is None else slots.max_queue,
+        outage=getattr(connection, "outage", None),
+    )
