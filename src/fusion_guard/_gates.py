@@ -64,11 +64,10 @@ NULL_OBSERVER = _NullObserver()
 
 
 class Gate:
-    """One tool's state, made on its first call: limits, observer, slots, rate limits, and the
-    failure policy applied when the rate backend fails."""
+    """One tool's state, made on its first call: limits, observer, slots, and rate limits (which
+    apply the tool's failure policy when the rate backend fails)."""
 
     __slots__ = (
-        "backend_failure",
         "context",
         "deadline",
         "limits",
@@ -84,7 +83,6 @@ class Gate:
         observer: ToolObserver,
         slots: Slots | None,
         rates: RateLimiter | None,
-        backend_failure: BackendFailure | None,
     ) -> None:
         self.tool = limits.tool
         # The context of every call that names no client and no request, made once.
@@ -93,7 +91,6 @@ class Gate:
         self.observer = observer
         self.slots = slots
         self.rates = rates
-        self.backend_failure = backend_failure
         # Without slots the ticket keeps the deadline, with slots the Slot does; what its
         # expiry raises is decided in one place either way (``Timeouts``).
         self.deadline = (
@@ -130,9 +127,10 @@ class GateAssembly:
         if adaptive is not None or initial is not None:
             slots = self._slots(limits, bound, adaptive, initial)
             _watch(observer, slots)
-        rates = self._rates(limits)
-        failure = None if rates is None else self._failure(limits, observer, slots)
-        return Gate(limits, observer, slots, rates, failure)
+        rates = None
+        if limits.rate is not None:
+            rates = self._rates(limits, self._failure(limits, observer, slots))
+        return Gate(limits, observer, slots, rates)
 
     def rate_backend(self) -> RateBackend:
         if self._rate_backend is None:
@@ -206,9 +204,8 @@ class GateAssembly:
             initial_limit=settings.auto_initial_active,
         )
 
-    def _rates(self, limits: ToolLimits) -> RateLimiter | None:
-        if limits.rate is None:
-            return None
+    def _rates(self, limits: ToolLimits, failure: BackendFailure | None) -> RateLimiter:
+        assert limits.rate is not None  # for the type checker: rates are made for a rate
         problem = rate_problem(limits.rate, limits.rate_per, limits.burst)
         if problem is not None:  # patterns composed beyond what the settings checked
             raise ConfigurationError(
@@ -222,9 +219,14 @@ class GateAssembly:
             scope=limits.rate_scope,
             name=_limit_name(limits, burst),
         )
-        # The tool's own failure policy is applied by its tickets (gate.backend_failure): one
-        # backend serves every tool, and each tool may have its own policy.
-        return RateLimiter(limits=(limit,), backend=self.rate_backend(), failure_policy="raise")
+        # The tool's own failure policy, applied by its limiter where the backend fails (one
+        # backend serves every tool, and each tool may have its own policy; "raise" in memory,
+        # which does not fail).
+        return RateLimiter(
+            limits=(limit,),
+            backend=self.rate_backend(),
+            failure_policy="raise" if failure is None else failure,
+        )
 
     def _failure(
         self, limits: ToolLimits, observer: ToolObserver, slots: Slots | None

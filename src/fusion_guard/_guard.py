@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 import anyio
 
 from ._exceptions import (
-    BackendError,
     ConfigurationError,
     RateLimited,
     Rejected,
@@ -217,20 +216,9 @@ class Ticket:
         return CallContext(gate.tool, self._client, self._request)
 
     async def _check_rates(self, gate: Gate, rates: RateLimiter) -> None:
-        context = self._context(gate)
-        try:
-            refusal = await rates.acheck(context)
-        except BackendError as exc:
-            # The tool's failure policy: admit (None) or shed with SERVER_BUSY.
-            failure = gate.backend_failure
-            if failure is None:  # pragma: no cover (a backend that fails has a policy)
-                raise
-            slots = gate.slots
-            busy = failure.handle(exc, *((slots.active, slots.queued) if slots else (0, 0)))
-            if busy is not None:
-                raise busy from exc
-            return
-        self._refused(gate, refusal)
+        # A failing backend: the limiter applies the tool's failure policy (admit, or raise
+        # SERVER_BUSY backend_unavailable).
+        self._refused(gate, await rates.acheck(self._context(gate)))
 
     def _refused(self, gate: Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:

@@ -149,9 +149,8 @@ class RedisLease:
         return self._semaphore.limit
 
     def watch(self, figures: Figures) -> None:
-        """Read the calls running and waiting for a failure's envelope from ``figures`` (the
-        guard the lease is composed into), and its capacity figures once, at the first
-        failure."""
+        """Report a failure's envelope with ``figures`` (the guard the lease is composed into):
+        its capacity as at the first failure, the calls running and waiting at each."""
         self._figures = figures
 
     async def take(self, deadline: float) -> str | None:
@@ -162,9 +161,7 @@ class RedisLease:
             try:
                 grant = await self._semaphore.try_acquire()
             except BackendError as exc:
-                figures = self._figures
-                active, queued = (0, 0) if figures is None else (figures.active, figures.queued)
-                busy = self._failed().handle(exc, active, queued)
+                busy = self._failed().handle(exc)
                 if busy is not None:
                     raise busy from exc
                 return None

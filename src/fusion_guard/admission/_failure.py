@@ -5,7 +5,8 @@ shared through (Redis) fails.
 an answer: admit the call (``open``) or refuse it with SERVER_BUSY ``backend_unavailable``
 (``closed``), reported and logged either way. Every path that meets a failing backend comes
 here: a rate limiter's decision (``RateLimiter``, with the tool's policy or its own) and a
-fleet lease (``RedisLease``). ``backend_failure`` makes a tool's once.
+fleet lease (``RedisLease``). ``backend_failure`` makes a tool's once; the Guard gives it to the
+tool's rate limiter, which applies it where the backend failed.
 """
 
 from __future__ import annotations
@@ -75,14 +76,15 @@ class _BackendUnavailableTemplate(ServerBusyTemplate):
 class BackendFailure:
     """Applies one tool's failure policy to a :class:`~fusion_guard.BackendError`.
 
-    ``handle(exc, active, queued)`` reports it (``observer.backend_error("redis", allowed)`` and
-    a sampled log line), then returns ``None`` under ``open`` (admit the call) or, under
-    ``closed``, the :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``,
-    reported as a shed). The envelope is the standard SERVER_BUSY of the wire contract when the
-    tool has slots (``max_active``, ``max_queue``), else one without capacity figures.
+    ``handle(exc)`` reports it (``observer.backend_error("redis", allowed)`` and a sampled log
+    line), then returns ``None`` under ``open`` (admit the call) or, under ``closed``, the
+    :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``, reported as a
+    shed). The envelope is the standard SERVER_BUSY of the wire contract when the tool has
+    slots (``slots``: their capacity, and the calls running and waiting when it fails), else one
+    without capacity figures.
     """
 
-    __slots__ = ("_busy", "_log", "_observer", "_outage", "policy")
+    __slots__ = ("_busy", "_log", "_observer", "_outage", "_slots", "policy")
 
     def __init__(
         self,
@@ -91,22 +93,22 @@ class BackendFailure:
         *,
         observer: ToolObserver | None = None,
         log: Callable[[BackendError, bool], None] | None = None,
-        max_active: int | None = None,
-        max_queue: int = 0,
+        slots: Figures | None = None,
         outage: Outage | None = None,
     ) -> None:
         self.policy = check_failure_policy(policy)
         self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
+        self._slots = slots
         self._busy = (
             _BackendUnavailableTemplate(tool)
-            if max_active is None
-            else ServerBusyTemplate(tool, max_active, max_queue)
+            if slots is None
+            else ServerBusyTemplate(tool, slots.max_active, slots.max_queue)
         )
         # Contained: what an observer raises never replaces the policy's answer.
         self._observer = None if observer is None else _contained(observer)
         self._log = log
 
-    def handle(self, exc: BackendError, active: int, queued: int) -> ServerBusy | None:
+    def handle(self, exc: BackendError) -> ServerBusy | None:
         allowed = self.policy == "open"
         if self._log is not None:
             self._log(exc, allowed)
@@ -116,6 +118,8 @@ class BackendFailure:
         if allowed:
             return None
         retry_after = self._outage.retry_after()
+        slots = self._slots
+        active, queued = (0, 0) if slots is None else (slots.active, slots.queued)
         if observer is not None:
             observer.shed("backend_unavailable", active, queued, retry_after)
         response = self._busy.render("backend_unavailable", active, queued, retry_after)
@@ -149,7 +153,6 @@ def backend_failure(
         policy,
         observer=observer,
         log=getattr(backend, "failed", None),
-        max_active=None if slots is None else slots.max_active,
-        max_queue=0 if slots is None else slots.max_queue,
+        slots=slots,
         outage=getattr(connection, "outage", None),
     )

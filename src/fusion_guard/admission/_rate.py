@@ -24,7 +24,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 import anyio
 
@@ -38,6 +38,9 @@ from ..backends._memory import MemoryBackend
 from ..wire._render import format_detail_value
 from ..wire._shedding import RateLimitedTemplate, describe_rate
 from ._context import CallContext
+
+if TYPE_CHECKING:
+    from ._failure import BackendFailure
 
 __all__ = ["SCOPES", "KeyFunction", "RateDecision", "RateLimit", "RateLimiter", "RateLimits"]
 
@@ -234,12 +237,13 @@ class RateLimiter:
     (``acheck`` raises :class:`~fusion_guard.ServerBusy` ``backend_unavailable``, ``decide``
     answers a refusal with the outage's ``retry_after``), both logged (sampled); ``"raise"``
     lets the error through. The default is the backend's own ``failure_policy`` (a
-    :class:`~fusion_guard.RedisRateLimitBackend` has one), else ``"raise"``. The Guard applies
-    each tool's policy itself.
+    :class:`~fusion_guard.RedisRateLimitBackend` has one), else ``"raise"``. The Guard gives
+    each tool's limiter that tool's policy, made once with its observer and slots (a
+    ``BackendFailure``), which it then applies.
     """
 
-    __slots__ = ("_backend", "_clock", "_decide", "_decide_now", "_failure_policy", "_given",
-                 "_hot", "_limits", "_templates", "_wait_one")  # fmt: skip
+    __slots__ = ("_backend", "_clock", "_decide", "_decide_now", "_failure", "_failure_policy",
+                 "_given", "_hot", "_limits", "_templates", "_wait_one")  # fmt: skip
 
     def __init__(
         self,
@@ -253,7 +257,7 @@ class RateLimiter:
         limits: Iterable[RateLimit] | None = None,
         backend: RateBackend | None = None,
         clock: Clock | None = None,
-        failure_policy: FailurePolicy | Literal["raise"] | None = None,
+        failure_policy: FailurePolicy | Literal["raise"] | BackendFailure | None = None,
     ) -> None:
         if limits is None:
             if rate is None:
@@ -275,6 +279,10 @@ class RateLimiter:
         self._backend = _default_backend(clock, backend)
         if failure_policy is None:
             failure_policy = getattr(self._backend, "failure_policy", "raise")
+        # A tool's policy made whole (the Guard's), or one made per failure from the name.
+        self._failure = None if isinstance(failure_policy, str) else failure_policy
+        if self._failure is not None:
+            failure_policy = self._failure.policy
         self._failure_policy = (
             "raise" if failure_policy == "raise" else check_failure_policy(failure_policy)
         )
@@ -401,12 +409,14 @@ class RateLimiter:
 
     def _backend_failed(self, exc: BackendError, tool: str) -> ServerBusy | None:
         """The failure policy: None admits; a ServerBusy refuses; ``raise`` re-raises."""
+        if self._failure is not None:
+            return self._failure.handle(exc)
         policy = self._failure_policy
         if policy == "raise":
             raise exc
         from ._failure import backend_failure  # the Redis side: loaded on first failure
 
-        return backend_failure(tool or "rate limit", policy, self._backend).handle(exc, 0, 0)
+        return backend_failure(tool or "rate limit", policy, self._backend).handle(exc)
 
     def _refusal(self, tool: str, result: GcraResult) -> RateLimited:
         templates = self._templates.get(tool) or self._prepare(tool)
