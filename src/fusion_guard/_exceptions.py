@@ -48,8 +48,19 @@ class Rejected(FusionGuardError):
 
 
 class ServerBusy(Rejected):
-    """The concurrency guard shed the call (SERVER_BUSY); ``reason`` is ``queue_full`` or
-    ``queue_timeout``."""
+    """The call was shed (SERVER_BUSY); ``reason`` says why:
+
+    - ``queue_full``: every slot taken and the queue full (or held short under sustained
+      overload: the envelope's ``standing`` detail);
+    - ``queue_timeout``: no slot within ``queue_timeout``, after waiting or predicted at
+      arrival (the ``predicted`` detail), or no fleet lease in time;
+    - ``fair_share``: a queued call of the heaviest client, refused to make room for a lighter
+      client's;
+    - ``client_limit``: its client already had ``max_active_per_client`` calls running or
+      waiting;
+    - ``backend_unavailable``: the store its limits are shared through (Redis) failed and the
+      tool's failure policy is ``closed``.
+    """
 
     __slots__ = ("reason",)
 

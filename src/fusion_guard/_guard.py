@@ -121,7 +121,7 @@ class Ticket:
         self._admitted(gate)
         return self
 
-    def enter_at_once(self) -> bool:
+    def _enter_at_once(self) -> bool:
         """``__aenter__`` without a coroutine, when nothing needs awaiting (no shared rate
         backend; a free local slot, or no slots): True when admitted, as after ``async with``;
         False when nothing was done and the caller enters with ``await ticket.__aenter__()``.
@@ -131,14 +131,14 @@ class Ticket:
         rates = gate.rates
         slots = gate.slots
         if (rates is not None and not rates.is_sync) or (
-            slots is not None and not slots.free_at_once()
+            slots is not None and not slots._free_at_once()
         ):
             return False
         if rates is not None:
             self._refused(gate, rates.check(self._context(gate)))
         if slots is not None:
             slot = slots.slot(gate.limits.timeout, self._client)
-            slot.take_free()  # free_at_once: taken (ServerBusy over the client's cap)
+            slot.take_free()  # _free_at_once: taken (ServerBusy over the client's cap)
             self._slot = slot
         self._admitted(gate)
         return True
@@ -160,7 +160,7 @@ class Ticket:
     ) -> bool:
         slot = self._slot
         if slot is None or slot.leaves_at_once:
-            return self.leave(exc_type, exc, tb)
+            return self._leave(exc_type, exc, tb)
         try:
             swallowed = await slot.__aexit__(exc_type, exc, tb)
         except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
@@ -170,17 +170,17 @@ class Ticket:
         return swallowed
 
     @property
-    def leaves_at_once(self) -> bool:
+    def _leaves_at_once(self) -> bool:
         """Whether ``leave`` can end the call (a fleet slot's lease is given back, awaited)."""
         return self._slot is None or self._slot.leaves_at_once
 
-    def leave(
+    def _leave(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        """``__aexit__`` without a coroutine, when ``leaves_at_once``: frees the slot, reports
+        """``__aexit__`` without a coroutine, when ``_leaves_at_once``: frees the slot, reports
         the end; raises ``HandlerTimeout`` when the deadline cancelled the body."""
         try:
             slot = self._slot

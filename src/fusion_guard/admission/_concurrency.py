@@ -305,7 +305,7 @@ class ConcurrencyGuard:
         core.active += 1
         return Slot(core, None)._hold(0.0)
 
-    def free_at_once(self) -> bool:
+    def _free_at_once(self) -> bool:
         """Whether ``slot().take_free()`` would take a slot now (a free local slot, and no
         permit to await besides)."""
         core = self._core
@@ -343,8 +343,8 @@ class ConcurrencyGuard:
 
     @property
     def max_active(self) -> int:
-        """The limit in force: the same figure as ``limit`` (the name the constructor and the
-        envelopes use)."""
+        """An alias of ``limit``, under the name the constructor and the envelopes use (kept
+        for code written against it)."""
         return self._core.max_active
 
     @property

@@ -269,7 +269,7 @@ class DistributedConcurrencyGuard:
             " await (a fleet lease): use `await guard.acquire()` or `async with guard.slot()`"
         )
 
-    def free_at_once(self) -> bool:
+    def _free_at_once(self) -> bool:
         """Never: a fleet lease is awaited."""
         return False
 
@@ -301,7 +301,7 @@ class DistributedConcurrencyGuard:
 
     @property
     def max_active(self) -> int:
-        """This process's slots in force: the same figure as ``limit``."""
+        """An alias of ``limit`` (this process's slots in force)."""
         return self._guard.max_active
 
     @property

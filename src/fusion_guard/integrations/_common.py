@@ -210,7 +210,7 @@ async def admit_call(
         # ``async with guard.admit(...)`` spelled out, so that the usual call (admitted at once,
         # left at once) costs no coroutine for the ticket; a ticket never swallows.
         ticket = guard.admit(gate or tool, client=client, request=request)
-        if not ticket.enter_at_once():
+        if not ticket._enter_at_once():
             await ticket.__aenter__()
         try:
             token = _current_ticket.set(ticket)
@@ -224,13 +224,13 @@ async def admit_call(
             if deferred is None:
                 _record(ticket, result, failed)
         except BaseException as exc:
-            if ticket.leaves_at_once:
-                ticket.leave(type(exc), exc, exc.__traceback__)
+            if ticket._leaves_at_once:
+                ticket._leave(type(exc), exc, exc.__traceback__)
             else:
                 await ticket.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        if ticket.leaves_at_once:
-            ticket.leave(None, None, None)
+        if ticket._leaves_at_once:
+            ticket._leave(None, None, None)
         else:
             await ticket.__aexit__(None, None, None)
     except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
