@@ -397,26 +397,7 @@ class ConcurrencyGuard:
         return self._reports_finished
 
     def statistics(self) -> ConcurrencyStatistics:
-        core = self._core
-        return ConcurrencyStatistics(
-            name=core.name,
-            max_active=core.max_active,
-            max_queue=core.max_queue,
-            active=core.active,
-            queued=len(core.waiters),
-            admitted=core.admitted,
-            shed_queue_full=core.shed_full,
-            shed_standing=core.shed_standing,
-            shed_queue_timeout=core.shed_timeout,
-            shed_predicted=core.predicted,
-            shed_fair_share=core.shed_fair,
-            shed_client_limit=core.shed_client,
-            clients=0 if core.fair is None else core.fair.clients,
-            cancelled_queued=core.cancelled_queued,
-            handler_timeouts=core.handler_timeouts,
-            mean_service_time=core.service.mean,
-            service_samples=core.service.samples,
-        )
+        return _statistics(self._core)
 
     def __repr__(self) -> str:
         core = self._core
@@ -427,7 +408,29 @@ class ConcurrencyGuard:
         )
 
 
-# -- configuration checks ---------------------------------------------------------------------
+# -- figures and configuration checks ---------------------------------------------------------
+
+
+def _statistics(core: Core) -> ConcurrencyStatistics:
+    return ConcurrencyStatistics(
+        name=core.name,
+        max_active=core.max_active,
+        max_queue=core.max_queue,
+        active=core.active,
+        queued=len(core.waiters),
+        admitted=core.admitted,
+        shed_queue_full=core.shed_full,
+        shed_standing=core.shed_standing,
+        shed_queue_timeout=core.shed_timeout,
+        shed_predicted=core.predicted,
+        shed_fair_share=core.shed_fair,
+        shed_client_limit=core.shed_client,
+        clients=0 if core.fair is None else core.fair.clients,
+        cancelled_queued=core.cancelled_queued,
+        handler_timeouts=core.handler_timeouts,
+        mean_service_time=core.service.mean,
+        service_samples=core.service.samples,
+    )
 
 
 def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int | None:
