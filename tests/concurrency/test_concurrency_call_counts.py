@@ -27,7 +27,9 @@ FREE_PATH = 7
 FREE_PATH_KEYED = 10
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
-FREE_PATH_ADAPTIVE = 26
+#: 26 before the admission core was split; 22 since (the sample's method bound once, the
+#: parallelism read inline, no overload test of a queue that is empty).
+FREE_PATH_ADAPTIVE = 22
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
 #: built (no observer).
 SHED_AT_ARRIVAL = 10

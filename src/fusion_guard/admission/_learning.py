@@ -53,9 +53,11 @@ class LimitLearning:
     __slots__ = (
         "_adaptive",
         "_core",
+        "_estimates",
         "_feedback",
         "_limit_logged",
         "_log_due",
+        "_on_overtaking_sample",
         "_openings",
         "_overtaking",
         "_parallel_calls",
@@ -71,6 +73,9 @@ class LimitLearning:
         self._refusals = refusals
         self._adaptive = adaptive
         self._overtaking = getattr(adaptive, "learns_overtaking", False) is True
+        if self._overtaking:  # bound once: each call's sample then costs no look-up more
+            self._on_overtaking_sample = cast(OvertakingLimit, adaptive).on_sample
+        self._estimates = hasattr(adaptive, "parallelism")  # of the calls served in parallel
         # Each finished call's signal (``_feedback.py``), from the seat it took with its slot.
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
         # The time between slot openings at saturation, learnt from each call's hold over the
@@ -123,20 +128,27 @@ class LimitLearning:
             return  # a timeout of its caller's own (``_feedback.py``): the limit learns nothing
         try:
             if self._overtaking:
-                cast(OvertakingLimit, adaptive).on_sample(
-                    start, held, inflight, dropped, overtook=overtook
-                )
+                self._on_overtaking_sample(start, held, inflight, dropped, overtook=overtook)
             else:
                 adaptive.on_sample(start, held, inflight, dropped)
             limit = adaptive.limit
-            parallelism = self._parallel_calls = parallelism_of(adaptive)
+            # parallelism_of, inlined: it runs for every call under an adaptive limit.
+            parallelism = getattr(adaptive, "parallelism", None) if self._estimates else None
+            if parallelism is not None:
+                if isinstance(parallelism, int | float) and 1 <= parallelism < math.inf:
+                    parallelism = float(parallelism)
+                else:
+                    parallelism = None
+            self._parallel_calls = parallelism
         except Exception as failure:  # a limit's bug never changes a call's answer
             observer_failed(adaptive, "on_sample", failure)
             return
         discipline = core.discipline
         if isinstance(limit, int) and limit >= 1:
-            # Under sustained overload, not above what the tool serves in parallel (and one).
-            limit = discipline.slots_in_force(limit, parallelism, start + held, len(core.waiters))
+            waiters = len(core.waiters)
+            if waiters:  # (without waiters no queue stands: the limit is in force as it is)
+                # Under sustained overload, not above what the tool serves in parallel (and one).
+                limit = discipline.slots_in_force(limit, parallelism, start + held, waiters)
             if limit != core.max_active:
                 self._set_limit(limit)
         # Only when the estimate moved: GradientLimit moves it once a window, not every call.
