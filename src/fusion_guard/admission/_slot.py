@@ -36,6 +36,7 @@ class Slot:
     """
 
     __slots__ = (
+        "_client",
         "_core",
         "_deadline",
         "_held",
@@ -48,13 +49,12 @@ class Slot:
         "queue_wait",
     )
 
-    #: The caller's client key (``_ClientSlot`` keeps it); a plain slot's call is keyless.
-    _client: str | None = None
     _seat: Seat  # its place in the core's capacity feedback (under an adaptive limit)
 
-    def __init__(self, core: Core, timeout: float | None) -> None:
+    def __init__(self, core: Core, timeout: float | None, client: str | None = None) -> None:
         self._core = core
         self._timeout = timeout
+        self._client = client  # the caller's key (a plain slot's call is keyless)
         self._deadline: Deadline | None = None
         self._held = False
         self.queue_wait = 0.0
@@ -193,16 +193,7 @@ class _ClientSlot(Slot):
     cap): the call belongs to its client (``client`` None: the keyless client) from arrival to
     release. Its own type, so that a guard without client keys pays nothing for them."""
 
-    __slots__ = ("_client",)
-
-    def __init__(self, core: Core, timeout: float | None, client: str | None) -> None:
-        # Slot.__init__ spelled out: a call up to it would cost a tenth of the keyed path.
-        self._core = core
-        self._timeout = timeout
-        self._deadline: Deadline | None = None
-        self._held = False
-        self.queue_wait = 0.0
-        self._client = client
+    __slots__ = ()
 
     async def __aenter__(self) -> Slot:
         core = self._core
