@@ -63,9 +63,9 @@ from dataclasses import dataclass
 import anyio
 
 from .._checks import check_bool, check_int, check_name, check_seconds
-from .._exceptions import ConfigurationError, ServerBusy
+from .._exceptions import ConfigurationError
 from .._keys import bounded_key
-from .._observer import ShedReason, ToolObserver
+from .._observer import ToolObserver
 from ._core import Core
 from ._discipline import QueueDiscipline
 from ._learning import (
@@ -310,14 +310,6 @@ class ConcurrencyGuard:
         permit to await besides)."""
         core = self._core
         return core.active < core.max_active and self._permit is None
-
-    def refusal(self, reason: ShedReason, *, predicted: bool = False) -> ServerBusy:
-        """The ServerBusy to raise for a refusal decided beside the guard, counted, reported to
-        the observer and advised like the guard's own; ``predicted`` marks one decided ahead of
-        its deadline."""
-        refusals = self._refusals
-        template = refusals.predicted_busy if predicted else refusals.busy
-        return refusals.refuse(reason, len(self._core.waiters), template)
 
     # -- public figures -------------------------------------------------------------------------
 

@@ -43,9 +43,9 @@ import anyio
 
 from .._bounds import MAX_LEASE
 from .._checks import check_failure_policy, check_int, check_name, check_seconds
-from .._exceptions import BackendError, ConfigurationError, ServerBusy
+from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
-from .._observer import ShedReason, ToolObserver
+from .._observer import ToolObserver
 from ..backends._redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -272,10 +272,6 @@ class DistributedConcurrencyGuard:
     def _free_at_once(self) -> bool:
         """Never: a fleet lease is awaited."""
         return False
-
-    def refusal(self, reason: ShedReason, *, predicted: bool = False) -> ServerBusy:
-        """The guard's ``refusal``."""
-        return self._guard.refusal(reason, predicted=predicted)
 
     def statistics(self) -> ConcurrencyStatistics:
         return self._guard.statistics()
