@@ -17,7 +17,7 @@ queue and shedding are the guard's; the lease is what a call holds besides):
    quarter second); a crashed process stops refreshing, so its permits come back within
    ``lease`` seconds. Leaving the slot releases the lease, then the local slot.
 
-When Redis fails (down, or slower than ``timeout``), :class:`~._failure.BackendFailure` applies
+When Redis fails (down, or slower than ``timeout``), ``BackendFailure`` (``_failure.py``) applies
 ``failure_policy``: ``open`` runs the call on its local slot alone (counted, logged), ``closed``
 sheds it with SERVER_BUSY ``backend_unavailable``. The next call tries Redis again, so recovery
 needs no restart, and no lease outlives its call: an acquire given up on (timed out, failed,
