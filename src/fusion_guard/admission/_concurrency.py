@@ -205,10 +205,13 @@ class ConcurrencyGuard:
         else:
             queue = default_max_queue(parallelism, adaptive=True)
         timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
+        name = check_name(name)
+        lifo = check_bool("lifo", lifo)
         if standing_after is not None:
             standing_after = check_seconds("standing_after", standing_after)
         if standing_limit is not None:
             standing_limit = check_int("standing_limit", standing_limit, 1)
+        predictive = check_bool("predictive", predictive)
         prior = check_seconds("expected_service_time", expected_service_time)
         retry_cap = check_seconds("max_retry_after", max_retry_after)
         if not callable(clock):
@@ -219,14 +222,14 @@ class ConcurrencyGuard:
             queue_timeout=timeout,
             max_queue=queue,
             slots=slots,
-            lifo=check_bool("lifo", lifo),
+            lifo=lifo,
             standing_after=standing_after,
             standing_limit=standing_limit,
-            predictive=check_bool("predictive", predictive),
+            predictive=predictive,
             now=clock(),
         )
         core = self._core = Core(
-            name=check_name(name),
+            name=name,
             max_active=slots,
             max_queue=queue,
             queue_timeout=timeout,

@@ -59,7 +59,7 @@ class Slot:
         self._held = False
         self.queue_wait = 0.0
 
-    #: Whether ``_leave`` ends the hold (a fleet slot must also give its lease back, awaited).
+    #: Whether ``leave`` ends the hold (a fleet slot must also give its lease back, awaited).
     leaves_at_once: ClassVar[bool] = True
 
     async def __aenter__(self) -> Slot:
