@@ -23,8 +23,9 @@ from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
 #: ``async with guard.slot():`` with a free slot and no client key: slot(), the Slot, its
 #: __aenter__ and _hold, its __aexit__ and _end, and the service-time sample.
 FREE_PATH = 7
-#: ... with a client key: the key bounded, the client's arrival counted, its end uncounted.
-FREE_PATH_KEYED = 10
+#: ... with a client key: the client's arrival counted, its end uncounted (10 before the
+#: admission core was split: a short key is no longer passed through a function to bound it).
+FREE_PATH_KEYED = 9
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
 #: 26 before the admission core was split; 22 since (the sample's method bound once, the
@@ -35,7 +36,7 @@ FREE_PATH_ADAPTIVE = 22
 SHED_AT_ARRIVAL = 10
 #: A full queue refusing a keyed call: its client's record is made, it finds no lighter
 #: client's place to take, and its record goes when it is refused.
-SHED_KEYED = 24
+SHED_KEYED = 23
 #: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
 #: overload detector and the discipline look first.
 SHED_PREDICTED = 25

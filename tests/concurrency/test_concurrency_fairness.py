@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy, parse_tool_error
+from fusion_guard._keys import MAX_KEY_CHARS
 from fusion_guard.admission._fairness import DECAY_EVERY, MAX_REMEMBERED, FairQueue
 from fusion_guard.testing import FakeClock
 
@@ -223,6 +224,24 @@ async def test_the_per_client_cap_refuses_with_advice_about_the_clients_own_call
         assert calls.order[-1] == "a3"
         tg.cancel_scope.cancel()
     assert guard.statistics().shed_client_limit == 1
+
+
+async def test_a_long_key_is_one_client_however_often_it_comes() -> None:
+    # Kept as its digest (a short key is kept as it is): the same long key is one client, two
+    # long keys alike up to the limit are two, and neither is kept whole.
+    guard = ConcurrencyGuard(4, name="t", max_active_per_client=1)
+    long_key = "k" * (MAX_KEY_CHARS + 10)
+    held = await guard.acquire(client=long_key)
+    with pytest.raises(ServerBusy) as refused:
+        await guard.acquire(client=long_key)
+    assert refused.value.reason == "client_limit"
+    other = await guard.acquire(client=long_key[:-1] + "x")
+    assert guard.statistics().clients == 2
+    kept = guard._core.fair.running  # type: ignore[union-attr]  # kept from the first key
+    assert all(len(key) <= MAX_KEY_CHARS for key in kept)  # digests, not the keys themselves
+    held.release()
+    other.release()
+    assert guard.statistics().clients == 0
 
 
 async def test_the_cap_counts_queued_calls_too() -> None:

@@ -64,7 +64,7 @@ import anyio
 
 from .._checks import check_bool, check_int, check_name, check_seconds
 from .._exceptions import ConfigurationError
-from .._keys import bounded_key
+from .._keys import MAX_KEY_CHARS, bounded_key
 from .._observer import ToolObserver
 from ._core import Core
 from ._discipline import QueueDiscipline
@@ -273,7 +273,8 @@ class ConcurrencyGuard:
                 raise TypeError(
                     f"client={type(client).__name__} is invalid: expected a str or None"
                 )
-            client = bounded_key(client)  # a client's records keep a bounded key
+            if client is not None and len(client) > MAX_KEY_CHARS:
+                client = bounded_key(client)  # a client's records keep a bounded key
             if self._permit is None:
                 return _ClientSlot(core, timeout, client)
             return _PermitSlot(core, timeout, client, self._permit, self._refusals)
