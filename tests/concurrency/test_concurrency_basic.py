@@ -179,15 +179,15 @@ async def test_invalid_slot_timeout_is_refused(seconds: object) -> None:
         ConcurrencyGuard(1).slot(seconds)  # type: ignore[arg-type]
 
 
-def test_fast_server_busy_equals_the_normal_construction() -> None:
-    from fusion_guard.admission._refusal import server_busy
-    from fusion_guard.wire._shedding import ServerBusyTemplate
-
-    response = ServerBusyTemplate("t", 1, 0).render("queue_full", 1, 0, 0.5)
-    fast, normal = (
-        server_busy(response, 0.5, "queue_full"),
-        ServerBusy(response, 0.5, "queue_full"),
-    )
+def test_a_refusal_is_the_server_busy_the_normal_construction_makes() -> None:
+    # The guard builds its ServerBusy without the __init__ chain (the shed path's cost).
+    guard = ConcurrencyGuard(1, max_queue=0, name="t")
+    guard.acquire_nowait()
+    with pytest.raises(ServerBusy) as raised:
+        guard.slot()
+    fast = raised.value
+    normal = ServerBusy(fast.response, fast.retry_after, fast.reason)
     assert type(fast) is type(normal)
     assert (fast.args, str(fast)) == (normal.args, str(normal))
-    assert (fast.response, fast.retry_after, fast.reason) == (response, 0.5, "queue_full")
+    assert fast.args == (fast.response.text,)
+    assert (fast.reason, fast.retry_after) == ("queue_full", normal.retry_after)

@@ -32,14 +32,15 @@ FREE_PATH_KEYED = 9
 #: parallelism read inline, no overload test of a queue that is empty).
 FREE_PATH_ADAPTIVE = 22
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
-#: built (no observer).
-SHED_AT_ARRIVAL = 10
+#: built (no observer). 10 before the admission core was split: the hold to advise with, whether
+#: it is a guess, and the exception are no longer made by functions of their own.
+SHED_AT_ARRIVAL = 7
 #: A full queue refusing a keyed call: its client's record is made, it finds no lighter
 #: client's place to take, and its record goes when it is refused.
-SHED_KEYED = 23
+SHED_KEYED = 20
 #: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
 #: overload detector and the discipline look first.
-SHED_PREDICTED = 25
+SHED_PREDICTED = 22
 #: ``async with guard.admit(tool):`` through the Guard with metrics off, free slot, the default
 #: 50 s deadline: the ticket, the slot, the deadline and the default observers. At most: the
 #: Guard's own part may shrink.

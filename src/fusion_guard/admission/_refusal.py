@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from .._exceptions import HandlerTimeout, ServerBusy
 from .._observer import ShedReason, observer_failed
-from ..wire._response import ToolResponse
 from ..wire._shedding import ServerBusyTemplate
 from ._core import Core
 from ._deadline import Timeouts
@@ -21,7 +20,6 @@ __all__ = [
     "MAX_LIMIT_TEMPLATES",
     "FlaggedBusyTemplate",
     "Refusals",
-    "server_busy",
 ]
 
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
@@ -123,22 +121,27 @@ class Refusals:
         now = core.clock()
         service = core.service
         in_flight = now - core.latest_start
+        # ServiceTimeEstimator.hold, inlined (under overload most calls come here): the mean
+        # (or the prior), or the age of the youngest call in flight if longer.
+        mean = service.mean
+        hold = in_flight if in_flight > mean else mean
         if reason == "client_limit":
             # About the client's own calls: when one of them is expected to end (one of its n
             # running calls every hold / n; with none running yet, a hold after its first
             # starts). No promise: the openings the crowd is told of are the guard's slots.
             assert own is not None  # refused over its own cap
-            retry_after = service.hold(in_flight) / max(own[0], 1)
+            retry_after = hold / max(own[0], 1)
             core.shed_client += 1
         else:
-            hold = service.hold(in_flight)
-            # While the hold is the prior alone, the promise waits out only as much of the
-            # queue ahead as the calls in flight vouch for: its drain at their age, which no
-            # hold can undercut. Waited out at the prior, a prior too long sends callers back
-            # to idle slots (a fresh 2-slot tool of 50 ms calls, its queue of 20 full, took
-            # 1.94x the ideal drain time); not waited out at all, a prior too short sends them
-            # back to the queue that refused them. Once measured, the whole queue ahead.
-            ahead = int(queued * in_flight / hold) if service.guessing(in_flight) else queued
+            # While the hold is the prior alone (ServiceTimeEstimator.guessing, inlined), the
+            # promise waits out only as much of the queue ahead as the calls in flight vouch
+            # for: its drain at their age, which no hold can undercut. Waited out at the prior,
+            # a prior too long sends callers back to idle slots (a fresh 2-slot tool of 50 ms
+            # calls, its queue of 20 full, took 1.94x the ideal drain time); not waited out at
+            # all, a prior too short sends them back to the queue that refused them. Once
+            # measured, the whole queue ahead.
+            guessing = not service.samples and in_flight <= mean
+            ahead = int(queued * in_flight / hold) if guessing else queued
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = core.max_active + core.max_queue
@@ -162,7 +165,14 @@ class Refusals:
         else:
             cap = self._per_client if reason == "client_limit" else None
             response = template.render_for_client(reason, active, queued, retry_after, *own, cap)
-        return server_busy(response, retry_after, reason)
+        # ServerBusy(response, retry_after, reason), the same object (``args`` is the envelope
+        # text) built without the two-level ``__init__`` chain, which cost a sixth of the shed
+        # path, nor a function around it.
+        busy: ServerBusy = _new_exception(ServerBusy, response.text)
+        busy.response = response
+        busy.retry_after = retry_after
+        busy.reason = reason
+        return busy
 
     def handler_timeout(self, timeout: float) -> HandlerTimeout:
         """The TIMEOUT of a body its ``timeout`` ended, counted."""
@@ -171,14 +181,3 @@ class Refusals:
 
 
 _new_exception = Exception.__new__
-
-
-def server_busy(response: ToolResponse, retry_after: float, reason: str) -> ServerBusy:
-    """``ServerBusy(response, retry_after, reason)``, the same object (``args`` is the envelope
-    text) built without the two-level ``__init__`` chain, which costs a sixth of the shed path.
-    Under overload this runs for most calls."""
-    busy: ServerBusy = _new_exception(ServerBusy, response.text)
-    busy.response = response
-    busy.retry_after = retry_after
-    busy.reason = reason
-    return busy

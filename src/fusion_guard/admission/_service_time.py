@@ -17,8 +17,8 @@ every one of them has held its slot at least as long as the youngest (the guard 
 in, ``in_flight``), so a cold guard whose calls have been running for 0.8 s plans with 0.8 s, not
 with the prior. Two readings of the hold follow:
 
-- :meth:`ServiceTimeEstimator.hold`, for advice: the mean (the prior until a call finishes),
-  raised to ``in_flight``;
+- for advice, the mean (the prior until a call finishes) raised to ``in_flight`` (read inline
+  where refusals are advised, ``_refusal.py``: under overload most calls are refused);
 - :meth:`ServiceTimeEstimator.evidence`, for shedding: the same without the prior (0.0 when
   nothing is known), because nobody is shed on a guess.
 """
@@ -63,21 +63,12 @@ class ServiceTimeEstimator:
             self.mean = duration
         self.samples += 1
 
-    def hold(self, in_flight: float) -> float:
-        """The hold time to plan advice with: the mean (or prior), or ``in_flight`` if longer."""
-        mean = self.mean
-        return in_flight if in_flight > mean else mean
-
     def evidence(self, in_flight: float) -> float:
         """The hold time known from measurements alone (finished holds, calls in flight): what
         predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight."""
         if self.samples and self.mean > in_flight:
             return self.mean
         return in_flight
-
-    def guessing(self, in_flight: float) -> bool:
-        """Whether the hold is the prior alone: no call has finished, none in flight outlived it."""
-        return not self.samples and in_flight <= self.mean
 
 
 def expected_wait(
