@@ -171,7 +171,7 @@ class Ticket:
 
     @property
     def _leaves_at_once(self) -> bool:
-        """Whether ``leave`` can end the call (a fleet slot's lease is given back, awaited)."""
+        """Whether ``_leave`` can end the call (a fleet slot's lease is given back, awaited)."""
         return self._slot is None or self._slot.leaves_at_once
 
     def _leave(
