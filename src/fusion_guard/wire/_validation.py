@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._render import escape_attr, escape_content
 from ._response import ToolResponse
@@ -27,12 +27,20 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
     from pydantic_core import ErrorDetails
 
-    from ..contract._awareness import ContractAwareness
-
-__all__ = ["CLOSING_TAG", "RECOVERY", "format_sent_value", "format_validation_error"]
+__all__ = ["RECOVERY", "ValidationSection", "format_sent_value", "format_validation_error"]
 
 RECOVERY = "Fix the fields above and call the tool again. Do not explain the error."
-CLOSING_TAG = "</validation_error>"
+
+
+class ValidationSection(Protocol):
+    """What adds a section to an action's validation errors (``ContractAwareness`` does: the
+    contract changes since the lockfile). Named here, where the envelope is written, so that the
+    wire contract needs nothing from the layers above it."""
+
+    def section_lines(self, action: str) -> tuple[str, ...]:
+        """The section's lines, indented as children of ``<validation_error>``; empty for none."""
+        ...
+
 
 _MAX_SHOWN = 50  # longer strings (and object JSON) are cut to 47 characters plus "..."
 _CUT_TO = 47
@@ -424,7 +432,7 @@ def format_validation_error(
     exc: ValidationError,
     *,
     action: str,
-    awareness: ContractAwareness | None = None,
+    awareness: ValidationSection | None = None,
 ) -> ToolResponse:
     """The ``<validation_error>`` envelope for a pydantic ``ValidationError`` (``is_error`` true,
     code ``VALIDATION_ERROR``).
@@ -446,5 +454,5 @@ def format_validation_error(
     lines.append(f"  <recovery>{RECOVERY}</recovery>")
     if awareness is not None:
         lines.extend(awareness.section_lines(action))
-    lines.append(CLOSING_TAG)
+    lines.append("</validation_error>")
     return ToolResponse("\n".join(lines), is_error=True, code="VALIDATION_ERROR")
