@@ -57,8 +57,7 @@ from ..backends._redis import (
     RedisConnection,
     RedisRateLimitBackend,
 )
-from ..wire._render import escape_content
-from ..wire._shedding import ServerBusyTemplate
+from ..wire._shedding import BackendUnavailableTemplate, ServerBusyTemplate
 from ._concurrency import ConcurrencyGuard
 
 if TYPE_CHECKING:
@@ -79,31 +78,6 @@ BACKEND_RETRY_AFTER = 1.0
 """The least retry_after advised when a fail-closed limit cannot reach Redis (seconds)."""
 _FIRST_BACKOFF = 0.002
 _MAX_BACKOFF = 0.05
-
-
-class _BackendUnavailableTemplate(ServerBusyTemplate):
-    """SERVER_BUSY for a tool without slots whose fail-closed rate limit could not be decided:
-    the standard layout (reason, active, queued, retry_after) without capacity figures, its own
-    message and advice (rendered once per tool)."""
-
-    __slots__ = ()
-
-    def __init__(self, tool: str) -> None:
-        super().__init__(tool, 0, 0)
-        name = escape_content(tool)
-        self._head = (
-            '<tool_error code="SERVER_BUSY" severity="error">\n'
-            f'  <message>Tool "{name}" cannot take calls right now: the store its limits are'
-            " shared through is unavailable ("
-        )
-        self._mid = (
-            " queued).</message>\n"
-            "  <recovery>Wait for the retry_after time, then call again; the fault is on the"
-            " server's side and clears by itself.</recovery>\n"
-            "  <details>\n"
-            '    <detail key="reason">'
-        )
-        self._tail = "  </details>\n  <retry_after>"
 
 
 class BackendFailure:
@@ -132,7 +106,7 @@ class BackendFailure:
         self.policy = check_failure_policy(policy)
         self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
         self._busy = (
-            _BackendUnavailableTemplate(tool)
+            BackendUnavailableTemplate(tool)
             if max_active is None
             else ServerBusyTemplate(tool, max_active, max_queue)
         )

@@ -23,7 +23,7 @@ from .._log import is_enabled, log_event
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
-from ..wire._client import parse_tool_error
+from ..wire._client import parse_tool_error, parsed_facts
 from ..wire._codes import ErrorCode
 from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
@@ -329,31 +329,22 @@ def quoted_envelope(texts: Sequence[str]) -> ToolResponse | None:
         return None
     if parsed is None:
         return None
-    return make_response(text, parsed.severity != "warning", parsed.code)
+    facts = (parsed_facts, (parsed,))  # the text was parsed once, here: its facts are known
+    return make_response(text, parsed.severity != "warning", parsed.code, facts)
 
 
 def envelope_meta(response: ToolResponse) -> dict[str, Any] | None:
     """The result ``_meta`` of an envelope answer: its facts under ``META_KEY``; None for a
-    plain success. Read back from the envelope's own text (a few kilobytes at most), so the two
-    can never disagree."""
-    if response.code is None:
-        return None
-    parsed = parse_tool_error(response.text)
-    if parsed is None:
-        return None
-    facts: dict[str, Any] = {
-        "code": parsed.code,
-        "severity": parsed.severity,
-        "message": parsed.message,
-    }
-    if parsed.recovery is not None:
-        facts["recovery"] = parsed.recovery
-    if parsed.retry_after is not None:
-        facts["retry_after"] = parsed.retry_after
-    if parsed.available_actions:
-        facts["available_actions"] = parsed.available_actions
-    if parsed.details:
-        facts["details"] = parsed.details
+    plain success. The facts come from the record the text was rendered from
+    (``ToolResponse.facts``); only a response a tool made directly of its own text is parsed."""
+    facts = response.facts
+    if facts is None:
+        if response.code is None:
+            return None
+        parsed = parse_tool_error(response.text)
+        if parsed is None:
+            return None
+        facts = parsed_facts(parsed)
     return {META_KEY: facts}
 
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._render import escape_attr, escape_content
-from ._response import ToolResponse
+from ._render import escape_attr, escape_content, plain
+from ._response import ToolResponse, make_response
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -447,12 +447,32 @@ def format_validation_error(
         raise TypeError(f"exc must be a pydantic ValidationError, not {type(exc).__name__}")
     if not isinstance(action, str):
         raise TypeError(f"action must be the tool name (str), not {type(action).__name__}")
-    errors = exc.errors(include_url=False)
+    fields = tuple(_fields(exc.errors(include_url=False)))
     lines = [f'<validation_error action="{escape_attr(action)}">']
-    for name, line in _fields(errors):
+    for name, line in fields:
         lines.append(f'  <field name="{escape_attr(name)}">{escape_content(line)}</field>')
     lines.append(f"  <recovery>{RECOVERY}</recovery>")
     if awareness is not None:
         lines.extend(awareness.section_lines(action))
     lines.append("</validation_error>")
-    return ToolResponse("\n".join(lines), is_error=True, code="VALIDATION_ERROR")
+    facts = (_facts, (action, fields))
+    return make_response("\n".join(lines), True, "VALIDATION_ERROR", facts)
+
+
+def _facts(action: str, fields: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The facts of the envelope written of the same fields (``ToolResponse.facts``): each
+    field's line as a detail named by its path, beside ``action`` (which a field of that name
+    does not replace), and all the lines as the message."""
+    shown = [(plain(name), plain(line)) for name, line in fields]
+    details = {"action": plain(action)}
+    for name, line in shown:
+        if name != "action":
+            details[name] = line
+    message = "\n".join(f"{name}: {line}" for name, line in shown) or "Invalid arguments."
+    return {
+        "code": "VALIDATION_ERROR",
+        "severity": "error",
+        "message": message,
+        "recovery": RECOVERY,
+        "details": details,
+    }
