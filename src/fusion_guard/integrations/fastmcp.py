@@ -114,7 +114,7 @@ def _quiet_raised_envelopes() -> None:
 
 _MAX_KNOWN_TOOLS = 4096
 """Tool names remembered as the server's own, so FastMCP is asked about a name once (only names
-it confirmed are kept; past this many, it is asked every time)."""
+it confirmed are kept; past this many, it is asked every time); their output schemas likewise."""
 
 _SDK_ANSWERS = (MCPError, FastMCPError, NotFoundError)
 """What FastMCP answers itself (protocol errors, deliberate tool errors, unknown tools): passed
@@ -145,6 +145,7 @@ class GuardMiddleware(Middleware):
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+        self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._patterns = PatternCheck(self._guard, "fastmcp")
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
@@ -198,8 +199,24 @@ class GuardMiddleware(Middleware):
             passthrough=_SDK_ANSWERS,
         )
         if isinstance(result, ToolResponse):
-            return to_tool_result(result, await _output_schema(tool, context))
+            # An error is sent as text whatever the tool's output; only a success (a warning)
+            # must match the tool's output schema (most answers here are refusals).
+            schema = None if result.is_error else await self._output_schema(tool, context)
+            return to_tool_result(result, schema)
         return cast("ToolResult", result)
+
+    async def _output_schema(
+        self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
+    ) -> Mapping[str, Any] | None:
+        """``tool``'s output schema, asked of FastMCP once per tool."""
+        if tool in self._schemas:
+            return self._schemas[tool]
+        server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+        found = None if server is None else await server.get_tool(tool)
+        schema = None if found is None else found.output_schema
+        if found is not None and len(self._schemas) < _MAX_KNOWN_TOOLS:
+            self._schemas[tool] = schema
+        return schema
 
     async def _is_tool(
         self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
@@ -277,14 +294,6 @@ def to_tool_result(
         is_error=is_error,
         meta=meta or None,
     )
-
-
-async def _output_schema(
-    tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
-) -> Mapping[str, Any] | None:
-    server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
-    found = None if server is None else await server.get_tool(tool)
-    return None if found is None else found.output_schema
 
 
 def _texts(result: ToolResult) -> list[str]:

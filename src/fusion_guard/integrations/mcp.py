@@ -220,7 +220,8 @@ class _ToolNames(Protocol):
         (no such tool) without the guard."""
 
     async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
-        """``tool``'s output schema, if it has one (asked only to send a warning envelope)."""
+        """``tool``'s output schema, if it has one (asked only to send a warning envelope; kept
+        once known)."""
 
 
 class _RegisteredTools:
@@ -389,7 +390,7 @@ class _Adapter:
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).
                 response = as_response(result)
-                return to_call_tool_result(response, await self._tools.output_schema(tool, ctx))
+                return to_call_tool_result(response, await self._schema(response, tool, ctx))
             return result
 
         setattr(guarded, _GUARDED, True)
@@ -419,9 +420,17 @@ class _Adapter:
                 if quoted is None:
                     return result
                 response = answered(quoted)  # an envelope returned by an unannotated tool
-            return to_call_tool_result(response, await self._tools.output_schema(name, None))
+            return to_call_tool_result(response, await self._schema(response, name, None))
 
         server.call_tool = call_tool  # type: ignore[method-assign]
+
+    async def _schema(
+        self, response: ToolResponse, tool: str, ctx: Any
+    ) -> Mapping[str, Any] | None:
+        """The tool's output schema where ``response`` needs it: a success (a warning) must
+        match it; an error is sent as text whatever the tool's output (most answers made here
+        are refusals, which then look nothing up)."""
+        return None if response.is_error else await self._tools.output_schema(tool, ctx)
 
     def _tool_error_response(self, exc: Exception, tool: str) -> ToolResponse | None:
         """The envelope for an SDK-wrapped failure, or None for a deliberate ``ToolError``."""
