@@ -34,7 +34,7 @@ from ._exceptions import (
 from ._gates import Gate, GateAssembly
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, outcome_of
+from ._observer import GuardObserver, Outcome, outcome_of, response_outcome
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import ConcurrencyGuard, Slot
@@ -44,7 +44,6 @@ from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 from .observability._defaults import default_observers
-from .wire._codes import ErrorCode
 from .wire._internal import as_response
 from .wire._response import ToolResponse
 
@@ -116,7 +115,9 @@ class Ticket:
                 if not slot.take_free():
                     await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
                 self._slot = slot
-        except anyio.get_cancelled_exc_class():
+        except Exception:  # a refusal: reported where it was decided
+            raise
+        except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
             self._done = True
             gate.observer.finished("cancelled", None)
             raise
@@ -254,12 +255,6 @@ class Ticket:
         return False
 
 
-def _response_outcome(response: ToolResponse) -> Outcome:
-    if not response.is_error:
-        return "ok"
-    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
-
-
 class Guard:
     """Rate limits, a concurrency guard and a deadline around every tool call.
 
@@ -389,7 +384,7 @@ class Guard:
                     response = as_response(await handler(*args, **kwargs))
                 except ToolResponse as raised:
                     response = response_from_exception(raised, tool=tool)
-                ticket.outcome = _response_outcome(response)
+                ticket.outcome = response_outcome(response)
             return response
         except Rejected as refusal:
             return refusal.response

@@ -73,12 +73,11 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
-    envelope_meta,
     log_limits,
     quoted_envelope,
     raised_by,
+    result_parts,
     returned_envelope,
-    structured_result,
     validation_response,
 )
 
@@ -284,15 +283,14 @@ def to_tool_result(
     since no envelope can match that shape). Guarded tools need none of this: the middleware
     converts a returned or raised envelope, whatever the tool's annotation.
     """
-    structured, is_error = structured_result(response, output_schema)
-    meta = envelope_meta(response) or {}
+    text, structured, is_error, meta = result_parts(response, output_schema)
     if structured is not None:  # FastMCP's own mark of a value wrapped as {"result": ...}
-        meta["fastmcp"] = {"wrap_result": True}
+        meta = {**(meta or {}), "fastmcp": {"wrap_result": True}}
     return ToolResult(
-        content=[mcp_types.TextContent(type="text", text=response.text)],
+        content=[mcp_types.TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=is_error,
-        meta=meta or None,
+        meta=meta,
     )
 
 

@@ -64,14 +64,13 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
-    envelope_meta,
     in_guarded_call,
     log_limits,
     missing_extra,
     quoted_envelope,
     raised_by,
+    result_parts,
     returned_envelope,
-    structured_result,
     validation_response,
 )
 
@@ -151,14 +150,14 @@ def to_call_tool_result(
     since no envelope can match that shape). Guarded tools need none of this: a returned or
     raised envelope is converted by ``install``'s adapter, whatever the tool's annotation.
     """
-    from mcp_types import CallToolResult, TextContent
+    import mcp_types
 
-    structured, is_error = structured_result(response, output_schema)
-    return CallToolResult(
-        content=[TextContent(type="text", text=response.text)],
+    text, structured, is_error, meta = result_parts(response, output_schema)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=is_error,
-        _meta=envelope_meta(response),
+        _meta=meta,
     )
 
 
@@ -389,8 +388,10 @@ class _Adapter:
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).
-                response = as_response(result)
-                return to_call_tool_result(response, await self._schema(response, tool, ctx))
+                response = result if type(result) is ToolResponse else as_response(result)
+                # Only a success (a warning) must match the tool's output schema.
+                schema = None if response.is_error else await self._tools.output_schema(tool, ctx)
+                return to_call_tool_result(response, schema)
             return result
 
         setattr(guarded, _GUARDED, True)
@@ -420,17 +421,10 @@ class _Adapter:
                 if quoted is None:
                     return result
                 response = answered(quoted)  # an envelope returned by an unannotated tool
-            return to_call_tool_result(response, await self._schema(response, name, None))
+            schema = None if response.is_error else await self._tools.output_schema(name, None)
+            return to_call_tool_result(response, schema)
 
         server.call_tool = call_tool  # type: ignore[method-assign]
-
-    async def _schema(
-        self, response: ToolResponse, tool: str, ctx: Any
-    ) -> Mapping[str, Any] | None:
-        """The tool's output schema where ``response`` needs it: a success (a warning) must
-        match it; an error is sent as text whatever the tool's output (most answers made here
-        are refusals, which then look nothing up)."""
-        return None if response.is_error else await self._tools.output_schema(tool, ctx)
 
     def _tool_error_response(self, exc: Exception, tool: str) -> ToolResponse | None:
         """The envelope for an SDK-wrapped failure, or None for a deliberate ``ToolError``."""
