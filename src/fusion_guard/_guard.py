@@ -8,6 +8,12 @@ with ``finished("cancelled", None)``.
 
 ``Guard.admit`` is the primitive the SDK adapters use; ``Guard.call`` and ``Guard.protect`` add
 the normalisation of what the handler returned or raised into a ``ToolResponse``.
+
+Lifecycle: with ``BACKEND=redis`` a guard opens Redis connections (and, for fleet slots, the
+task refreshing their leases) on first use. ``await guard.aclose()`` (or leaving ``async with
+Guard(...)``) closes them for good; ``guard.lifespan()`` wraps a server's lifespan (the SDK
+adapters put it around theirs), closing them when the last server using the guard stops, to
+open again with the next call.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -27,6 +34,7 @@ import anyio
 from ._exceptions import (
     BackendError,
     ConfigurationError,
+    GuardClosed,
     HandlerTimeout,
     RateLimited,
     Rejected,
@@ -43,7 +51,7 @@ from .admission._deadline import Deadline
 from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
-from .observability._defaults import default_observers
+from .observability._defaults import Defaults, default_observers
 from .wire._internal import as_response
 from .wire._response import ToolResponse
 
@@ -272,14 +280,22 @@ class Guard:
     one gate with the names that match the same configured patterns (so those patterns' limits
     still apply; ``"(other tools)"`` when it matches none), and an exactly configured name always
     gets its own.
+
+    ``async with Guard(...) as guard:`` or ``await guard.aclose()`` closes what the guard opened
+    (with ``BACKEND=redis``: its Redis connections and lease refreshing; a ``rate_backend``
+    given to it stays open, the caller's to close) and logs the summaries of sampled events
+    still owed; a call after that raises ``GuardClosed``.
     """
 
     __slots__ = (
         "_assembly",
+        "_closed",
+        "_defaults",
         "_expose",
         "_gates",
         "_overflow",
         "_policies",
+        "_serving",
         "_settings",
     )
 
@@ -293,14 +309,18 @@ class Guard:
         **limits: Any,
     ) -> None:
         self._settings = _settings(settings, limits)
-        observers = default_observers(self._settings, registry) + _user_observer(observer)
-        self._assembly = GateAssembly(self._settings, observers, rate_backend)
+        self._defaults: Defaults = default_observers(self._settings, registry)
+        self._assembly = GateAssembly(
+            self._settings, (self._defaults, *_user_observer(observer)), rate_backend
+        )
         # A rate backend that can fail (Redis, given directly) makes failure policies apply.
         shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
         self._policies = PolicyTable(self._settings, shared_backend=shared_backend)
         self._expose = self._settings.expose_exceptions
         self._gates: dict[str, Gate] = {}
         self._overflow: dict[tuple[str, ...], Gate] = {}
+        self._closed = False
+        self._serving = 0  # servers running on this guard (``lifespan``)
 
     @classmethod
     def from_env(
@@ -357,6 +377,8 @@ class Guard:
         key over ``MAX_KEY_CHARS`` characters is kept as its digest); ``request`` is the SDK's
         request context, for custom key functions.
         """
+        if self._closed:
+            raise self._closed_error()
         gate = self._gates.get(tool)
         if gate is None:
             gate = self._gate(tool)
@@ -376,8 +398,11 @@ class Guard:
 
         A returned ``ToolResponse`` (or builder) passes through, any other value becomes
         ``success(value)``; a raised envelope arrives intact; a refusal is its envelope; any
-        other exception is INTERNAL_ERROR. Only cancellation propagates.
+        other exception is INTERNAL_ERROR. Only cancellation propagates, and ``GuardClosed``
+        once the guard is closed (the caller outlived it: no answer of the tool's).
         """
+        if self._closed:
+            raise self._closed_error()
         try:
             async with self.admit(tool) as ticket:
                 try:
@@ -413,6 +438,66 @@ class Guard:
             return guarded
 
         return decorate
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose`` ran: the guard admits no more calls."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close what the guard opened, for good: its Redis connections and lease refreshing
+        (with ``BACKEND=redis``; not a ``rate_backend`` given to it) and the sampled log
+        events' summaries still owed. Idempotent; a call after it raises ``GuardClosed``.
+        Calls still running finish, their Redis calls failing under the failure policy."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._release()
+
+    async def __aenter__(self) -> Guard:
+        if self._closed:
+            raise self._closed_error()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[Guard]:
+        """``async with guard.lifespan():`` around a server's run (its lifespan): when the last
+        server running on this guard stops, what the guard opened is closed, and opens again
+        with the next call, so a server may start again (as each in-memory test client starts
+        it). The SDK adapters put it around their server's lifespan; other servers can too.
+        The guard itself stays open: ``aclose`` ends it."""
+        if self._closed:
+            raise self._closed_error()
+        self._serving += 1
+        try:
+            yield self
+        finally:
+            self._serving -= 1
+            if not self._serving:
+                await self._release()
+
+    async def _release(self) -> None:
+        # Shielded: a server stopping on a cancellation still closes what it opened.
+        with anyio.CancelScope(shield=True):
+            self._defaults.flush()
+            gates = [*self._gates.values(), *self._overflow.values()]
+            await self._assembly.aclose(gates)
+
+    def _closed_error(self) -> GuardClosed:
+        return GuardClosed(
+            f"{self!r} is closed (aclose, or the end of async with): it admits no more calls;"
+            " make a new Guard, or close this one only once its server has stopped"
+        )
 
     def __repr__(self) -> str:
         return f"Guard({self._settings!r}, tools_seen={len(self._gates)})"

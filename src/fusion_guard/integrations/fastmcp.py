@@ -4,13 +4,17 @@
 
     from fastmcp import FastMCP
     from fusion_guard import Guard
-    from fusion_guard.integrations.fastmcp import GuardMiddleware
+    from fusion_guard.integrations.fastmcp import GuardMiddleware, install
 
     app = FastMCP("billing")
-    app.add_middleware(GuardMiddleware.from_env())      # FUSION_GUARD_* variables
+    install(app, Guard.from_env())                     # FUSION_GUARD_* variables
     # or with keyword limits, as FastMCP's own middlewares take options:
-    #     GuardMiddleware(max_active=5, rate=10)
-    # or around a Guard built earlier:  GuardMiddleware(Guard.from_env())
+    #     install(app, max_active=5, rate=10)
+    # or as any middleware (then nothing closes the guard when the server stops):
+    #     app.add_middleware(GuardMiddleware.from_env())
+
+``install`` adds the middleware and puts the guard's ``lifespan`` around the server's: when the
+server stops, what the guard opened (with ``BACKEND=redis``, its connections) is closed.
 
 Only ``on_call_tool`` admits calls, so only tool calls count against limits: ``tools/list``,
 resources, prompts and every other request pass untouched. ``on_list_tools`` checks the
@@ -48,11 +52,13 @@ extra to install.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 try:
     import mcp_types
+    from fastmcp import FastMCP
     from fastmcp.exceptions import FastMCPError, NotFoundError, ToolError
     from fastmcp.exceptions import ValidationError as ArgumentsError
     from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
@@ -84,7 +90,7 @@ from ._common import (
 if TYPE_CHECKING:
     from ..contract._awareness import ContractAwareness
 
-__all__ = ["GuardMiddleware", "to_tool_result"]
+__all__ = ["GuardMiddleware", "install", "to_tool_result"]
 
 _UPSTREAM_ANSWERS = ("Rate limited by upstream API", "Upstream request timed out")
 """The two ToolErrors FastMCP makes of a failure on purpose, for the model to act on (an upstream
@@ -253,6 +259,41 @@ class GuardMiddleware(Middleware):
             raise  # a deliberate ToolError: FastMCP sends its message, as before
         quoted = None if result.structured_content is not None else quoted_envelope(_texts(result))
         return result if quoted is None else answered(quoted)  # from an unannotated tool
+
+
+def install(
+    app: FastMCP,
+    guard: Guard | None = None,
+    *,
+    client_key: ClientKey | None = None,
+    awareness: ContractAwareness | None = None,
+    **limits: Any,
+) -> GuardMiddleware:
+    """Guard every tool call of ``app``: ``app.add_middleware(GuardMiddleware(guard, ...))``
+    (the same arguments), and the guard's ``lifespan`` around the server's, so that what the
+    guard opened (with ``BACKEND=redis``, its Redis connections and lease refreshing) is closed
+    when the server stops, and opens again if it starts again. Returns the middleware.
+    """
+    inner = getattr(app, "_lifespan", None)
+    if not callable(inner):
+        raise ConfigurationError(
+            "install(app): this FastMCP exposes no lifespan to close the guard with; the"
+            " installed fastmcp version is not supported (fastmcp>=4,<5 is): add"
+            " GuardMiddleware(guard) with app.add_middleware and close the guard yourself"
+        )
+    middleware = GuardMiddleware(guard, client_key=client_key, awareness=awareness, **limits)
+    guarded = middleware.guard
+
+    # FastMCP keeps the lifespan it was given here, entered each time the server starts (it has
+    # no public way to add to it after construction).
+    @asynccontextmanager
+    async def lifespan(server: FastMCP) -> AsyncIterator[Any]:
+        async with guarded.lifespan(), inner(server) as state:
+            yield state
+
+    app._lifespan = lifespan
+    app.add_middleware(middleware)
+    return middleware
 
 
 def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:

@@ -115,6 +115,10 @@ def install(
     ``tool_pattern_unmatched`` warning, or with ``strict_tools`` a ``ConfigurationError``: for an
     ``MCPServer`` when the server starts (its lifespan: every tool registered by then counts), for
     a low-level ``Server`` when its ``tools/list`` handler is first read (on the first call).
+
+    When the server stops (the end of its lifespan), what the guard opened (with
+    ``BACKEND=redis``, its connections) is closed, to open again if the server starts again
+    (``Guard.lifespan``); ``await guard.aclose()`` ends the guard for good.
     """
     sdk = _import_sdk()
     lowlevel = _lowlevel_server(server, sdk)
@@ -131,7 +135,7 @@ def install(
     adapter = _Adapter(guard, client_key, awareness, sdk, tools)
     if isinstance(server, sdk.MCPServer):
         adapter.translate_call_tool(server)
-        _check_patterns_at_start(server, lowlevel, patterns)
+    _wrap_lifespan(lowlevel, guard, server if isinstance(server, sdk.MCPServer) else None, patterns)
     lowlevel.add_request_handler(
         "tools/call", entry.params_type, adapter.guard_handler(entry.handler)
     )
@@ -327,10 +331,12 @@ def _tool_names(
     return _EveryName() if listing is None else _ListedTools(listing.handler, patterns)
 
 
-def _check_patterns_at_start(
-    server: MCPServer[Any], lowlevel: Server[Any], patterns: PatternCheck
+def _wrap_lifespan(
+    lowlevel: Server[Any], guard: Guard, server: MCPServer[Any] | None, patterns: PatternCheck
 ) -> None:
-    """Check the guard's patterns against the ``MCPServer``'s tools each time it starts.
+    """Around the server's lifespan, each time it starts: the guard's ``lifespan`` (what the
+    guard opened, Redis connections, is closed when the server stops) and, for an
+    ``MCPServer``, the check of the guard's patterns against its tools.
 
     The low-level server's ``lifespan`` is entered by every transport (stdio, streamable HTTP,
     the in-memory client) before the first request, after the application registered its tools;
@@ -340,8 +346,9 @@ def _check_patterns_at_start(
 
     @asynccontextmanager
     async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
-        patterns.check(tool.name for tool in await server.list_tools())
-        async with inner(app) as state:
+        if server is not None:
+            patterns.check(tool.name for tool in await server.list_tools())
+        async with guard.lifespan(), inner(app) as state:
             yield state
 
     lowlevel.lifespan = lifespan
