@@ -59,7 +59,7 @@ def test_every_exported_name_exists() -> None:
 
 
 def test_import_loads_no_optional_integration() -> None:
-    optional = ("mcp", "fastmcp", "redis", "matplotlib", "trio")
+    optional = ("mcp", "fastmcp", "redis", "matplotlib", "trio", "structlog")
     code = f"import sys, fusion_guard; print(','.join(m for m in {optional!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
