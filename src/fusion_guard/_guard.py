@@ -75,8 +75,9 @@ OVERFLOW_TOOL = "(other tools)"
 class Ticket:
     """One call through ``Guard.admit``: the async context manager and what it yields.
 
-    ``outcome`` starts as ``"ok"``; set it to ``"error"`` (or ``"internal_error"``) when the
-    handler answered with an error envelope. When the block raises, the exception decides
+    ``outcome`` starts as ``"ok"``; ``answered(response)`` sets it from the response the call
+    answered (``"error"`` or ``"internal_error"`` for an error envelope), or set it yourself.
+    When the block raises, the exception decides
     instead: cancellation is ``cancelled``, the deadline ``timeout``, a raised error envelope
     ``error``, anything else ``internal_error``. ``queue_wait``: seconds spent queued.
     ``complete(outcome)`` reports the end early; completion is idempotent (reported once).
@@ -206,6 +207,12 @@ class Ticket:
             raise
         self.complete(self.outcome if exc is None else outcome_of(exc))
         return swallowed
+
+    def answered(self, response: ToolResponse) -> None:
+        """Say that the call answered ``response`` (returned, or made of what the handler
+        raised): its outcome is ``response_outcome(response)``, the one rule the Guard and the
+        adapters share."""
+        self.outcome = response_outcome(response)
 
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran (the SDK
@@ -409,7 +416,7 @@ class Guard:
                     response = as_response(await handler(*args, **kwargs))
                 except ToolResponse as raised:
                     response = response_from_exception(raised, tool=tool)
-                ticket.outcome = response_outcome(response)
+                ticket.answered(response)
             return response
         except Rejected as refusal:
             return refusal.response

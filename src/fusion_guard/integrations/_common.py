@@ -20,7 +20,6 @@ from pydantic_core import PydanticSerializationError
 
 from .._exceptions import ConfigurationError, Rejected
 from .._log import is_enabled, log_event
-from .._observer import response_outcome
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
@@ -259,7 +258,7 @@ def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:
     if ticket.outcome != "ok":  # already decided inside the call (crash_response)
         return
     if isinstance(result, ToolResponse):
-        ticket.outcome = response_outcome(result)
+        ticket.answered(result)
     elif failed(result):
         ticket.outcome = "error"
 
@@ -278,7 +277,7 @@ def answered(response: ToolResponse) -> ToolResponse:
     """``response`` as the admitted call's answer: its outcome and span follow it."""
     ticket = _current_ticket.get()
     if ticket is not None and response.is_error:
-        ticket.outcome = response_outcome(response)
+        ticket.answered(response)
     mark_span(response)
     return response
 
