@@ -498,7 +498,11 @@ class Guard:
         with anyio.CancelScope(shield=True):
             self._defaults.flush()
             gates = [*self._gates.values(), *self._overflow.values()]
-            await self._assembly.aclose(gates)
+            try:
+                await self._assembly.aclose(gates)
+            except Exception as failure:  # a connection that fails to close is gone anyway
+                # Logged, not raised: at a server's stop it would replace the stop's own error.
+                log_event(logging.WARNING, "guard_close_failed", failure, error=str(failure))
 
     def _closed_error(self) -> GuardClosed:
         return GuardClosed(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fusion_guard import Guard, GuardClosed, success
+from fusion_guard._gates import GateAssembly
 
 PROGRAM = Path(__file__).with_name("redis_lifecycle_program.py")
 STRICT = ("-X", "dev", "-W", "error::ResourceWarning")  # Python's development mode
@@ -76,6 +77,24 @@ async def test_closing_logs_the_summaries_still_owed(caplog: pytest.LogCaptureFi
     summary = caplog.records[-1]
     assert summary.getMessage().startswith("call_events_suppressed")
     assert summary.fields["count"] == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+async def test_a_connection_failing_to_close_is_logged_not_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # At a server's stop an error here would replace the stop's own: it is logged instead.
+    async def failing(self: GateAssembly, gates: object) -> None:
+        raise ConnectionResetError("reset by peer")
+
+    monkeypatch.setattr(GateAssembly, "aclose", failing)
+    guard = Guard(metrics=False)
+    caplog.set_level(logging.WARNING, logger="fusion_guard")
+    async with guard.lifespan():
+        pass
+    await guard.aclose()
+    assert [r.getMessage().split()[0] for r in caplog.records] == ["guard_close_failed"] * 2
+    assert guard.closed
 
 
 @pytest.mark.parametrize("mode", ["guard", "mcp", "fastmcp"])

@@ -66,7 +66,6 @@ class ServerBusyTemplate:
         "_head",
         "_last",
         "_mid",
-        "_parallel",
         "_said",
         "_tail",
         "flag",
@@ -93,12 +92,11 @@ class ServerBusyTemplate:
             f'    <detail key="{escape_attr(key)}">{value}</detail>\n'
             for key, value in capacity.items()
         )
-        self._parallel = f"(at most {max_active} run in parallel)"
         self._state(
             tool,
             "is at capacity (",
             'Wait for the retry_after time, then call again; send fewer calls to "{name}" at once ',
-            self._parallel,
+            f"(at most {max_active} run in parallel)",
         )
 
     def _state(self, tool: str, said: str, advice_head: str, advice_tail: str) -> None:
@@ -224,13 +222,9 @@ class BackendUnavailableTemplate(ServerBusyTemplate):
     __slots__ = ()
 
     def __init__(self, tool: str) -> None:
-        self.max_active = 0
-        self.max_queue = 0
-        self.flag = None
-        self._last = ("", -1, -1, "")
+        super().__init__(tool, 0, 0)
         self._capacity = {}
         self._capacity_text = ""
-        self._parallel = ""
         self._state(
             tool,
             "cannot take calls right now: the store its limits are shared through is unavailable (",
