@@ -107,6 +107,9 @@ class _RaisedEnvelopeIsNoCrash(logging.Filter):
         return not isinstance(raised, ToolResponse)
 
 
+_GUARDED = "__fusion_guard__"
+"""Attribute marking the lifespan ``install`` put around an app's, against installing twice."""
+
 _CRASH_FILTER = _RaisedEnvelopeIsNoCrash()
 _FASTMCP_SERVER_LOGGER = "fastmcp.server.server"
 
@@ -272,9 +275,12 @@ def install(
     """Guard every tool call of ``app``: ``app.add_middleware(GuardMiddleware(guard, ...))``
     (the same arguments), and the guard's ``lifespan`` around the server's, so that what the
     guard opened (with ``BACKEND=redis``, its Redis connections and lease refreshing) is closed
-    when the server stops, and opens again if it starts again. Returns the middleware.
+    when the server stops, and opens again if it starts again. Returns the middleware. Raises
+    ``ConfigurationError`` when the app is guarded already.
     """
     inner = getattr(app, "_lifespan", None)
+    if getattr(inner, _GUARDED, False):
+        raise ConfigurationError("install(app): this app is guarded already")
     if not callable(inner):
         raise ConfigurationError(
             "install(app): this FastMCP exposes no lifespan to close the guard with; the"
@@ -291,6 +297,7 @@ def install(
         async with guarded.lifespan(), inner(server) as state:
             yield state
 
+    setattr(lifespan, _GUARDED, True)
     app._lifespan = lifespan
     app.add_middleware(middleware)
     return middleware
