@@ -51,7 +51,7 @@ from .admission._deadline import Deadline
 from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
-from .observability._defaults import Defaults, default_observers
+from .observability._defaults import default_observers
 from .wire._internal import as_response
 from .wire._response import ToolResponse
 
@@ -316,7 +316,7 @@ class Guard:
         **limits: Any,
     ) -> None:
         self._settings = _settings(settings, limits)
-        self._defaults: Defaults = default_observers(self._settings, registry)
+        (self._defaults,) = default_observers(self._settings, registry)
         self._assembly = GateAssembly(
             self._settings, (self._defaults, *_user_observer(observer)), rate_backend
         )

@@ -27,10 +27,13 @@ if TYPE_CHECKING:
 __all__ = ["Defaults", "default_observers"]
 
 
-def default_observers(settings: GuardSettings, registry: CollectorRegistry | None) -> Defaults:
-    """The observer every guard gets by default: metrics (unless turned off) and logs."""
+def default_observers(
+    settings: GuardSettings, registry: CollectorRegistry | None
+) -> tuple[Defaults]:
+    """The observers every guard gets by default: metrics (unless turned off) and logs, as one
+    observer (``flush`` logs the summaries the sampled events still owe, at the guard's close)."""
     metrics = PrometheusObserver(registry) if settings.metrics else None
-    return Defaults(metrics, LogEventObserver())
+    return (Defaults(metrics, LogEventObserver()),)
 
 
 class Defaults:
