@@ -50,11 +50,8 @@ class Rejected(FusionGuardError):
 
 
 class ServerBusy(Rejected):
-    """The concurrency guard shed the call (SERVER_BUSY); ``reason`` says why: ``queue_full``
-    (no slot and no queue place), ``queue_timeout`` (no slot in time, or none predicted in
-    time), ``fair_share`` (a queued call of the heaviest client gave its place to a lighter
-    client's), ``client_limit`` (the client was at ``max_active_per_client``) or
-    ``backend_unavailable`` (a fail-closed limit could not reach its shared backend)."""
+    """The concurrency guard shed the call (SERVER_BUSY); ``reason`` is ``queue_full`` or
+    ``queue_timeout``."""
 
     __slots__ = ("reason",)
 

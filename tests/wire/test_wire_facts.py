@@ -193,3 +193,41 @@ def test_a_success_and_a_text_made_by_hand_have_no_facts_of_ours() -> None:
     assert success("done").facts is None
     by_hand = ToolResponse('<tool_error code="X" severity="error"/>', is_error=True, code="X")
     assert by_hand.facts is None
+
+
+def _templates_everywhere() -> list[type[ServerBusyTemplate]]:
+    """ServerBusyTemplate and every subclass the package defines (the admission layer makes
+    its variants of it), once every module that may define one is imported."""
+    import importlib
+    import pkgutil
+
+    import fusion_guard
+
+    for module in pkgutil.walk_packages(fusion_guard.__path__, "fusion_guard."):
+        if module.name.startswith(("fusion_guard.admission", "fusion_guard.wire")):
+            importlib.import_module(module.name)
+    found: list[type[ServerBusyTemplate]] = []
+    pending = [ServerBusyTemplate]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_ARGUMENTS = {"tool": TRICKY_NAME, "max_active": 3, "max_queue": 5, "flag": "predicted"}
+
+
+@pytest.mark.parametrize("template", _templates_everywhere(), ids=lambda cls: cls.__qualname__)
+def test_every_server_busy_variant_states_what_its_text_says(
+    template: type[ServerBusyTemplate],
+) -> None:
+    # A variant that rewrote the template's text pieces would send facts its text does not
+    # say: each one made by its constructor's own arguments (named as the base names them).
+    import inspect
+
+    wanted = [name for name in inspect.signature(template).parameters if name in _ARGUMENTS]
+    made = template(**{name: _ARGUMENTS[name] for name in wanted})
+    _agree(made.render("queue_full", 3, 5, 0.25))
+    _agree(made.render_for_client("client_limit", 3, 5, 0.25, 2, 1, 2))
+    _agree(made.render_for_client("fair_share", 3, 5, 1.5, 2, 1))
