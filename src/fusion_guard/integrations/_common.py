@@ -322,7 +322,7 @@ def quoted_envelope(texts: Sequence[str]) -> ToolResponse | None:
         return None
     if parsed is None:
         return None
-    facts = (parsed_facts, (parsed,))  # the text was parsed once, here: its facts are known
+    facts = (parsed_facts, parsed)  # the text was parsed once, here: its facts are known
     return make_response(text, parsed.severity != "warning", parsed.code, facts)
 
 

@@ -135,7 +135,8 @@ class ErrorBuilder(ToolResponse):
             )
             is_error = self._severity != Severity.WARNING
             # The facts' values as rendered: later setters change the builder's own lists.
-            values = (
+            facts = (
+                envelope_facts,
                 self._error_code,
                 self._severity,
                 self._message,
@@ -144,7 +145,6 @@ class ErrorBuilder(ToolResponse):
                 tuple(self._details.items()),
                 self._retry_after,
             )
-            facts = (envelope_facts, values)
             built = self._built = make_response(text, is_error, self._error_code, facts)
         return built
 

@@ -27,8 +27,9 @@ __all__ = [
     "tool_error",
 ]
 
-FactsRecord: TypeAlias = tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]
-"""How a response states its facts: ``make(*values)`` gives them, a fresh dict each time."""
+FactsRecord: TypeAlias = tuple[Any, ...]
+"""How a response states its facts: ``(make, *values)``, ``make(*values)`` giving them, a fresh
+dict each time (one flat tuple: it is made with every envelope, most of them refusals)."""
 
 
 class ToolResponse(Exception):  # a result first; raising it is a convenience
@@ -76,8 +77,8 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
         record = self._facts
         if record is None:
             return None
-        make, values = record
-        return make(*values)
+        make: Callable[..., dict[str, Any]] = record[0]
+        return make(*record[1:])
 
     def _copy(self) -> ToolResponse:
         """A fresh response of the same text and facts (raising one mutates it: traceback)."""
@@ -112,7 +113,7 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
         # to the plain response it renders; the facts travel made (their maker may be a
         # template, which is no value to pickle).
         facts = self.facts
-        record = None if facts is None else (copy_facts, (facts,))
+        record = None if facts is None else (copy_facts, facts)
         return (make_response, (self.text, self.is_error, self.code, record))
 
 
@@ -255,7 +256,8 @@ def tool_error(
         code, severity_text, message, suggestion, actions, details, retry_after
     )
     # The facts' values as rendered: the caller may change its lists and dicts afterwards.
-    values = (
+    facts = (
+        envelope_facts,
         code,
         severity_text,
         message,
@@ -264,7 +266,7 @@ def tool_error(
         tuple(details.items()) if details else (),
         retry_after,
     )
-    return make_response(text, severity_text != "warning", code, (envelope_facts, values))
+    return make_response(text, severity_text != "warning", code, facts)
 
 
 def success(result: object = "") -> ToolResponse:

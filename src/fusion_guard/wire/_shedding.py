@@ -147,7 +147,7 @@ class ServerBusyTemplate:
             f"{known}{retry} seconds</retry_after>\n</tool_error>",
             True,
             "SERVER_BUSY",
-            (self._facts, (reason, active, queued, retry)),
+            (_busy_facts, self, reason, active, queued, retry),
         )
 
     def render_for_client(
@@ -181,7 +181,7 @@ class ServerBusyTemplate:
         )
         own = (client_active, client_queued, client_cap)
         return make_response(
-            text, True, "SERVER_BUSY", (self._facts, (reason, active, queued, retry, own))
+            text, True, "SERVER_BUSY", (_busy_facts, self, reason, active, queued, retry, own)
         )
 
     def _own_advice(self, client_cap: int, form: int) -> str:
@@ -212,6 +212,12 @@ class ServerBusyTemplate:
             "retry_after": float(retry),
             "details": details,
         }
+
+
+# The facts' makers as plain functions: a refusal's record holds the function, not a bound
+# method made for each refusal. Variants of a template are its parameters (flag=, the
+# BackendUnavailableTemplate's text), never an override of what it states.
+_busy_facts = ServerBusyTemplate._facts
 
 
 class BackendUnavailableTemplate(ServerBusyTemplate):
@@ -279,7 +285,7 @@ class RateLimitedTemplate:
     def render(self, retry_after: float) -> ToolResponse:
         retry = _retry_after_text(retry_after)
         text = f"{self._head}{retry}{self._tail}"
-        return make_response(text, True, "RATE_LIMITED", (self._facts, (retry,)))
+        return make_response(text, True, "RATE_LIMITED", (_rate_facts, self, retry))
 
     def _facts(self, retry: str) -> dict[str, Any]:
         message, recovery, details = self._known
@@ -291,6 +297,9 @@ class RateLimitedTemplate:
             "retry_after": float(retry),
             "details": dict(details),
         }
+
+
+_rate_facts = RateLimitedTemplate._facts
 
 
 class TimeoutTemplate:
@@ -310,7 +319,7 @@ class TimeoutTemplate:
             " work per call (smaller ranges, fewer items).",
             "details": {"timeout_seconds": seconds},
         }
-        self._record = (copy_facts, (facts,))
+        self._record = (copy_facts, facts)
         self._text = (
             '<tool_error code="TIMEOUT" severity="error">\n'
             f'  <message>Tool "{name}" did not finish within {seconds} seconds and was'

@@ -455,7 +455,7 @@ def format_validation_error(
     if awareness is not None:
         lines.extend(awareness.section_lines(action))
     lines.append("</validation_error>")
-    facts = (_facts, (action, fields))
+    facts = (_facts, action, fields)
     return make_response("\n".join(lines), True, "VALIDATION_ERROR", facts)
 
 
