@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from fusion_guard import Guard, GuardClosed, success
+from fusion_guard import (
+    Guard,
+    GuardClosed,
+    RedisRateLimitBackend,
+    success,
+)
 from fusion_guard._gates import GateAssembly
 
 PROGRAM = Path(__file__).with_name("redis_lifecycle_program.py")
@@ -120,3 +125,27 @@ def test_a_redis_backed_program_leaves_nothing_open(redis_url: str, mode: str) -
     leaks = ("ResourceWarning", "nclosed", "Exception ignored", "never awaited", "destroyed")
     reported = [line for line in done.stderr.splitlines() if any(w in line for w in leaks)]
     assert not reported, done.stderr
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py is asyncio-only
+@pytest.mark.anyio
+async def test_a_rate_backend_given_to_the_guard_stays_open(redis_url: str) -> None:
+    # On database 8, so that CLIENT LIST tells this test's connections apart.
+    url = redis_url.rsplit("/", 1)[0] + "/8"
+    backend = RedisRateLimitBackend(url)
+    guard = Guard(backend="redis", redis_url=url, rate_backend=backend, max_active=2, rate=100)
+    assert await guard.call("search", work) == success("ok")
+    opened = _connected(redis_url, "8")
+    assert opened > 0
+    await guard.aclose()
+    # The fleet slots ran on the given backend's connection: both are the caller's to close.
+    assert _connected(redis_url, "8") == opened
+    await backend.aclose()
+    assert _connected(redis_url, "8") == 0
+
+
+def _connected(url: str, database: str) -> int:
+    import redis
+
+    with redis.Redis.from_url(url) as checker:
+        return sum(client.get("db") == database for client in checker.client_list())
