@@ -16,7 +16,9 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from bench_support import Figures, sync_batch
-from fusion_guard import ToolResponse, error, tool_error
+from fusion_guard import ToolResponse, error, parse_tool_error, tool_error
+from fusion_guard.integrations._common import result_parts
+from fusion_guard.wire._client import parsed_facts
 from fusion_guard.wire._shedding import RateLimitedTemplate, ServerBusyTemplate
 
 _VECTORS = Path(__file__).parent.parent / "tests" / "wire" / "data" / "envelopes.json"
@@ -91,6 +93,18 @@ def limited() -> ToolResponse:
     return LIMITED.render(0.1)
 
 
+def busy_with_meta() -> object:
+    """A refusal as the adapters send it: the envelope, and its _meta from the same record."""
+    return result_parts(busy(), None)[3]
+
+
+def busy_meta_parsed_back() -> object:
+    """The same _meta as it was made before: the envelope rendered, then parsed back."""
+    parsed = parse_tool_error(busy().text)
+    assert parsed is not None
+    return {"fusion-guard/envelope": parsed_facts(parsed)}
+
+
 def test_the_baseline_builds_the_same_text() -> None:
     assert seed_text() == SEED_TEXT
     assert build_seed().text == SEED_TEXT
@@ -122,6 +136,18 @@ def test_figure_shed_envelopes_are_the_cheapest(
         sync_batch(shed), sync_batch(render_seed), ops=OPS, rounds=ROUNDS
     )
     figures.at_most(f"render {name} vs the seed envelope (tool_error)", ours, seed, 1.0)
+
+
+def test_figure_meta_from_the_record_vs_parsed_back(
+    figures: Figures, benchmark: BenchmarkFixture
+) -> None:
+    assert busy_with_meta() == busy_meta_parsed_back()
+    benchmark(busy_with_meta)
+    ours, parsed = figures.time_batches(
+        sync_batch(busy_with_meta), sync_batch(busy_meta_parsed_back), ops=OPS, rounds=ROUNDS
+    )
+    name = "SERVER_BUSY with its _meta from the record vs parsed back from the text"
+    figures.faster_by(name, ours, parsed, 5)
 
 
 def test_bench_render_seed(benchmark: BenchmarkFixture) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,3 +23,10 @@ def test_every_import_contract_is_kept() -> None:
         [sys.executable, "-c", LINT], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_imports_for_type_checking_count_too() -> None:
+    # An import under ``if TYPE_CHECKING:`` is still a dependency a reader follows: a lower layer
+    # naming a higher one's type would hide an import circle from the contracts.
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert settings["tool"]["importlinter"]["exclude_type_checking_imports"] is False

@@ -12,13 +12,14 @@ PUBLIC_NAMES = {
     "BackendError", "CallContext", "ChangeSeverity", "ConcurrencyGuard", "ConcurrencyStatistics",
     "ConfigurationError", "ContractAwareness", "ContractChange", "ContractDiff",
     "DistributedConcurrencyGuard", "ErrorBuilder", "ErrorCode", "FixedLimit", "FusionClientError",
-    "FusionGuardError", "GradientLimit", "Guard", "GuardSettings", "HandlerTimeout",
-    "InvalidSettings", "Lockfile",
-    "Limit", "LogEventObserver", "MemoryBackend", "MetricsServer", "Permit", "PrometheusObserver",
-    "RateDecision",
+    "FusionGuardError", "GradientLimit", "Guard", "GuardClosed", "GuardObserver", "GuardSettings",
+    "HandlerTimeout", "InvalidSettings", "Lockfile",
+    "Limit", "LogEventObserver", "MemoryBackend", "MetricsServer", "Outcome", "Permit",
+    "PrometheusObserver", "RateDecision",
     "RateLimit", "RateLimited", "RateLimiter", "RateLimits", "RedisRateLimitBackend", "Rejected",
     "ServerBusy",
-    "Severity", "Slot", "Ticket", "ToolContract", "ToolLimits", "ToolPolicy", "ToolResponse",
+    "Severity", "ShedReason", "Slot", "Ticket", "ToolContract", "ToolLimits", "ToolObserver",
+    "ToolPolicy", "ToolResponse",
     "diff_contracts", "error", "format_validation_error", "internal_error", "parse_tool_error",
     "raise_for_tool_error", "serve_metrics", "success", "tool_error",
 }  # fmt: skip
@@ -39,13 +40,26 @@ def test_api_md_names_are_exported() -> None:
     assert set(fusion_guard.__all__) >= API_MD_NAMES
 
 
+def test_what_the_docs_tell_users_to_pass_is_importable() -> None:
+    # Guard(observer=...) takes a GuardObserver, whose for_tool gives a ToolObserver reporting
+    # Outcome and ShedReason values: a user typing their own observer imports them from here.
+    from fusion_guard import GuardObserver, Outcome, ShedReason, ToolObserver
+    from fusion_guard.testing import RecordingObserver, ToolRecorder
+
+    observer: GuardObserver = RecordingObserver()
+    bound: ToolObserver = observer.for_tool("search", max_active=1)
+    assert isinstance(bound, ToolRecorder)
+    assert "cancelled" in Outcome.__args__  # type: ignore[attr-defined]
+    assert "client_limit" in ShedReason.__args__  # type: ignore[attr-defined]
+
+
 def test_every_exported_name_exists() -> None:
     for name in fusion_guard.__all__:
         assert hasattr(fusion_guard, name), name
 
 
 def test_import_loads_no_optional_integration() -> None:
-    optional = ("mcp", "fastmcp", "redis", "matplotlib", "trio")
+    optional = ("mcp", "fastmcp", "redis", "matplotlib", "trio", "structlog")
     code = f"import sys, fusion_guard; print(','.join(m for m in {optional!r} if m in sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

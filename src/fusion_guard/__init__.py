@@ -11,12 +11,14 @@ from ._exceptions import (
     BackendError,
     ConfigurationError,
     FusionGuardError,
+    GuardClosed,
     HandlerTimeout,
     RateLimited,
     Rejected,
     ServerBusy,
 )
 from ._guard import Guard, Ticket
+from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver
 from ._outcomes import internal_error
 from ._policy import ToolLimits
 from .admission._adaptive import GradientLimit
@@ -89,6 +91,8 @@ __all__ = [
     "FusionGuardError",
     "GradientLimit",
     "Guard",
+    "GuardClosed",
+    "GuardObserver",
     "GuardSettings",
     "HandlerTimeout",
     "InvalidSettings",
@@ -97,6 +101,7 @@ __all__ = [
     "LogEventObserver",
     "MemoryBackend",
     "MetricsServer",
+    "Outcome",
     "Permit",
     "PrometheusObserver",
     "RateDecision",
@@ -108,10 +113,12 @@ __all__ = [
     "Rejected",
     "ServerBusy",
     "Severity",
+    "ShedReason",
     "Slot",
     "Ticket",
     "ToolContract",
     "ToolLimits",
+    "ToolObserver",
     "ToolPolicy",
     "ToolResponse",
     "diff_contracts",

@@ -9,8 +9,9 @@
      │    └── HandlerTimeout      TIMEOUT: the handler ran past its deadline and was cancelled
      ├── BackendError             a shared backend (Redis) failed; translated at one boundary
      ├── FusionClientError        client side: a tool result carried an error envelope
-     └── ConfigurationError       a programming or configuration mistake (also a ValueError)
-          └── InvalidSettings     FUSION_GUARD_* / GuardSettings problems, ``.errors`` lists all
+     ├── ConfigurationError       a programming or configuration mistake (also a ValueError)
+     │    └── InvalidSettings     FUSION_GUARD_* / GuardSettings problems, ``.errors`` lists all
+     └── GuardClosed              misuse: a call to a Guard closed already (also a RuntimeError)
 
 Operational outcomes and programming mistakes are separate families, so a broad ``except
 Rejected`` never swallows a configuration error and vice versa. ``ToolResponse`` (an envelope a
@@ -25,6 +26,7 @@ __all__ = [
     "BackendError",
     "ConfigurationError",
     "FusionGuardError",
+    "GuardClosed",
     "HandlerTimeout",
     "RateLimited",
     "Rejected",
@@ -90,3 +92,9 @@ class BackendError(FusionGuardError):
 
 class ConfigurationError(FusionGuardError, ValueError):
     """Invalid configuration or misuse, reported at construction or start-up."""
+
+
+class GuardClosed(FusionGuardError, RuntimeError):
+    """A call to a :class:`~fusion_guard.Guard` that was closed (``await guard.aclose()``, or
+    the end of ``async with Guard(...)``): it admits no more calls. A programming mistake, not
+    an outcome: the code calling it outlived the guard."""

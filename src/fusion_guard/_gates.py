@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._bounds import rate_problem
@@ -103,7 +104,7 @@ class GateAssembly:
     where every tool's rate limits live (default: chosen by ``settings.backend``, made on first
     use and shared, so that a ``global`` or ``client`` budget is really one)."""
 
-    __slots__ = ("_observers", "_rate_backend", "_settings")
+    __slots__ = ("_given", "_observers", "_rate_backend", "_settings")
 
     def __init__(
         self,
@@ -114,6 +115,23 @@ class GateAssembly:
         self._settings = settings
         self._observers = observers
         self._rate_backend = rate_backend
+        self._given = rate_backend  # the caller's to close, never this assembly's
+
+    async def aclose(self, gates: Iterable[Gate]) -> None:
+        """Close the Redis connections (and their lease refreshing) this assembly opened for
+        ``gates``: the rate backend's it made, and those fleet slots made of their own; never a
+        rate backend it was given, nor that backend's connection. A connection opens again
+        when a later call needs it."""
+        given = getattr(self._given, "connection", None)
+        opened: dict[int, Any] = {}
+        made = None if self._given is not None else self._rate_backend
+        for connection in [getattr(made, "connection", None)] + [
+            getattr(gate.slots, "connection", None) for gate in gates
+        ]:
+            if connection is not None and connection is not given:
+                opened[id(connection)] = connection
+        for connection in opened.values():
+            await connection.aclose()
 
     def gate(self, limits: ToolLimits) -> Gate:
         """The gate of ``limits.tool``: call once per tool and keep it."""

@@ -8,6 +8,12 @@ with ``finished("cancelled", None)``.
 
 ``Guard.admit`` is the primitive the SDK adapters use; ``Guard.call`` and ``Guard.protect`` add
 the normalisation of what the handler returned or raised into a ``ToolResponse``.
+
+Lifecycle: with ``BACKEND=redis`` a guard opens Redis connections (and, for fleet slots, the
+task refreshing their leases) on first use. ``await guard.aclose()`` (or leaving ``async with
+Guard(...)``) closes them for good; ``guard.lifespan()`` wraps a server's lifespan (the SDK
+adapters put it around theirs), closing them when the last server using the guard stops, to
+open again with the next call.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -26,13 +33,14 @@ import anyio
 
 from ._exceptions import (
     ConfigurationError,
+    GuardClosed,
     RateLimited,
     Rejected,
 )
 from ._gates import Gate, GateAssembly, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, outcome_of
+from ._observer import GuardObserver, Outcome, outcome_of, response_outcome
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import Slot
@@ -42,7 +50,6 @@ from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 from .observability._defaults import default_observers
-from .wire._codes import ErrorCode
 from .wire._internal import as_response
 from .wire._response import ToolResponse
 
@@ -66,8 +73,9 @@ OVERFLOW_TOOL = "(other tools)"
 class Ticket:
     """One call through ``Guard.admit``: the async context manager and what it yields.
 
-    ``outcome`` starts as ``"ok"``; set it to ``"error"`` (or ``"internal_error"``) when the
-    handler answered with an error envelope. When the block raises, the exception decides
+    ``outcome`` starts as ``"ok"``; ``answered(response)`` sets it from the response the call
+    answered (``"error"`` or ``"internal_error"`` for an error envelope), or set it yourself.
+    When the block raises, the exception decides
     instead: cancellation is ``cancelled``, the deadline ``timeout``, a raised error envelope
     ``error``, anything else ``internal_error``. ``queue_wait``: seconds spent queued.
     ``complete(outcome)`` reports the end early; completion is idempotent (reported once).
@@ -114,7 +122,9 @@ class Ticket:
                 if not slot.take_free():
                     await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
                 self._slot = slot
-        except anyio.get_cancelled_exc_class():
+        except Exception:  # a refusal: reported where it was decided
+            raise
+        except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
             self._done = True
             gate.observer.finished("cancelled", None)
             raise
@@ -196,6 +206,12 @@ class Ticket:
         self.complete(self.outcome if exc is None else outcome_of(exc))
         return swallowed
 
+    def answered(self, response: ToolResponse) -> None:
+        """Say that the call answered ``response`` (returned, or made of what the handler
+        raised): its outcome is ``response_outcome(response)``, the one rule the Guard and the
+        adapters share."""
+        self.outcome = response_outcome(response)
+
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran (the SDK
         adapters do): the call is still reported, but the adaptive limit and the service time
@@ -241,12 +257,6 @@ class Ticket:
         return False
 
 
-def _response_outcome(response: ToolResponse) -> Outcome:
-    if not response.is_error:
-        return "ok"
-    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
-
-
 class Guard:
     """Rate limits, a concurrency guard and a deadline around every tool call.
 
@@ -264,14 +274,22 @@ class Guard:
     one gate with the names that match the same configured patterns (so those patterns' limits
     still apply; ``"(other tools)"`` when it matches none), and an exactly configured name always
     gets its own.
+
+    ``async with Guard(...) as guard:`` or ``await guard.aclose()`` closes what the guard opened
+    (with ``BACKEND=redis``: its Redis connections and lease refreshing; a ``rate_backend``
+    given to it stays open, the caller's to close) and logs the summaries of sampled events
+    still owed; a call after that raises ``GuardClosed``.
     """
 
     __slots__ = (
         "_assembly",
+        "_closed",
+        "_defaults",
         "_expose",
         "_gates",
         "_overflow",
         "_policies",
+        "_serving",
         "_settings",
     )
 
@@ -285,14 +303,18 @@ class Guard:
         **limits: Any,
     ) -> None:
         self._settings = _settings(settings, limits)
-        observers = default_observers(self._settings, registry) + _user_observer(observer)
-        self._assembly = GateAssembly(self._settings, observers, rate_backend)
+        (self._defaults,) = default_observers(self._settings, registry)
+        self._assembly = GateAssembly(
+            self._settings, (self._defaults, *_user_observer(observer)), rate_backend
+        )
         # A rate backend that can fail (Redis, given directly) makes failure policies apply.
         shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
         self._policies = PolicyTable(self._settings, shared_backend=shared_backend)
         self._expose = self._settings.expose_exceptions
         self._gates: dict[str, Gate] = {}
         self._overflow: dict[tuple[str, ...], Gate] = {}
+        self._closed = False
+        self._serving = 0  # servers running on this guard (``lifespan``)
 
     @classmethod
     def from_env(
@@ -349,6 +371,8 @@ class Guard:
         key over ``MAX_KEY_CHARS`` characters is kept as its digest); ``request`` is the SDK's
         request context, for custom key functions.
         """
+        if self._closed:
+            raise self._closed_error()
         gate = self._gates.get(tool)
         if gate is None:
             gate = self._gate(tool)
@@ -368,15 +392,18 @@ class Guard:
 
         A returned ``ToolResponse`` (or builder) passes through, any other value becomes
         ``success(value)``; a raised envelope arrives intact; a refusal is its envelope; any
-        other exception is INTERNAL_ERROR. Only cancellation propagates.
+        other exception is INTERNAL_ERROR. Only cancellation propagates, and ``GuardClosed``
+        once the guard is closed (the caller outlived it: no answer of the tool's).
         """
+        if self._closed:
+            raise self._closed_error()
         try:
             async with self.admit(tool) as ticket:
                 try:
                     response = as_response(await handler(*args, **kwargs))
                 except ToolResponse as raised:
                     response = response_from_exception(raised, tool=tool)
-                ticket.outcome = _response_outcome(response)
+                ticket.answered(response)
             return response
         except Rejected as refusal:
             return refusal.response
@@ -405,6 +432,70 @@ class Guard:
             return guarded
 
         return decorate
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose`` ran: the guard admits no more calls."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close what the guard opened, for good: its Redis connections and lease refreshing
+        (with ``BACKEND=redis``; not a ``rate_backend`` given to it) and the sampled log
+        events' summaries still owed. Idempotent; a call after it raises ``GuardClosed``.
+        Calls still running finish, their Redis calls failing under the failure policy."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._release()
+
+    async def __aenter__(self) -> Guard:
+        if self._closed:
+            raise self._closed_error()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[Guard]:
+        """``async with guard.lifespan():`` around a server's run (its lifespan): when the last
+        server running on this guard stops, what the guard opened is closed, and opens again
+        with the next call, so a server may start again (as each in-memory test client starts
+        it). The SDK adapters put it around their server's lifespan; other servers can too.
+        The guard itself stays open: ``aclose`` ends it."""
+        if self._closed:
+            raise self._closed_error()
+        self._serving += 1
+        try:
+            yield self
+        finally:
+            self._serving -= 1
+            if not self._serving:
+                await self._release()
+
+    async def _release(self) -> None:
+        # Shielded: a server stopping on a cancellation still closes what it opened.
+        with anyio.CancelScope(shield=True):
+            self._defaults.flush()
+            gates = [*self._gates.values(), *self._overflow.values()]
+            try:
+                await self._assembly.aclose(gates)
+            except Exception as failure:  # a connection that fails to close is gone anyway
+                # Logged, not raised: at a server's stop it would replace the stop's own error.
+                log_event(logging.WARNING, "guard_close_failed", failure, error=str(failure))
+
+    def _closed_error(self) -> GuardClosed:
+        return GuardClosed(
+            f"{self!r} is closed (aclose, or the end of async with): it admits no more calls;"
+            " make a new Guard, or close this one only once its server has stopped"
+        )
 
     def __repr__(self) -> str:
         return f"Guard({self._settings!r}, tools_seen={len(self._gates)})"

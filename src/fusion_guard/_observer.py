@@ -36,6 +36,7 @@ __all__ = [
     "bind_tool",
     "observer_failed",
     "outcome_of",
+    "response_outcome",
 ]
 
 Outcome = Literal["ok", "error", "internal_error", "timeout", "cancelled"]
@@ -90,16 +91,26 @@ def observer_failed(observer: object, method: str, failure: Exception) -> None:
     )
 
 
+def response_outcome(response: ToolResponse) -> Outcome:
+    """The outcome of a call that answered ``response``, returned or raised: ``ok`` for a
+    success or a warning, ``internal_error`` for INTERNAL_ERROR, ``error`` for any other error
+    envelope. The one place a response becomes an outcome (the Guard, the adapters and
+    ``outcome_of`` ask it)."""
+    if not response.is_error:
+        return "ok"
+    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
+
+
 def outcome_of(exc: BaseException) -> Outcome:
     """The outcome of a call whose body raised ``exc``: cancellation is ``cancelled``, a
-    deadline's TIMEOUT ``timeout``, an envelope raised or another guard's refusal ``error``
-    (``ok`` for a raised success), anything else ``internal_error``."""
-    if isinstance(exc, anyio.get_cancelled_exc_class()):
-        return "cancelled"
+    deadline's TIMEOUT ``timeout``, a raised envelope its ``response_outcome``, another guard's
+    refusal ``error``, anything else ``internal_error``."""
     if isinstance(exc, ToolResponse):
-        return "error" if exc.is_error else "ok"
+        return response_outcome(exc)
     if isinstance(exc, Rejected):  # a HandlerTimeout, or a nested guard's refusal
         return "timeout" if exc.response.code == ErrorCode.TIMEOUT else "error"
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled"
     return "internal_error"
 
 

@@ -17,7 +17,6 @@ from fusion_guard import (
     diff_contracts,
     format_validation_error,
     parse_tool_error,
-    tool_error,
 )
 
 RECOVERY = "Fix the fields above and call the tool again. Do not explain the error."
@@ -156,19 +155,6 @@ def test_every_name_and_value_is_escaped() -> None:
     assert change is not None
     assert change.get("field") == field
     assert change.findtext("before") == '["]]>", "a<b"]'
-
-
-def test_enrich_inserts_once() -> None:
-    aware = awareness()
-    plain = format_validation_error(error(), action="billing.get_invoice").text
-    once = aware.enrich(plain, "billing.get_invoice")
-    assert (
-        once == format_validation_error(error(), action="billing.get_invoice", awareness=aware).text
-    )
-    assert aware.enrich(once, "billing.get_invoice") == once
-    assert aware.enrich(plain, "billing.unchanged") == plain
-    not_validation = tool_error("NOT_FOUND", "x").text
-    assert aware.enrich(not_validation, "billing.get_invoice") == not_validation
 
 
 def test_client_takes_available_actions_only_from_available_actions() -> None:

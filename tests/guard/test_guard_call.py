@@ -164,3 +164,31 @@ def test_bad_arguments_fail_at_construction() -> None:
         Guard(metrics=False, observer=object())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="expected a GuardSettings"):
         Guard({"max_active": 2})  # type: ignore[arg-type]
+
+
+_ANSWERS = [
+    (success("done"), "ok"),
+    (tool_error("STALE_DATA", "cached", severity="warning"), "ok"),
+    (tool_error("CONFLICT", "paid"), "error"),
+    (error("INTERNAL_ERROR", "broke"), "internal_error"),
+]
+
+
+@pytest.mark.parametrize(("answer", "outcome"), _ANSWERS, ids=[a[1] for a in _ANSWERS])
+async def test_an_answer_is_one_outcome_however_it_leaves(
+    answer: ToolResponse, outcome: str, observer: RecordingObserver
+) -> None:
+    # Returned through call(), raised through call(), raised out of admit(): one decision.
+    guard = Guard(metrics=False, observer=observer, max_active=2)
+
+    async def raises() -> object:
+        raise answer
+
+    await guard.call("returned", returns, answer)
+    if answer.is_error:  # a success raised is no failure; only error envelopes are raised
+        await guard.call("raised", raises)
+        with pytest.raises(ToolResponse):
+            async with guard.admit("admitted"):
+                raise answer
+    tools = ("returned", "raised", "admitted") if answer.is_error else ("returned",)
+    assert [observer.ends(tool) for tool in tools] == [[outcome]] * len(tools)

@@ -106,3 +106,26 @@ def test_keyword_limits_are_read_as_the_guard_reads_them() -> None:
         GuardMiddleware(Guard(), max_active=3)
     with pytest.raises(ConfigurationError, match="expected a fusion_guard Guard"):
         GuardMiddleware("not a guard")  # type: ignore[arg-type]
+
+
+async def test_install_adds_the_middleware_and_runs_the_guard_with_the_server() -> None:
+    from fusion_guard import ConfigurationError
+    from fusion_guard.integrations.fastmcp import install
+
+    app = FastMCP("installed")
+
+    @app.tool
+    async def lookup() -> str:
+        return "found"
+
+    middleware = install(app, max_active=1, metrics=False)
+    assert middleware in app.middleware
+    guard = middleware.guard
+    for _ in range(2):  # the server starts twice: the guard runs with it each time
+        async with Client(app._mcp_server) as client:
+            assert texts(await client.call_tool("lookup", {})) == "found"
+            assert guard._serving == 1  # inside the server's lifespan
+        assert guard._serving == 0  # what it opened closed, the guard itself open
+    assert not guard.closed
+    with pytest.raises(ConfigurationError, match="guarded already"):
+        install(app, Guard())

@@ -94,3 +94,17 @@ async def test_an_mcpserver_tool_may_return_an_envelope_as_a_call_tool_result() 
     parsed = parse_tool_error(texts(result))
     assert parsed is not None
     assert parsed.code == "CONFLICT"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("build", [mcpserver_app, lowlevel_app])
+async def test_the_guard_runs_with_the_server_each_time_it_starts(build: Any) -> None:
+    app = build(Gate())
+    guard = Guard(metrics=False)
+    install(app, guard)
+    for _ in range(2):  # each in-memory client starts the server anew
+        async with Client(app) as client:
+            assert texts(await client.call_tool("fast", {})) == "fast done"
+            assert guard._serving == 1  # inside the server's lifespan
+        assert guard._serving == 0  # what it opened closed, the guard itself open
+    assert not guard.closed

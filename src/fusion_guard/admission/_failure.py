@@ -18,8 +18,7 @@ from .._checks import check_failure_policy
 from .._exceptions import BackendError, ServerBusy
 from .._observer import ToolObserver, ToolObservers
 from ..backends._redis import FailurePolicy, Outage
-from ..wire._render import escape_content
-from ..wire._shedding import ServerBusyTemplate
+from ..wire._shedding import BackendUnavailableTemplate, ServerBusyTemplate
 
 if TYPE_CHECKING:
     from ..backends._base import RateBackend
@@ -46,31 +45,6 @@ class Figures(Protocol):
 
     @property
     def max_queue(self) -> int: ...
-
-
-class _BackendUnavailableTemplate(ServerBusyTemplate):
-    """SERVER_BUSY for a tool without slots whose fail-closed rate limit could not be decided:
-    the standard layout (reason, active, queued, retry_after) without capacity figures, its own
-    message and advice (rendered once per tool)."""
-
-    __slots__ = ()
-
-    def __init__(self, tool: str) -> None:
-        super().__init__(tool, 0, 0)
-        name = escape_content(tool)
-        self._head = (
-            '<tool_error code="SERVER_BUSY" severity="error">\n'
-            f'  <message>Tool "{name}" cannot take calls right now: the store its limits are'
-            " shared through is unavailable ("
-        )
-        self._mid = (
-            " queued).</message>\n"
-            "  <recovery>Wait for the retry_after time, then call again; the fault is on the"
-            " server's side and clears by itself.</recovery>\n"
-            "  <details>\n"
-            '    <detail key="reason">'
-        )
-        self._tail = "  </details>\n  <retry_after>"
 
 
 class BackendFailure:
@@ -100,7 +74,7 @@ class BackendFailure:
         self._outage = Outage(min_retry_after=BACKEND_RETRY_AFTER) if outage is None else outage
         self._slots = slots
         self._busy = (
-            _BackendUnavailableTemplate(tool)
+            BackendUnavailableTemplate(tool)
             if slots is None
             else ServerBusyTemplate(tool, slots.max_active, slots.max_queue)
         )

@@ -31,14 +31,10 @@ class FlaggedBusyTemplate(ServerBusyTemplate):
     once): ``predicted`` for a call shed at arrival on its predicted wait, ``standing`` for one
     refused by the standing-queue limit (whose ``max_queue`` is that limit: the queue in force)."""
 
-    __slots__ = ("max_active", "max_queue")
+    __slots__ = ()
 
     def __init__(self, tool: str, max_active: int, max_queue: int, flag: str) -> None:
-        super().__init__(tool, max_active, max_queue)
-        self.max_active = max_active
-        self.max_queue = max_queue
-        extra = f'    <detail key="{flag}">true</detail>\n  </details>\n'
-        self._tail = self._tail.replace("  </details>\n", extra, 1)
+        super().__init__(tool, max_active, max_queue, flag=flag)
 
 
 class Refusals:

@@ -33,7 +33,6 @@ from pathlib import Path
 from .._checks import check_int
 from .._exceptions import ConfigurationError
 from ..wire._render import escape_attr, escape_content
-from ..wire._validation import CLOSING_TAG
 from ._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
 from ._lockfile import Lockfile
 
@@ -174,17 +173,6 @@ class ContractAwareness:
         """The section text for ``action``, or None when there is nothing to show."""
         lines = self.section_lines(action)
         return "\n".join(lines) if lines else None
-
-    def enrich(self, text: str, action: str) -> str:
-        """``text`` (a ``<validation_error>`` envelope) with the section inserted before its
-        closing tag; unchanged when it already has one, has no closing tag, or nothing changed."""
-        section = self.section(action)
-        if section is None or _OPENING_TAG in text:
-            return text
-        at = text.rfind(CLOSING_TAG)
-        if at < 0:
-            return text
-        return f"{text[:at]}{section}\n{text[at:]}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(actions={sorted(self._sections)!r})"

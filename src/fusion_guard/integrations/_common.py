@@ -23,8 +23,7 @@ from .._log import is_enabled, log_event
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
-from ..wire._client import parse_tool_error
-from ..wire._codes import ErrorCode
+from ..wire._client import parse_tool_error, parsed_facts
 from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
 from ..wire._validation import format_validation_error
@@ -41,14 +40,13 @@ __all__ = [
     "admit_call",
     "answered",
     "crash_response",
-    "envelope_meta",
     "in_guarded_call",
     "log_limits",
     "missing_extra",
     "quoted_envelope",
     "raised_by",
+    "result_parts",
     "returned_envelope",
-    "structured_result",
     "validation_response",
 ]
 
@@ -260,14 +258,9 @@ def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:
     if ticket.outcome != "ok":  # already decided inside the call (crash_response)
         return
     if isinstance(result, ToolResponse):
-        if result.is_error:
-            ticket.outcome = _outcome_of(result)
+        ticket.answered(result)
     elif failed(result):
         ticket.outcome = "error"
-
-
-def _outcome_of(response: ToolResponse) -> str:
-    return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
 
 
 def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolResponse:
@@ -284,7 +277,7 @@ def answered(response: ToolResponse) -> ToolResponse:
     """``response`` as the admitted call's answer: its outcome and span follow it."""
     ticket = _current_ticket.get()
     if ticket is not None and response.is_error:
-        ticket.outcome = _outcome_of(response)
+        ticket.answered(response)
     mark_span(response)
     return response
 
@@ -329,42 +322,20 @@ def quoted_envelope(texts: Sequence[str]) -> ToolResponse | None:
         return None
     if parsed is None:
         return None
-    return make_response(text, parsed.severity != "warning", parsed.code)
+    facts = (parsed_facts, parsed)  # the text was parsed once, here: its facts are known
+    return make_response(text, parsed.severity != "warning", parsed.code, facts)
 
 
-def envelope_meta(response: ToolResponse) -> dict[str, Any] | None:
-    """The result ``_meta`` of an envelope answer: its facts under ``META_KEY``; None for a
-    plain success. Read back from the envelope's own text (a few kilobytes at most), so the two
-    can never disagree."""
-    if response.code is None:
-        return None
-    parsed = parse_tool_error(response.text)
-    if parsed is None:
-        return None
-    facts: dict[str, Any] = {
-        "code": parsed.code,
-        "severity": parsed.severity,
-        "message": parsed.message,
-    }
-    if parsed.recovery is not None:
-        facts["recovery"] = parsed.recovery
-    if parsed.retry_after is not None:
-        facts["retry_after"] = parsed.retry_after
-    if parsed.available_actions:
-        facts["available_actions"] = parsed.available_actions
-    if parsed.details:
-        facts["details"] = parsed.details
-    return {META_KEY: facts}
-
-
-_QUOTED_ENVELOPE = ('"<tool_error ', '"<validation_error ')
-
-
-def structured_result(
+def result_parts(
     response: ToolResponse, output_schema: Mapping[str, Any] | None
-) -> tuple[dict[str, Any] | None, bool]:
-    """The structured content and ``isError`` flag to send ``response`` with, from a tool whose
-    output schema is ``output_schema``.
+) -> tuple[str, dict[str, Any] | None, bool, dict[str, Any] | None]:
+    """What an SDK result of ``response`` is made of, for a tool whose output schema is
+    ``output_schema``: the text, the structured content, the ``isError`` flag and the
+    ``_meta`` (None for a plain success).
+
+    The ``_meta`` is the envelope's facts under ``META_KEY``, from the record the text was
+    rendered from (``ToolResponse.facts``); only a response a tool made directly of its own
+    text is parsed, its facts being nowhere else.
 
     A client checks a successful result of a tool with an output schema against it, and refuses
     one without structured content: a warning envelope (``isError`` false) from a ``-> str``
@@ -372,11 +343,22 @@ def structured_result(
     a tool whose output is another shape cannot match it, so it goes out flagged as an error
     (the envelope inside still says ``severity="warning"``) rather than be refused.
     """
-    if response.is_error or output_schema is None:
-        return None, response.is_error
-    if _wraps_a_string(output_schema):
-        return {"result": response.text}, False
-    return None, True
+    text = response.text
+    is_error = response.is_error
+    structured = None
+    if not is_error and output_schema is not None:
+        if _wraps_a_string(output_schema):
+            structured = {"result": text}
+        else:
+            is_error = True
+    facts = response.facts
+    if facts is None and response.code is not None:
+        parsed = parse_tool_error(text)
+        facts = None if parsed is None else parsed_facts(parsed)
+    return text, structured, is_error, None if facts is None else {META_KEY: facts}
+
+
+_QUOTED_ENVELOPE = ('"<tool_error ', '"<validation_error ')
 
 
 def _wraps_a_string(schema: Mapping[str, Any]) -> bool:

@@ -70,7 +70,7 @@ def mark_span(
     code = response.code
     if code is None:
         return
-    trace = _trace_api()
+    trace = _trace if _looked_up else _trace_api()  # one call fewer on every later answer
     if trace is None:
         return
     span: Any = trace.get_current_span()

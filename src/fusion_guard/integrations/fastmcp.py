@@ -4,13 +4,17 @@
 
     from fastmcp import FastMCP
     from fusion_guard import Guard
-    from fusion_guard.integrations.fastmcp import GuardMiddleware
+    from fusion_guard.integrations.fastmcp import GuardMiddleware, install
 
     app = FastMCP("billing")
-    app.add_middleware(GuardMiddleware.from_env())      # FUSION_GUARD_* variables
+    install(app, Guard.from_env())                     # FUSION_GUARD_* variables
     # or with keyword limits, as FastMCP's own middlewares take options:
-    #     GuardMiddleware(max_active=5, rate=10)
-    # or around a Guard built earlier:  GuardMiddleware(Guard.from_env())
+    #     install(app, max_active=5, rate=10)
+    # or as any middleware (then nothing closes the guard when the server stops):
+    #     app.add_middleware(GuardMiddleware.from_env())
+
+``install`` adds the middleware and puts the guard's ``lifespan`` around the server's: when the
+server stops, what the guard opened (with ``BACKEND=redis``, its connections) is closed.
 
 Only ``on_call_tool`` admits calls, so only tool calls count against limits: ``tools/list``,
 resources, prompts and every other request pass untouched. ``on_list_tools`` checks the
@@ -48,11 +52,13 @@ extra to install.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 try:
     import mcp_types
+    from fastmcp import FastMCP
     from fastmcp.exceptions import FastMCPError, NotFoundError, ToolError
     from fastmcp.exceptions import ValidationError as ArgumentsError
     from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
@@ -73,19 +79,18 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
-    envelope_meta,
     log_limits,
     quoted_envelope,
     raised_by,
+    result_parts,
     returned_envelope,
-    structured_result,
     validation_response,
 )
 
 if TYPE_CHECKING:
     from ..contract._awareness import ContractAwareness
 
-__all__ = ["GuardMiddleware", "to_tool_result"]
+__all__ = ["GuardMiddleware", "install", "to_tool_result"]
 
 _UPSTREAM_ANSWERS = ("Rate limited by upstream API", "Upstream request timed out")
 """The two ToolErrors FastMCP makes of a failure on purpose, for the model to act on (an upstream
@@ -102,6 +107,9 @@ class _RaisedEnvelopeIsNoCrash(logging.Filter):
         return not isinstance(raised, ToolResponse)
 
 
+_GUARDED = "__fusion_guard__"
+"""Attribute marking the lifespan ``install`` put around an app's, against installing twice."""
+
 _CRASH_FILTER = _RaisedEnvelopeIsNoCrash()
 _FASTMCP_SERVER_LOGGER = "fastmcp.server.server"
 
@@ -114,7 +122,7 @@ def _quiet_raised_envelopes() -> None:
 
 _MAX_KNOWN_TOOLS = 4096
 """Tool names remembered as the server's own, so FastMCP is asked about a name once (only names
-it confirmed are kept; past this many, it is asked every time)."""
+it confirmed are kept; past this many, it is asked every time); their output schemas likewise."""
 
 _SDK_ANSWERS = (MCPError, FastMCPError, NotFoundError)
 """What FastMCP answers itself (protocol errors, deliberate tool errors, unknown tools): passed
@@ -145,6 +153,7 @@ class GuardMiddleware(Middleware):
         self._client_key = client_key
         self._awareness = awareness
         self._tools: set[str] = set()
+        self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._patterns = PatternCheck(self._guard, "fastmcp")
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
@@ -198,8 +207,24 @@ class GuardMiddleware(Middleware):
             passthrough=_SDK_ANSWERS,
         )
         if isinstance(result, ToolResponse):
-            return to_tool_result(result, await _output_schema(tool, context))
+            # An error is sent as text whatever the tool's output; only a success (a warning)
+            # must match the tool's output schema (most answers here are refusals).
+            schema = None if result.is_error else await self._output_schema(tool, context)
+            return to_tool_result(result, schema)
         return cast("ToolResult", result)
+
+    async def _output_schema(
+        self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
+    ) -> Mapping[str, Any] | None:
+        """``tool``'s output schema, asked of FastMCP once per tool."""
+        if tool in self._schemas:
+            return self._schemas[tool]
+        server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
+        found = None if server is None else await server.get_tool(tool)
+        schema = None if found is None else found.output_schema
+        if found is not None and len(self._schemas) < _MAX_KNOWN_TOOLS:
+            self._schemas[tool] = schema
+        return schema
 
     async def _is_tool(
         self, tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
@@ -239,6 +264,45 @@ class GuardMiddleware(Middleware):
         return result if quoted is None else answered(quoted)  # from an unannotated tool
 
 
+def install(
+    app: FastMCP,
+    guard: Guard | None = None,
+    *,
+    client_key: ClientKey | None = None,
+    awareness: ContractAwareness | None = None,
+    **limits: Any,
+) -> GuardMiddleware:
+    """Guard every tool call of ``app``: ``app.add_middleware(GuardMiddleware(guard, ...))``
+    (the same arguments), and the guard's ``lifespan`` around the server's, so that what the
+    guard opened (with ``BACKEND=redis``, its Redis connections and lease refreshing) is closed
+    when the server stops, and opens again if it starts again. Returns the middleware. Raises
+    ``ConfigurationError`` when the app is guarded already.
+    """
+    inner = getattr(app, "_lifespan", None)
+    if getattr(inner, _GUARDED, False):
+        raise ConfigurationError("install(app): this app is guarded already")
+    if not callable(inner):
+        raise ConfigurationError(
+            "install(app): this FastMCP exposes no lifespan to close the guard with; the"
+            " installed fastmcp version is not supported (fastmcp>=4,<5 is): add"
+            " GuardMiddleware(guard) with app.add_middleware and close the guard yourself"
+        )
+    middleware = GuardMiddleware(guard, client_key=client_key, awareness=awareness, **limits)
+    guarded = middleware.guard
+
+    # FastMCP keeps the lifespan it was given here, entered each time the server starts (it has
+    # no public way to add to it after construction).
+    @asynccontextmanager
+    async def lifespan(server: FastMCP) -> AsyncIterator[Any]:
+        async with guarded.lifespan(), inner(server) as state:
+            yield state
+
+    setattr(lifespan, _GUARDED, True)
+    app._lifespan = lifespan
+    app.add_middleware(middleware)
+    return middleware
+
+
 def _guard_of(guard: Guard | None, limits: dict[str, Any]) -> Guard:
     if guard is None:
         return Guard(**limits)
@@ -267,24 +331,15 @@ def to_tool_result(
     since no envelope can match that shape). Guarded tools need none of this: the middleware
     converts a returned or raised envelope, whatever the tool's annotation.
     """
-    structured, is_error = structured_result(response, output_schema)
-    meta = envelope_meta(response) or {}
+    text, structured, is_error, meta = result_parts(response, output_schema)
     if structured is not None:  # FastMCP's own mark of a value wrapped as {"result": ...}
-        meta["fastmcp"] = {"wrap_result": True}
+        meta = {**(meta or {}), "fastmcp": {"wrap_result": True}}
     return ToolResult(
-        content=[mcp_types.TextContent(type="text", text=response.text)],
+        content=[mcp_types.TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=is_error,
-        meta=meta or None,
+        meta=meta,
     )
-
-
-async def _output_schema(
-    tool: str, context: MiddlewareContext[mcp_types.CallToolRequestParams]
-) -> Mapping[str, Any] | None:
-    server = context.fastmcp_context.fastmcp if context.fastmcp_context else None
-    found = None if server is None else await server.get_tool(tool)
-    return None if found is None else found.output_schema
 
 
 def _texts(result: ToolResult) -> list[str]:

@@ -64,14 +64,13 @@ from ._common import (
     admit_call,
     answered,
     crash_response,
-    envelope_meta,
     in_guarded_call,
     log_limits,
     missing_extra,
     quoted_envelope,
     raised_by,
+    result_parts,
     returned_envelope,
-    structured_result,
     validation_response,
 )
 
@@ -116,6 +115,10 @@ def install(
     ``tool_pattern_unmatched`` warning, or with ``strict_tools`` a ``ConfigurationError``: for an
     ``MCPServer`` when the server starts (its lifespan: every tool registered by then counts), for
     a low-level ``Server`` when its ``tools/list`` handler is first read (on the first call).
+
+    When the server stops (the end of its lifespan), what the guard opened (with
+    ``BACKEND=redis``, its connections) is closed, to open again if the server starts again
+    (``Guard.lifespan``); ``await guard.aclose()`` ends the guard for good.
     """
     sdk = _import_sdk()
     lowlevel = _lowlevel_server(server, sdk)
@@ -132,7 +135,7 @@ def install(
     adapter = _Adapter(guard, client_key, awareness, sdk, tools)
     if isinstance(server, sdk.MCPServer):
         adapter.translate_call_tool(server)
-        _check_patterns_at_start(server, lowlevel, patterns)
+    _wrap_lifespan(lowlevel, guard, server if isinstance(server, sdk.MCPServer) else None, patterns)
     lowlevel.add_request_handler(
         "tools/call", entry.params_type, adapter.guard_handler(entry.handler)
     )
@@ -151,14 +154,14 @@ def to_call_tool_result(
     since no envelope can match that shape). Guarded tools need none of this: a returned or
     raised envelope is converted by ``install``'s adapter, whatever the tool's annotation.
     """
-    from mcp_types import CallToolResult, TextContent
+    import mcp_types
 
-    structured, is_error = structured_result(response, output_schema)
-    return CallToolResult(
-        content=[TextContent(type="text", text=response.text)],
+    text, structured, is_error, meta = result_parts(response, output_schema)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=is_error,
-        _meta=envelope_meta(response),
+        _meta=meta,
     )
 
 
@@ -220,7 +223,8 @@ class _ToolNames(Protocol):
         (no such tool) without the guard."""
 
     async def output_schema(self, tool: str, ctx: Any) -> Mapping[str, Any] | None:
-        """``tool``'s output schema, if it has one (asked only to send a warning envelope)."""
+        """``tool``'s output schema, if it has one (asked only to send a warning envelope; kept
+        once known)."""
 
 
 class _RegisteredTools:
@@ -327,10 +331,12 @@ def _tool_names(
     return _EveryName() if listing is None else _ListedTools(listing.handler, patterns)
 
 
-def _check_patterns_at_start(
-    server: MCPServer[Any], lowlevel: Server[Any], patterns: PatternCheck
+def _wrap_lifespan(
+    lowlevel: Server[Any], guard: Guard, server: MCPServer[Any] | None, patterns: PatternCheck
 ) -> None:
-    """Check the guard's patterns against the ``MCPServer``'s tools each time it starts.
+    """Around the server's lifespan, each time it starts: the guard's ``lifespan`` (what the
+    guard opened, Redis connections, is closed when the server stops) and, for an
+    ``MCPServer``, the check of the guard's patterns against its tools.
 
     The low-level server's ``lifespan`` is entered by every transport (stdio, streamable HTTP,
     the in-memory client) before the first request, after the application registered its tools;
@@ -340,8 +346,9 @@ def _check_patterns_at_start(
 
     @asynccontextmanager
     async def lifespan(app: Server[Any]) -> AsyncIterator[Any]:
-        patterns.check(tool.name for tool in await server.list_tools())
-        async with inner(app) as state:
+        if server is not None:
+            patterns.check(tool.name for tool in await server.list_tools())
+        async with guard.lifespan(), inner(app) as state:
             yield state
 
     lowlevel.lifespan = lifespan
@@ -388,8 +395,10 @@ class _Adapter:
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).
-                response = as_response(result)
-                return to_call_tool_result(response, await self._tools.output_schema(tool, ctx))
+                response = result if type(result) is ToolResponse else as_response(result)
+                # Only a success (a warning) must match the tool's output schema.
+                schema = None if response.is_error else await self._tools.output_schema(tool, ctx)
+                return to_call_tool_result(response, schema)
             return result
 
         setattr(guarded, _GUARDED, True)
@@ -419,7 +428,8 @@ class _Adapter:
                 if quoted is None:
                     return result
                 response = answered(quoted)  # an envelope returned by an unannotated tool
-            return to_call_tool_result(response, await self._tools.output_schema(name, None))
+            schema = None if response.is_error else await self._tools.output_schema(name, None)
+            return to_call_tool_result(response, schema)
 
         server.call_tool = call_tool  # type: ignore[method-assign]
 

@@ -22,21 +22,21 @@ from ._metrics import PrometheusObserver, _ClientTool, _LeanTool
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
-    from .._observer import GuardObserver
     from ..config._settings import GuardSettings
 
-__all__ = ["default_observers"]
+__all__ = ["Defaults", "default_observers"]
 
 
 def default_observers(
     settings: GuardSettings, registry: CollectorRegistry | None
-) -> tuple[GuardObserver, ...]:
-    """The observers every guard gets by default: metrics (unless turned off) and logs."""
+) -> tuple[Defaults]:
+    """The observers every guard gets by default: metrics (unless turned off) and logs, as one
+    observer (``flush`` logs the summaries the sampled events still owe, at the guard's close)."""
     metrics = PrometheusObserver(registry) if settings.metrics else None
-    return (_Defaults(metrics, LogEventObserver()),)
+    return (Defaults(metrics, LogEventObserver()),)
 
 
-class _Defaults:
+class Defaults:
     """A ``GuardObserver`` reporting to the metrics (None: off) and to the log events."""
 
     __slots__ = ("events", "metrics")
@@ -51,6 +51,10 @@ class _Defaults:
             None if metrics is None else metrics.for_tool(tool, max_active=max_active),
             self.events.for_tool(tool, max_active=max_active),
         )
+
+    def flush(self) -> None:
+        """Log the summaries the sampled log events still owe (when the guard closes)."""
+        self.events.flush()
 
     def __repr__(self) -> str:
         return repr(self.events) if self.metrics is None else f"{self.metrics!r} + {self.events!r}"

@@ -162,24 +162,26 @@ class _ToolEvents:
 
     def _sampled(self, event: str, reason: str, level: int) -> bool:
         """Whether this event opens a new window (log it) or falls in the current one (count
-        it); also settles any summaries that are due."""
-        if not is_enabled(level):
-            return False
+        it); also settles any summaries that are due. Under a storm most events fall in an open
+        window: they are counted before anything else is asked (whether the level is on is
+        asked only where a window opens; a window opens only while it is)."""
         now = self._clock()
         if now >= self._due:
             self.flush()
         key = (event, reason)
         window = self._windows.get(key)
+        if window is not None and now < window.ends:
+            window.count += 1
+            if window.ends < self._due:
+                self._due = window.ends
+            return False
+        if not is_enabled(level):
+            return False
         if window is None:
             self._windows[key] = _Window(now + self._interval, level)
-            return True
-        if now >= window.ends:
+        else:
             window.ends = now + self._interval
-            return True
-        window.count += 1
-        if window.ends < self._due:
-            self._due = window.ends
-        return False
+        return True
 
     def _summarise(self, event: str, reason: str, window: _Window) -> None:
         log_event(

@@ -8,10 +8,10 @@ on first access and cached; every setter drops the cache, so what is read is alw
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Self
+from typing import Any, Self
 
 from ._codes import Severity, check_severity
-from ._render import render_tool_error
+from ._render import envelope_facts, render_tool_error
 from ._response import (
     ToolResponse,
     check_actions,
@@ -99,9 +99,11 @@ class ErrorBuilder(ToolResponse):
 
     def build(self) -> ToolResponse:
         """A plain ``ToolResponse`` with the current content, independent of later setters."""
-        built = self._cached()
         # A fresh instance: a response may be raised, and raising mutates it (traceback).
-        return make_response(built.text, built.is_error, built.code)
+        return self._cached()._copy()
+
+    def _copy(self) -> ToolResponse:
+        return self.build()
 
     @property
     def text(self) -> str:
@@ -114,6 +116,10 @@ class ErrorBuilder(ToolResponse):
     @property
     def code(self) -> str | None:
         return self._cached().code
+
+    @property
+    def facts(self) -> dict[str, Any] | None:
+        return self._cached().facts
 
     def _cached(self) -> ToolResponse:
         built = self._built
@@ -128,7 +134,18 @@ class ErrorBuilder(ToolResponse):
                 self._retry_after,
             )
             is_error = self._severity != Severity.WARNING
-            built = self._built = make_response(text, is_error, self._error_code)
+            # The facts' values as rendered: later setters change the builder's own lists.
+            facts = (
+                envelope_facts,
+                self._error_code,
+                self._severity,
+                self._message,
+                self._suggestion,
+                tuple(self._actions),
+                tuple(self._details.items()),
+                self._retry_after,
+            )
+            built = self._built = make_response(text, is_error, self._error_code, facts)
         return built
 
 

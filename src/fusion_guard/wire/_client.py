@@ -27,6 +27,7 @@ __all__ = [
     "MAX_ENVELOPE_CHARS",
     "MAX_ENVELOPE_ELEMENTS",
     "FusionClientError",
+    "parsed_facts",
     "parse_tool_error",
     "raise_for_tool_error",
 ]
@@ -161,6 +162,25 @@ def parse_tool_error(text: str) -> FusionClientError | None:
     if root.tag == "validation_error":
         return _from_validation_error(root, text)
     return _from_tool_error(root, text)
+
+
+def parsed_facts(parsed: FusionClientError) -> dict[str, Any]:
+    """The facts (as ``ToolResponse.facts`` states them) of an envelope known only as a text,
+    once parsed: one a tool wrote itself, not one the library rendered."""
+    facts: dict[str, Any] = {
+        "code": parsed.code,
+        "severity": parsed.severity,
+        "message": parsed.message,
+    }
+    if parsed.recovery is not None:
+        facts["recovery"] = parsed.recovery
+    if parsed.retry_after is not None:
+        facts["retry_after"] = parsed.retry_after
+    if parsed.available_actions:
+        facts["available_actions"] = list(parsed.available_actions)
+    if parsed.details:
+        facts["details"] = dict(parsed.details)
+    return facts
 
 
 def _from_tool_error(root: Element, raw: str) -> FusionClientError:

@@ -72,7 +72,7 @@ def raised_response(exc: BaseException) -> ToolResponse | None:
     arrives intact, a ``Rejected`` gives its envelope; None for anything else."""
     if isinstance(exc, ToolResponse):
         # A fresh copy drops the traceback (and the frames it keeps alive).
-        return ToolResponse(exc.text, is_error=exc.is_error, code=exc.code)
+        return exc._copy()
     if isinstance(exc, Rejected):
         return exc.response
     return None

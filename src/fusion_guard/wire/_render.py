@@ -1,22 +1,30 @@
-"""Pure text rendering of the ``<tool_error>`` envelope.
+"""Pure text rendering of the ``<tool_error>`` envelope, and its facts as data.
 
 No I/O and no XML library: the envelope is assembled from pre-escaped pieces, because it is
 sent most when the server is busiest. ``xml.etree`` is only used by the client-side parser.
+
+The facts (what the adapters send in a result's ``_meta``) are made from the same values as the
+text, as a reader of the text gets them back: escaped characters as they were given, and the
+characters XML cannot carry as U+FFFD (``plain``); retry_after as the number the text writes.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
 
 from ._codes import ErrorCode, Severity
 
 __all__ = [
+    "envelope_facts",
     "escape_attr",
     "escape_content",
     "format_detail_value",
     "format_retry_after",
+    "plain",
     "render_tool_error",
 ]
 
@@ -25,6 +33,7 @@ _FORBIDDEN = "\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff"
 _REPLACEMENT = "\ufffd"
 
 _CONTENT_SPECIAL = re.compile(f"[&<\r{_FORBIDDEN}]|]]>")
+_FORBIDDEN_CHAR = re.compile(f"[{_FORBIDDEN}]")
 _ATTR_SPECIAL = re.compile(f"[&<>\"'\t\n\r{_FORBIDDEN}]")
 
 _forbidden_table: dict[int, str] = {}
@@ -67,6 +76,14 @@ def escape_attr(text: str) -> str:
     return text.translate(_ATTR_TABLE)
 
 
+def plain(text: str) -> str:
+    """``text`` as a reader of an envelope gets it back from the escaped text: unchanged, except
+    the characters XML cannot carry, each U+FFFD (as both escapes write them)."""
+    if text.isprintable() or _FORBIDDEN_CHAR.search(text) is None:
+        return text
+    return text.translate(_forbidden_table)
+
+
 _INFINITY = math.inf
 
 
@@ -94,6 +111,11 @@ _WHOLE_SECONDS_TEXT: dict[float, str] = {seconds: str(seconds) for seconds in ra
 MILLIS_TEXT = [f"{frac:03d}".rstrip("0") for frac in range(1000)]
 
 
+# Past 2**53 milliseconds a float product can be off by more than the one millisecond the check
+# below corrects (36028797018964.53 s gave .527): such advice is decided on the decimal itself.
+_MILLIS_LOSE_PRECISION = 2.0**53 / 1000
+
+
 def ceil_millis(seconds: float) -> int:
     """The smallest whole number of milliseconds not below ``seconds`` as written (its repr).
 
@@ -101,6 +123,9 @@ def ceil_millis(seconds: float) -> int:
     the same float. Otherwise the float product may have rounded across a boundary either way,
     so the candidate is checked against ``seconds`` itself.
     """
+    if seconds >= _MILLIS_LOSE_PRECISION:  # the product's float steps span whole milliseconds
+        exact = Decimal(repr(seconds)) * 1000
+        return int(exact.to_integral_value(rounding=ROUND_CEILING))
     millis = math.ceil(seconds * 1000.0)
     if (millis - 1) / 1000.0 >= seconds:  # the product rounded up past a boundary (0.29 * 1000)
         return millis - 1
@@ -155,6 +180,35 @@ def render_tool_error(
         f"{head}{escape_content(message)}</message>{recovery}{listed}{described}{retry}"
         "\n</tool_error>"
     )
+
+
+def envelope_facts(
+    code: str,
+    severity: str,
+    message: str,
+    suggestion: str | None,
+    actions: Iterable[str],
+    details: Iterable[tuple[str, object]],
+    retry_after: float | None,
+) -> dict[str, Any]:
+    """The facts of the envelope ``render_tool_error`` writes of the same arguments (``details``
+    as its items): ``code``, ``severity``, ``message`` and, when the text has them,
+    ``recovery``, ``retry_after`` (seconds), ``available_actions`` and ``details`` (strings)."""
+    facts: dict[str, Any] = {"code": plain(code), "severity": severity, "message": plain(message)}
+    if suggestion:
+        facts["recovery"] = plain(suggestion)
+    formatted = None if retry_after is None else format_retry_after(retry_after)
+    if formatted is not None:
+        facts["retry_after"] = float(formatted)
+    listed = [plain(action) for action in actions]
+    if listed:
+        facts["available_actions"] = listed
+    described: dict[str, str] = {}
+    for key, value in details:  # keys that read back alike are one key, the last value its own
+        described[plain(key)] = plain(value if type(value) is str else format_detail_value(value))
+    if described:
+        facts["details"] = described
+    return facts
 
 
 def _head(code: str, severity: str) -> str:

@@ -2,19 +2,34 @@
 
 A response is also an exception, so a handler may ``raise`` an error envelope as well as return
 it: both reach the model identically.
+
+An envelope the library renders also keeps how to state its facts as data (``facts``: what the
+adapters send in the result's ``_meta``): the function that made the text and its values, so that
+the facts come from the same record as the text and cost nothing until they are asked for.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from ._codes import Severity, check_severity
-from ._render import render_tool_error
+from ._render import envelope_facts, render_tool_error
 
-__all__ = ["ToolResponse", "make_response", "success", "tool_error"]
+__all__ = [
+    "FactsRecord",
+    "ToolResponse",
+    "copy_facts",
+    "make_response",
+    "success",
+    "tool_error",
+]
+
+FactsRecord: TypeAlias = tuple[Any, ...]
+"""How a response states its facts: ``(make, *values)``, ``make(*values)`` giving them, a fresh
+dict each time (one flat tuple: it is made with every envelope, most of them refusals)."""
 
 
 class ToolResponse(Exception):  # a result first; raising it is a convenience
@@ -23,13 +38,14 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
     ``code`` is the envelope's error code, or None for a plain success.
     """
 
-    __slots__ = ("_code", "_is_error", "_text")
+    __slots__ = ("_code", "_facts", "_is_error", "_text")
 
     def __init__(self, text: str, *, is_error: bool, code: str | None = None) -> None:
         # Exception.__init__ is skipped on purpose: args stay empty and str() is overridden.
         self._text = text
         self._is_error = is_error
         self._code = code
+        self._facts: FactsRecord | None = None
 
     @property
     def text(self) -> str:
@@ -45,6 +61,28 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
     def code(self) -> str | None:
         """The envelope's code, or None for a success."""
         return self._code
+
+    @property
+    def facts(self) -> dict[str, Any] | None:
+        """The envelope's facts as data (a new dict each time): ``code``, ``severity``,
+        ``message`` and, when the envelope has them, ``recovery``, ``retry_after`` (seconds, a
+        number), ``available_actions`` and ``details`` (strings), as a reader of the text gets
+        them back. The SDK adapters send them in the result's ``_meta`` under
+        ``fusion_guard.wire``'s ``META_KEY``.
+
+        Made from the same values as the text, never read back from it. None for a plain
+        success, and for a response made directly of a text (``ToolResponse(text, ...)``), whose
+        facts only that text holds (``parse_tool_error`` reads them).
+        """
+        record = self._facts
+        if record is None:
+            return None
+        make: Callable[..., dict[str, Any]] = record[0]
+        return make(*record[1:])
+
+    def _copy(self) -> ToolResponse:
+        """A fresh response of the same text and facts (raising one mutates it: traceback)."""
+        return make_response(self._text, self._is_error, self._code, self._facts)
 
     @property
     def content(self) -> list[dict[str, str]]:
@@ -72,20 +110,34 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
     def __reduce__(self) -> tuple[Any, ...]:
         # Exception's default (the class called with ``args``, which are empty) cannot rebuild a
         # response: copy.copy() and pickling (to another process) would fail. A builder reduces
-        # to the plain response it renders.
-        return (make_response, (self.text, self.is_error, self.code))
+        # to the plain response it renders; the facts travel made (their maker may be a
+        # template, which is no value to pickle).
+        facts = self.facts
+        record = None if facts is None else (copy_facts, facts)
+        return (make_response, (self.text, self.is_error, self.code, record))
+
+
+def copy_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``facts`` (its lists and dicts too: every reader gets its own)."""
+    return {
+        key: value.copy() if type(value) in (dict, list) else value for key, value in facts.items()
+    }
 
 
 _new_exception = Exception.__new__
 
 
-def make_response(text: str, is_error: bool, code: str | None = None) -> ToolResponse:
+def make_response(
+    text: str, is_error: bool, code: str | None = None, facts: FactsRecord | None = None
+) -> ToolResponse:
     """``ToolResponse(text, is_error=..., code=...)`` for the hot paths (every envelope, every
-    shed call): calling a class with keyword arguments costs twice as much as this."""
+    shed call): calling a class with keyword arguments costs twice as much as this. ``facts``:
+    how to state the envelope's facts (see ``ToolResponse.facts``)."""
     response: ToolResponse = _new_exception(ToolResponse)
     response._text = text
     response._is_error = is_error
     response._code = code
+    response._facts = facts
     return response
 
 
@@ -203,7 +255,18 @@ def tool_error(
     text = render_tool_error(
         code, severity_text, message, suggestion, actions, details, retry_after
     )
-    return make_response(text, severity_text != "warning", code)
+    # The facts' values as rendered: the caller may change its lists and dicts afterwards.
+    facts = (
+        envelope_facts,
+        code,
+        severity_text,
+        message,
+        suggestion,
+        tuple(actions),
+        tuple(details.items()) if details else (),
+        retry_after,
+    )
+    return make_response(text, severity_text != "warning", code, facts)
 
 
 def success(result: object = "") -> ToolResponse:

@@ -2,15 +2,30 @@
 
 They are sent most when the server is busiest, so everything that does not change between two
 refusals (escaped tool name, limits, recovery advice) is rendered once when a template is made;
-a refusal formats only the live figures.
+a refusal formats only the live figures. Each response keeps the template and those figures
+as the record its facts are made of (``ToolResponse.facts``), made only when asked for.
 """
 
 from __future__ import annotations
 
-from ._render import MILLIS_TEXT, ceil_millis, escape_content, format_detail_value
-from ._response import ToolResponse, make_response
+from typing import Any
 
-__all__ = ["RateLimitedTemplate", "ServerBusyTemplate", "TimeoutTemplate"]
+from ._render import (
+    MILLIS_TEXT,
+    ceil_millis,
+    escape_attr,
+    escape_content,
+    format_detail_value,
+    plain,
+)
+from ._response import ToolResponse, copy_facts, make_response
+
+__all__ = [
+    "BackendUnavailableTemplate",
+    "RateLimitedTemplate",
+    "ServerBusyTemplate",
+    "TimeoutTemplate",
+]
 
 _MIN_RETRY_AFTER = 0.001
 _MAX_RETRY_AFTER = 86400.0
@@ -36,33 +51,77 @@ _SUBSECOND_TEXT = ["0." + frac if frac else "0" for frac in MILLIS_TEXT]
 
 
 class ServerBusyTemplate:
-    """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``."""
+    """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``.
 
-    __slots__ = ("_head", "_last", "_mid", "_parallel", "_tail")
+    ``flag``: one more detail, ``flag`` = ``true``, after the standard ones (the guard marks a
+    call shed on its predicted wait, or by the standing-queue limit, so). ``max_active`` and
+    ``max_queue`` are the figures its envelopes report.
+    """
 
-    def __init__(self, tool: str, max_active: int, max_queue: int) -> None:
+    __slots__ = (
+        "_advice",
+        "_advice_head",
+        "_capacity",
+        "_capacity_text",
+        "_head",
+        "_last",
+        "_mid",
+        "_said",
+        "_tail",
+        "flag",
+        "max_active",
+        "max_queue",
+    )
+
+    def __init__(
+        self, tool: str, max_active: int, max_queue: int, *, flag: str | None = None
+    ) -> None:
+        self.max_active = max_active
+        self.max_queue = max_queue
+        self.flag = flag
         # The last refusal's (reason, active, queued) and its text up to the advice: under
         # overload most refusals repeat them (the guard's slots and queue full), so the text is
         # joined once, not per call. One tuple, replaced whole: safe to share between threads.
         self._last: tuple[str, int, int, str] = ("", -1, -1, "")
+        # The facts' constant parts, as the text reads back (see ``_facts``).
+        capacity = {"max_active": str(max_active), "max_queue": str(max_queue)}
+        if flag is not None:
+            capacity[plain(flag)] = "true"
+        self._capacity = capacity
+        self._capacity_text = "".join(
+            f'    <detail key="{escape_attr(key)}">{value}</detail>\n'
+            for key, value in capacity.items()
+        )
+        self._state(
+            tool,
+            "is at capacity (",
+            'Wait for the retry_after time, then call again; send fewer calls to "{name}" at once ',
+            f"(at most {max_active} run in parallel)",
+        )
+
+    def _state(self, tool: str, said: str, advice_head: str, advice_tail: str) -> None:
+        """The text around the live figures: ``Tool "NAME" SAID{active} active, {queued}
+        queued).``, then the advice (``advice_head`` + ``advice_tail``, the tail the part the
+        client-cap envelope words otherwise; ``{name}`` in the head is the tool) and the
+        details."""
         name = escape_content(tool)
+        self._said = f'Tool "{plain(tool)}" {said}'
+        self._advice_head = (advice_head.format(name=name), advice_head.format(name=plain(tool)))
+        self._advice = (
+            f"{self._advice_head[0]}{advice_tail}",
+            f"{self._advice_head[1]}{advice_tail}.",
+        )
         self._head = (
-            '<tool_error code="SERVER_BUSY" severity="error">\n'
-            f'  <message>Tool "{name}" is at capacity ('
+            f'<tool_error code="SERVER_BUSY" severity="error">\n  <message>Tool "{name}" {said}'
         )
-        self._parallel = f"(at most {max_active} run in parallel)"
-        self._mid = (
-            " queued).</message>\n"
-            "  <recovery>Wait for the retry_after time, then call again; send fewer calls to"
-            f' "{name}" at once {self._parallel}.</recovery>\n'
-            "  <details>\n"
+        self._mid = self._after_figures(self._advice[0])
+        self._tail = f"{self._capacity_text}  </details>\n  <retry_after>"
+
+    @staticmethod
+    def _after_figures(advice: str) -> str:
+        return (
+            f" queued).</message>\n  <recovery>{advice}.</recovery>\n  <details>\n"
             '    <detail key="reason">'
-        )
-        self._tail = (
-            f'    <detail key="max_active">{max_active}</detail>\n'
-            f'    <detail key="max_queue">{max_queue}</detail>\n'
-            "  </details>\n"
-            "  <retry_after>"
         )
 
     def render(self, reason: str, active: int, queued: int, retry_after: float) -> ToolResponse:
@@ -85,7 +144,10 @@ class ServerBusyTemplate:
             )
             self._last = (reason, active, queued, known)
         return make_response(
-            f"{known}{retry} seconds</retry_after>\n</tool_error>", True, "SERVER_BUSY"
+            f"{known}{retry} seconds</retry_after>\n</tool_error>",
+            True,
+            "SERVER_BUSY",
+            (_busy_facts, self, reason, active, queued, retry),
         )
 
     def render_for_client(
@@ -103,16 +165,79 @@ class ServerBusyTemplate:
         (``client_active``) and wait (``client_queued``). Never the caller's key. With
         ``client_cap`` (``client_limit``), the recovery names that cap, the number the caller
         must keep to, instead of the tool's slots."""
-        standard = self.render(reason, active, queued, retry_after).text
-        if client_cap is not None:
-            own_cap = f"(at most {client_cap} of your calls, running or waiting)"
-            standard = standard.replace(self._parallel, own_cap, 1)
-        own = (
+        retry = _retry_after_text(retry_after)
+        advice = self._advice[0] if client_cap is None else self._own_advice(client_cap, 0)
+        running, waiting = str(active), str(queued)
+        text = (
+            f"{self._head}{running} active, {waiting}{self._after_figures(advice)}{reason}"
+            "</detail>\n"
+            f'    <detail key="active">{running}</detail>\n'
+            f'    <detail key="queued">{waiting}</detail>\n'
+            f"{self._capacity_text}"
             f'    <detail key="client_active">{client_active}</detail>\n'
             f'    <detail key="client_queued">{client_queued}</detail>\n'
             "  </details>\n"
+            f"  <retry_after>{retry} seconds</retry_after>\n</tool_error>"
         )
-        return make_response(standard.replace("  </details>\n", own, 1), True, "SERVER_BUSY")
+        own = (client_active, client_queued, client_cap)
+        return make_response(
+            text, True, "SERVER_BUSY", (_busy_facts, self, reason, active, queued, retry, own)
+        )
+
+    def _own_advice(self, client_cap: int, form: int) -> str:
+        """The advice naming the caller's own cap: as written (``form`` 0) or as read back (1)."""
+        own_cap = f"(at most {client_cap} of your calls, running or waiting)"
+        return f"{self._advice_head[form]}{own_cap}{'.' if form else ''}"
+
+    def _facts(
+        self,
+        reason: str,
+        active: int,
+        queued: int,
+        retry: str,
+        own: tuple[int, int, int | None] | None = None,
+    ) -> dict[str, Any]:
+        """The facts of the envelope rendered of the same values (``ToolResponse.facts``)."""
+        cap = None if own is None else own[2]
+        advice = self._advice[1] if cap is None else self._own_advice(cap, 1)
+        details = {"reason": reason, "active": str(active), "queued": str(queued), **self._capacity}
+        if own is not None:
+            details["client_active"] = str(own[0])
+            details["client_queued"] = str(own[1])
+        return {
+            "code": "SERVER_BUSY",
+            "severity": "error",
+            "message": f"{self._said}{active} active, {queued} queued).",
+            "recovery": advice,
+            "retry_after": float(retry),
+            "details": details,
+        }
+
+
+# The facts' makers as plain functions: a refusal's record holds the function, not a bound
+# method made for each refusal. Variants of a template are its parameters (flag=, the
+# BackendUnavailableTemplate's text), never an override of what it states.
+_busy_facts = ServerBusyTemplate._facts
+
+
+class BackendUnavailableTemplate(ServerBusyTemplate):
+    """SERVER_BUSY for a tool without slots whose fail-closed limit could not be decided (its
+    shared store unreachable): the standard layout (reason, active, queued, retry_after)
+    without capacity figures, its own message and advice."""
+
+    __slots__ = ()
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(tool, 0, 0)
+        self._capacity = {}
+        self._capacity_text = ""
+        self._state(
+            tool,
+            "cannot take calls right now: the store its limits are shared through is unavailable (",
+            "Wait for the retry_after time, then call again; the fault is on the server's side"
+            " and clears by itself",
+            "",
+        )
 
 
 def describe_rate(rate: float, per: float) -> str:
@@ -127,11 +252,22 @@ class RateLimitedTemplate:
     """RATE_LIMITED for one tool and one limit: ``render(retry_after)``. The caller's key is
     never part of it."""
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_head", "_known", "_tail")
 
     def __init__(self, tool: str, rate: float, per: float, scope: str) -> None:
         name = escape_content(tool)
         limit = describe_rate(rate, per)
+        # The facts but the advice, as the text reads back.
+        self._known = (
+            f'Tool "{plain(tool)}" is rate limited to {limit}.',
+            "Wait for the retry_after time before calling again, and spread calls out to stay"
+            f" within {limit}.",
+            {
+                "limit": format_detail_value(float(rate)),
+                "period_seconds": format_detail_value(float(per)),
+                "scope": plain(scope),
+            },
+        )
         self._head = (
             '<tool_error code="RATE_LIMITED" severity="error">\n'
             f'  <message>Tool "{name}" is rate limited to {limit}.</message>\n'
@@ -147,18 +283,43 @@ class RateLimitedTemplate:
         self._tail = " seconds</retry_after>\n</tool_error>"
 
     def render(self, retry_after: float) -> ToolResponse:
-        text = f"{self._head}{_retry_after_text(retry_after)}{self._tail}"
-        return make_response(text, True, "RATE_LIMITED")
+        retry = _retry_after_text(retry_after)
+        text = f"{self._head}{retry}{self._tail}"
+        return make_response(text, True, "RATE_LIMITED", (_rate_facts, self, retry))
+
+    def _facts(self, retry: str) -> dict[str, Any]:
+        message, recovery, details = self._known
+        return {
+            "code": "RATE_LIMITED",
+            "severity": "error",
+            "message": message,
+            "recovery": recovery,
+            "retry_after": float(retry),
+            "details": dict(details),
+        }
+
+
+_rate_facts = RateLimitedTemplate._facts
 
 
 class TimeoutTemplate:
     """TIMEOUT for one tool and deadline: the handler was cancelled and its slot freed."""
 
-    __slots__ = ("_text",)
+    __slots__ = ("_record", "_text")
 
     def __init__(self, tool: str, timeout: float) -> None:
         name = escape_content(tool)
         seconds = format_detail_value(float(timeout))
+        facts = {
+            "code": "TIMEOUT",
+            "severity": "error",
+            "message": f'Tool "{plain(tool)}" did not finish within {seconds} seconds and was'
+            " cancelled.",
+            "recovery": "The call was stopped before it finished. Retry once, or ask for less"
+            " work per call (smaller ranges, fewer items).",
+            "details": {"timeout_seconds": seconds},
+        }
+        self._record = (copy_facts, facts)
         self._text = (
             '<tool_error code="TIMEOUT" severity="error">\n'
             f'  <message>Tool "{name}" did not finish within {seconds} seconds and was'
@@ -173,4 +334,4 @@ class TimeoutTemplate:
 
     def render(self) -> ToolResponse:
         # A fresh instance each time: a response may be raised, and raising mutates it.
-        return make_response(self._text, True, "TIMEOUT")
+        return make_response(self._text, True, "TIMEOUT", self._record)

@@ -18,21 +18,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._render import escape_attr, escape_content
-from ._response import ToolResponse
+from ._render import escape_attr, escape_content, plain
+from ._response import ToolResponse, make_response
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
     from pydantic_core import ErrorDetails
 
-    from ..contract._awareness import ContractAwareness
-
-__all__ = ["CLOSING_TAG", "RECOVERY", "format_sent_value", "format_validation_error"]
+__all__ = ["RECOVERY", "ValidationSection", "format_sent_value", "format_validation_error"]
 
 RECOVERY = "Fix the fields above and call the tool again. Do not explain the error."
-CLOSING_TAG = "</validation_error>"
+
+
+class ValidationSection(Protocol):
+    """What adds a section to an action's validation errors (``ContractAwareness`` does: the
+    contract changes since the lockfile). Named here, where the envelope is written, so that the
+    wire contract needs nothing from the layers above it."""
+
+    def section_lines(self, action: str) -> tuple[str, ...]:
+        """The section's lines, indented as children of ``<validation_error>``; empty for none."""
+        ...
+
 
 _MAX_SHOWN = 50  # longer strings (and object JSON) are cut to 47 characters plus "..."
 _CUT_TO = 47
@@ -424,7 +432,7 @@ def format_validation_error(
     exc: ValidationError,
     *,
     action: str,
-    awareness: ContractAwareness | None = None,
+    awareness: ValidationSection | None = None,
 ) -> ToolResponse:
     """The ``<validation_error>`` envelope for a pydantic ``ValidationError`` (``is_error`` true,
     code ``VALIDATION_ERROR``).
@@ -439,12 +447,32 @@ def format_validation_error(
         raise TypeError(f"exc must be a pydantic ValidationError, not {type(exc).__name__}")
     if not isinstance(action, str):
         raise TypeError(f"action must be the tool name (str), not {type(action).__name__}")
-    errors = exc.errors(include_url=False)
+    fields = tuple(_fields(exc.errors(include_url=False)))
     lines = [f'<validation_error action="{escape_attr(action)}">']
-    for name, line in _fields(errors):
+    for name, line in fields:
         lines.append(f'  <field name="{escape_attr(name)}">{escape_content(line)}</field>')
     lines.append(f"  <recovery>{RECOVERY}</recovery>")
     if awareness is not None:
         lines.extend(awareness.section_lines(action))
-    lines.append(CLOSING_TAG)
-    return ToolResponse("\n".join(lines), is_error=True, code="VALIDATION_ERROR")
+    lines.append("</validation_error>")
+    facts = (_facts, action, fields)
+    return make_response("\n".join(lines), True, "VALIDATION_ERROR", facts)
+
+
+def _facts(action: str, fields: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The facts of the envelope written of the same fields (``ToolResponse.facts``): each
+    field's line as a detail named by its path, beside ``action`` (which a field of that name
+    does not replace), and all the lines as the message."""
+    shown = [(plain(name), plain(line)) for name, line in fields]
+    details = {"action": plain(action)}
+    for name, line in shown:
+        if name != "action":
+            details[name] = line
+    message = "\n".join(f"{name}: {line}" for name, line in shown) or "Invalid arguments."
+    return {
+        "code": "VALIDATION_ERROR",
+        "severity": "error",
+        "message": message,
+        "recovery": RECOVERY,
+        "details": details,
+    }

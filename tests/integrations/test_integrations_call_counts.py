@@ -1,0 +1,112 @@
+"""A pin for the path most calls take under overload: an adapter refusing a call, from its
+``tools/call`` hook through the guard, the envelope and the result's ``_meta``.
+
+Time on a loaded 2-core machine is noise; the number of Python calls is not. ``sys.setprofile``
+counts every Python function entered in fusion_guard's own modules (the SDKs' result classes,
+OpenTelemetry's span look-up and the stdlib's logger check are counted apart: their versions
+differ between the lowest and the newest dependencies). A change that adds a call or a module to
+this path fails here; one that removes some lowers the pin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import fusion_guard
+from fusion_guard import Guard
+from fusion_guard.wire._meta import META_KEY
+
+PACKAGE = str(Path(fusion_guard.__file__).parent)
+
+#: The refusal of a call at a full tool, the guard's log observer counting it in its open
+#: sampling window (metrics off): the adapter's hook and its tool look-up (3), admit_call and the
+#: ticket (made, tried at once, entered: 5), the slots' refusal (advice, observer and its
+#: sampled log, envelope, exception: 15), the span (2), the result's parts and its _meta from
+#: the envelope's record (6). Was 61 (MCP; 60 FastMCP) with the _meta parsed back from the text
+#: and the output schema looked up on every refusal.
+MCP_REFUSAL_CALLS = 31
+FASTMCP_REFUSAL_CALLS = 31
+#: fusion_guard's modules on that path (each one more file a reader opens to follow it; was 15).
+REFUSAL_MODULES = 13
+
+
+def _profile(answer: Callable[[], Awaitable[Any]], warm: int = 50) -> Counter[str]:
+    """Python calls in fusion_guard's modules per file, made by one await of ``answer()`` after
+    ``warm`` uncounted ones (first calls make the gate, the templates, the observers)."""
+    calls: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(PACKAGE):
+            calls[frame.f_code.co_filename[len(PACKAGE) + 1 :]] += 1
+
+    async def measured() -> None:
+        for _ in range(warm):
+            await answer()
+        sys.setprofile(profile)
+        try:
+            await answer()
+        finally:
+            sys.setprofile(None)
+
+    asyncio.run(measured())
+    return calls
+
+
+def _full_guard() -> Guard:
+    guard = Guard(metrics=False, max_active=1, max_queue=0)
+    guard.concurrency("search").acquire_nowait()  # type: ignore[union-attr]  # one slot, held
+    return guard
+
+
+def test_a_refusal_through_the_mcp_adapter() -> None:
+    import mcp_types
+    from mcp.server.lowlevel import Server
+
+    from fusion_guard.integrations.mcp import install
+
+    async def never(ctx: Any, params: Any) -> Any:
+        raise AssertionError("a refused call never reaches the tool")
+
+    server: Server[Any] = Server("pinned", on_call_tool=never)
+    install(server, _full_guard())
+    entry = server.get_request_handler("tools/call")
+    assert entry is not None
+    params = mcp_types.CallToolRequestParams(name="search", arguments={})
+
+    async def answer() -> Any:
+        result = await entry.handler(None, params)
+        assert result.meta[META_KEY]["code"] == "SERVER_BUSY"
+        return result
+
+    calls = _profile(answer)
+    assert sum(calls.values()) <= MCP_REFUSAL_CALLS, calls
+    assert len(calls) <= REFUSAL_MODULES, calls
+
+
+def test_a_refusal_through_the_fastmcp_middleware() -> None:
+    import mcp_types
+    from fastmcp.server.middleware import MiddlewareContext
+
+    from fusion_guard.integrations.fastmcp import GuardMiddleware
+
+    middleware = GuardMiddleware(_full_guard())
+    context = MiddlewareContext(message=mcp_types.CallToolRequestParams(name="search"))
+
+    async def never(context: Any) -> Any:
+        raise AssertionError("a refused call never reaches the tool")
+
+    async def answer() -> Any:
+        result = await middleware.on_call_tool(context, never)
+        assert result.meta is not None
+        assert result.meta[META_KEY]["code"] == "SERVER_BUSY"
+        return result
+
+    calls = _profile(answer)
+    assert sum(calls.values()) <= FASTMCP_REFUSAL_CALLS, calls
+    assert len(calls) <= REFUSAL_MODULES, calls
