@@ -1,0 +1,245 @@
+"""The retrying call: send, read the answer, and retry a refusal after the server's advice while
+the deadline, the attempts and the server's retry budget allow.
+
+Time is the event loop's (``anyio.current_time``), the clock cancel scopes use: a deadline set
+with ``anyio.fail_after`` around the call is the caller's deadline here too, and the waits run in
+virtual time under a test clock. Waits are plain ``anyio.sleep``: a cancellation ends them at
+once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+import anyio
+
+from ..wire._client import FusionClientError
+from ._advice import RETRYABLE_CODES, refusal_of
+from ._budget import AdaptiveThrottle, RetryBudget, shared_budget
+from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
+
+__all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
+
+R = TypeVar("R")
+
+
+class _Shared:
+    def __repr__(self) -> str:
+        return "SHARED"
+
+
+SHARED: Final = _Shared()
+"""``Retrying(budget=SHARED)`` (the default): the process-wide budget of the ``server``."""
+
+
+class ThrottledLocally(FusionClientError):
+    """Client-side adaptive throttling refused a call before it was sent (code
+    ``THROTTLED_LOCALLY``): the server has been refusing most of what this process sends."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome(Generic[R]):
+    """What a retrying call returned and why: ``result`` is the last answer (a success, an
+    error, or the last refusal), ``stopped`` why it is the last (see ``StopReason``),
+    ``attempts`` how many were sent, ``waited`` the seconds spent waiting between them and
+    ``error`` the envelope of an error ``result`` (None for a success)."""
+
+    result: R
+    stopped: StopReason
+    attempts: int
+    waited: float
+    error: FusionClientError | None
+
+
+def _seconds(name: str, value: float, *, zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>= 0' if zero else '> 0'} seconds, got {value!r}")
+    return float(value)
+
+
+class Retrying:
+    """Retries SERVER_BUSY and RATE_LIMITED refusals after their advice; nothing else.
+
+    - ``server``: the name keying the process-wide retry budget (``shared_budget``) and the
+      observer's labels.
+    - ``max_attempts``: attempts per call, the first included (3: at most 2 retries).
+    - ``budget``: ``SHARED`` (the server's shared budget), a ``RetryBudget`` of your own, or
+      None for no budget beyond ``max_attempts``.
+    - ``throttle``: an optional ``AdaptiveThrottle`` (client-side adaptive throttling).
+    - ``timeout``: seconds a whole call (its attempts and waits) may take; an enclosing
+      ``anyio.fail_after`` deadline counts as well, and ``until`` sets one.
+    - ``max_wait``: the longest advice followed (a refusal advising longer goes back).
+    - ``jitter``: a wait is the advised ``retry_after`` times 1 to 1 + ``jitter`` (never earlier
+      than the advice), so callers told the same time do not return together.
+    - ``backoff``, ``max_backoff``: for a refusal without advice, a wait drawn uniformly from 0
+      to ``backoff`` x 2^(retry - 1), at most ``max_backoff`` ("full jitter").
+    - ``observer``: a ``ClientObserver``; ``rng``: the jitter's random source (seed it in tests).
+    """
+
+    __slots__ = (
+        "_backoff",
+        "_budget",
+        "_deadline",
+        "_jitter",
+        "_max_attempts",
+        "_max_backoff",
+        "_max_wait",
+        "_observer",
+        "_random",
+        "_throttle",
+        "_timeout",
+        "server",
+    )
+
+    def __init__(
+        self,
+        *,
+        server: str = "default",
+        max_attempts: int = 3,
+        budget: RetryBudget | _Shared | None = SHARED,
+        throttle: AdaptiveThrottle | None = None,
+        timeout: float | None = None,
+        max_wait: float = 30.0,
+        jitter: float = 0.2,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        observer: ClientObserver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not isinstance(server, str) or not server:
+            raise ValueError(f"server must be a non-empty str naming the server, got {server!r}")
+        self.server = server
+        self._max_attempts = max_attempts
+        self._budget = shared_budget(server) if isinstance(budget, _Shared) else budget
+        self._throttle = throttle
+        self._timeout = None if timeout is None else _seconds("timeout", timeout)
+        self._max_wait = _seconds("max_wait", max_wait, zero=True)
+        self._jitter = _seconds("jitter", jitter, zero=True)
+        self._backoff = _seconds("backoff", backoff, zero=True)
+        self._max_backoff = _seconds("max_backoff", max_backoff, zero=True)
+        self._observer = observer
+        self._random = rng or random.Random()
+        self._deadline = math.inf
+
+    @property
+    def budget(self) -> RetryBudget | None:
+        """The retry budget in use (None: only ``max_attempts`` bounds retries)."""
+        return self._budget
+
+    def until(self, deadline: float) -> Retrying:
+        """A copy whose calls end by ``deadline`` (``anyio.current_time()`` seconds), which must
+        be in the future; ``ValueError`` otherwise."""
+        now = anyio.current_time()
+        if not deadline > now:
+            raise ValueError(
+                f"deadline {deadline!r} is not in the future (now {now!r}): nothing could be sent"
+            )
+        copy = object.__new__(Retrying)
+        for name in Retrying.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy._deadline = deadline
+        return copy
+
+    async def call(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+        """``await fn(*args, **kwargs)``, retried on refusals; the last answer. ``fn`` must
+        return an MCP tool result (``TypeError`` otherwise); what it raises is never retried."""
+        return (await self.run(fn, *args, **kwargs)).result
+
+    async def run(
+        self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any
+    ) -> CallOutcome[R]:
+        """As ``call``, with the reason the answer is the last (a ``CallOutcome``)."""
+
+        async def send(_attempt: int, _remaining: float | None) -> R:
+            return await fn(*args, **kwargs)
+
+        return await self.attempts(send, tool=getattr(fn, "__name__", "call"))
+
+    async def attempts(
+        self,
+        send: Callable[[int, float | None], Awaitable[R]],
+        *,
+        tool: str,
+        read_timeout: float | None = None,
+    ) -> CallOutcome[R]:
+        """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
+        most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
+        session's, a bound on the whole call like ``timeout``."""
+        start = anyio.current_time()
+        deadline = self._deadline
+        bound: StopReason = "deadline"
+        if self._timeout is not None:
+            deadline = min(deadline, start + self._timeout)
+        deadline = min(deadline, anyio.current_effective_deadline())
+        if read_timeout is not None and start + read_timeout < deadline:
+            deadline, bound = start + read_timeout, "read_timeout"
+        budget, throttle, observer = self._budget, self._throttle, self._observer
+        if throttle is not None and not throttle.admit():
+            raise ThrottledLocally(
+                "THROTTLED_LOCALLY",
+                f"not sent: {self.server!r} has been refusing most calls from this process",
+            )
+        attempt, waited = 1, 0.0
+        while True:
+            if observer is not None:
+                notify(observer, "attempted", self.server, tool, attempt)
+            if budget is not None:
+                budget.sent(retry=attempt > 1)
+            remaining = None if deadline == math.inf else deadline - anyio.current_time()
+            result = await send(attempt, remaining)
+            error = refusal_of(result)
+            refused = error is not None and error.code in RETRYABLE_CODES
+            if budget is not None:
+                budget.answered(refused=refused)
+            if not refused:
+                if throttle is not None:
+                    throttle.accepted()
+                return CallOutcome(
+                    result, "ok" if error is None else "error", attempt, waited, error
+                )
+            assert error is not None  # refused implies an envelope
+            stop = self._stop(error, attempt, deadline, bound)
+            if isinstance(stop, str):
+                if observer is not None:
+                    notify(observer, "gave_up", self.server, tool, stop, attempt)
+                log_gave_up(self.server, tool, stop, attempt, error.code)
+                return CallOutcome(result, stop, attempt, waited, error)
+            if observer is not None:
+                notify(observer, "retrying", self.server, tool, error.code, stop)
+            log_retry(self.server, tool, attempt, error.code, stop)
+            await anyio.sleep(stop)
+            waited += stop
+            attempt += 1
+
+    def _stop(
+        self, error: FusionClientError, attempt: int, deadline: float, bound: StopReason
+    ) -> StopReason | float:
+        """Why the refusal goes back now, or the seconds to wait before retrying it. The checks
+        that cost the server nothing come first; the budget is drawn on only for a retry that
+        will be sent."""
+        if attempt >= self._max_attempts:
+            return "attempts"
+        wait = self._wait(error.retry_after, attempt)
+        if wait > self._max_wait:
+            return "advice_too_long"
+        if anyio.current_time() + wait >= deadline:
+            return bound
+        if self._budget is not None and not self._budget.withdraw():
+            return "budget"
+        if self._throttle is not None and not self._throttle.admit():
+            return "throttled"
+        return wait
+
+    def _wait(self, advice: float | None, retry: int) -> float:
+        if advice is not None:
+            return advice * (1 + self._jitter * self._random.random())
+        ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
+        return ceiling * self._random.random()

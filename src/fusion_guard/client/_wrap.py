@@ -1,0 +1,200 @@
+"""``wrap``: a client session of either SDK whose ``call_tool`` retries refusals.
+
+Neither SDK is imported to wrap one: the session in hand is recognised by its class's module,
+and FastMCP's ``ToolError`` is imported only when a wrapped FastMCP call must raise one. Every
+other attribute is the wrapped session's own, so the wrapper stands in for it.
+
+Each attempt carries its number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (1 for the
+first), beside whatever ``meta`` the caller gives.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ._budget import AdaptiveThrottle, RetryBudget
+from ._observe import ClientObserver
+from ._retrying import SHARED, CallOutcome, Retrying, _Shared
+
+__all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
+
+ATTEMPT_META_KEY = "fusion-guard/attempt"
+"""The request ``_meta`` key of the attempt number (1 for the first, 2 for the first retry)."""
+
+
+def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
+    return {**(meta or {}), ATTEMPT_META_KEY: attempt}
+
+
+def _server_name(target: object) -> str:
+    """The name the server gave itself at initialisation (all three clients expose it as
+    ``server_info``), or one name per wrapped object when it is not known yet."""
+    try:
+        info = getattr(target, "server_info", None)
+    except Exception:  # a client not connected yet may raise here rather than answer None
+        info = None
+    name = getattr(info, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return f"{type(target).__name__}@{id(target):x}"
+
+
+def _seconds_of(timeout: datetime.timedelta | float | None) -> float | None:
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return timeout
+
+
+class _Wrapper:
+    __slots__ = ("retrying", "wrapped")
+
+    def __init__(self, wrapped: Any, retrying: Retrying) -> None:
+        self.wrapped = wrapped
+        self.retrying = retrying
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.wrapped!r}, server={self.retrying.server!r})"
+
+
+class RetryingSession(_Wrapper):
+    """The MCP SDK's ``ClientSession`` or ``Client`` with a retrying ``call_tool`` (same
+    signature, same result). ``call_tool_outcome`` also says why the answer is the last."""
+
+    __slots__ = ()
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        progress_callback: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        outcome = await self.call_tool_outcome(
+            name, arguments, read_timeout_seconds, progress_callback, **kwargs
+        )
+        return outcome.result
+
+    async def call_tool_outcome(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        progress_callback: Any = None,
+        *,
+        meta: Any = None,
+        **kwargs: Any,
+    ) -> CallOutcome[Any]:
+        """``call_tool``'s answer in a ``CallOutcome``."""
+        call = self.wrapped.call_tool
+
+        async def send(attempt: int, remaining: float | None) -> Any:
+            return await call(
+                name,
+                arguments,
+                read_timeout_seconds=read_timeout_seconds if remaining is None else remaining,
+                progress_callback=progress_callback,
+                meta=_with_attempt(meta, attempt),
+                **kwargs,
+            )
+
+        timeout = read_timeout_seconds
+        if timeout is None:  # the session's own: public on Client, private on ClientSession
+            timeout = getattr(self.wrapped, "read_timeout_seconds", None)
+            if timeout is None:
+                timeout = getattr(self.wrapped, "_session_read_timeout_seconds", None)
+        return await self.retrying.attempts(send, tool=name, read_timeout=timeout)
+
+
+class RetryingFastMCPClient(_Wrapper):
+    """FastMCP's ``Client`` with a retrying ``call_tool`` (same signature, same result; a final
+    error raises FastMCP's ``ToolError`` when ``raise_on_error``, as FastMCP does).
+    ``call_tool_outcome`` never raises on an error result and says why the answer is the
+    last; its ``result`` is FastMCP's parsed ``CallToolResult``."""
+
+    __slots__ = ()
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: datetime.timedelta | float | None = None,  # noqa: ASYNC109  # FastMCP's own
+        raise_on_error: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        outcome = await self.call_tool_outcome(name, arguments, timeout=timeout, **kwargs)
+        result = outcome.result
+        if raise_on_error and result.is_error:
+            from fastmcp.exceptions import ToolError
+
+            content = result.content
+            text = getattr(content[0], "text", None) if content else None
+            raise ToolError(text if isinstance(text, str) else f"Tool '{name}' returned an error")
+        return result
+
+    async def call_tool_outcome(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: datetime.timedelta | float | None = None,  # noqa: ASYNC109  # FastMCP's own
+        meta: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> CallOutcome[Any]:
+        """``call_tool``'s answer in a ``CallOutcome`` (an error result is not raised)."""
+        call = self.wrapped.call_tool
+        per_call = _seconds_of(timeout)
+
+        async def send(attempt: int, remaining: float | None) -> Any:
+            return await call(
+                name,
+                arguments,
+                timeout=per_call if remaining is None else remaining,
+                raise_on_error=False,
+                meta=_with_attempt(meta, attempt),
+                **kwargs,
+            )
+
+        if per_call is None:  # the client's own (FastMCP keeps it with the session's options)
+            per_call = getattr(self.wrapped, "_session_kwargs", {}).get("read_timeout_seconds")
+        return await self.retrying.attempts(send, tool=name, read_timeout=per_call)
+
+
+def wrap(
+    session_or_client: Any,
+    *,
+    server: str | None = None,
+    max_attempts: int = 3,
+    budget: RetryBudget | _Shared | None = SHARED,
+    throttle: AdaptiveThrottle | None = None,
+    timeout: float | None = None,
+    max_wait: float = 30.0,
+    observer: ClientObserver | None = None,
+) -> Any:
+    """``session_or_client`` (the MCP SDK's ``ClientSession`` or ``Client``, or FastMCP's
+    ``Client``) with a ``call_tool`` that retries SERVER_BUSY and RATE_LIMITED refusals after
+    their advice; see ``Retrying`` for the options. ``server`` keys the shared retry budget:
+    by default the name the server gave at initialisation (wrap a connected session to share
+    it), else a budget of the wrapped object's own."""
+    if not callable(getattr(session_or_client, "call_tool", None)):
+        raise TypeError(
+            "wrap expects an MCP ClientSession or Client, or a FastMCP Client (something with"
+            f" call_tool), got {type(session_or_client).__name__}"
+        )
+    retrying = Retrying(
+        server=server or _server_name(session_or_client),
+        max_attempts=max_attempts,
+        budget=budget,
+        throttle=throttle,
+        timeout=timeout,
+        max_wait=max_wait,
+        observer=observer,
+    )
+    if type(session_or_client).__module__.partition(".")[0] == "fastmcp":
+        return RetryingFastMCPClient(session_or_client, retrying)
+    return RetryingSession(session_or_client, retrying)
