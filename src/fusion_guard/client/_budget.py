@@ -217,10 +217,16 @@ class AdaptiveThrottle:
         self._accepts.add(self._clock())
 
 
-def default_budget() -> TokenBucket:
-    """The budget a server gets unless told otherwise: a gRPC-style token bucket, chosen by
-    measurement (``benchmarks/retry_budget.py``; see docs/client.md)."""
-    return TokenBucket()
+def default_budget(clock: Clock = time.monotonic) -> RatioBudget:
+    """The budget a server gets unless told otherwise, chosen by measurement
+    (``benchmarks/retry_budget.py``, docs/client.md): retries within 15 % of the first attempts
+    of the last 30 s, plus 3 (0.1 a second) so a quiet client may still retry.
+
+    A ratio scales with the process's own traffic, so the fleet's retries stay within 15 % of
+    its load however many processes share it (a token bucket's fixed size, or Finagle's floor
+    of 10 a second in every process, does not); the 30 s of deposits let a 1 s blip's refusals
+    all be retried."""
+    return RatioBudget(0.15, min_per_second=0.1, window=30.0, clock=clock)
 
 
 _shared: dict[str, RetryBudget] = {}

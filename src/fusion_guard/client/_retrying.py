@@ -68,15 +68,17 @@ class Retrying:
 
     - ``server``: the name keying the process-wide retry budget (``shared_budget``) and the
       observer's labels.
-    - ``max_attempts``: attempts per call, the first included (3: at most 2 retries).
+    - ``max_attempts``: attempts per call, the first included (5, as gRPC's cap: the budget,
+      not this, is what bounds the load retries add).
     - ``budget``: ``SHARED`` (the server's shared budget), a ``RetryBudget`` of your own, or
       None for no budget beyond ``max_attempts``.
     - ``throttle``: an optional ``AdaptiveThrottle`` (client-side adaptive throttling).
     - ``timeout``: seconds a whole call (its attempts and waits) may take; an enclosing
       ``anyio.fail_after`` deadline counts as well, and ``until`` sets one.
     - ``max_wait``: the longest advice followed (a refusal advising longer goes back).
-    - ``jitter``: a wait is the advised ``retry_after`` times 1 to 1 + ``jitter`` (never earlier
-      than the advice), so callers told the same time do not return together.
+    - ``jitter``: a wait is the advised ``retry_after`` plus up to ``jitter`` x that (never
+      earlier than the advice), so callers told the same time do not return together; for a
+      RATE_LIMITED refusal, at most one emission interval of its limit (see ``_spread``).
     - ``backoff``, ``max_backoff``: for a refusal without advice, a wait drawn uniformly from 0
       to ``backoff`` x 2^(retry - 1), at most ``max_backoff`` ("full jitter").
     - ``observer``: a ``ClientObserver``; ``rng``: the jitter's random source (seed it in tests).
@@ -101,7 +103,7 @@ class Retrying:
         self,
         *,
         server: str = "default",
-        max_attempts: int = 3,
+        max_attempts: int = 5,
         budget: RetryBudget | _Shared | None = SHARED,
         throttle: AdaptiveThrottle | None = None,
         timeout: float | None = None,
@@ -227,7 +229,7 @@ class Retrying:
         will be sent."""
         if attempt >= self._max_attempts:
             return "attempts"
-        wait = self._wait(error.retry_after, attempt)
+        wait = self._wait(error, attempt)
         if wait > self._max_wait:
             return "advice_too_long"
         if anyio.current_time() + wait >= deadline:
@@ -238,8 +240,24 @@ class Retrying:
             return "throttled"
         return wait
 
-    def _wait(self, advice: float | None, retry: int) -> float:
-        if advice is not None:
-            return advice * (1 + self._jitter * self._random.random())
-        ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
-        return ceiling * self._random.random()
+    def _wait(self, error: FusionClientError, retry: int) -> float:
+        advice = error.retry_after
+        if advice is None:
+            ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
+            return ceiling * self._random.random()
+        return advice + self._random.random() * _spread(error, advice * self._jitter)
+
+
+def _spread(error: FusionClientError, default: float) -> float:
+    """How far after the advice a retry may land. A rate limit tells the callers it refuses
+    successive openings one emission interval (``period_seconds / limit``) apart: a retry
+    anywhere within its own interval keeps its place, so the retries reach the limit as evenly
+    as it admits them. Other advice is spread over ``jitter`` x the advice."""
+    if error.code == "RATE_LIMITED":
+        try:
+            interval = float(error.details["period_seconds"]) / float(error.details["limit"])
+        except (KeyError, ValueError, ZeroDivisionError):
+            return default
+        if 0 < interval < math.inf:
+            return min(interval, default)
+    return default

@@ -169,7 +169,7 @@ def wrap(
     session_or_client: Any,
     *,
     server: str | None = None,
-    max_attempts: int = 3,
+    max_attempts: int = 5,
     budget: RetryBudget | _Shared | None = SHARED,
     throttle: AdaptiveThrottle | None = None,
     timeout: float | None = None,
