@@ -12,7 +12,6 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 from scripted_server import Script, refusal, success
-from virtual_time import virtual_time_backends
 
 from fusion_guard import ToolResponse, tool_error
 from fusion_guard.client import (
@@ -26,6 +25,7 @@ from fusion_guard.client import (
     TokenBucket,
     shared_budget,
 )
+from virtual_time import virtual_time_backends
 
 anyio_backend = virtual_time_backends()
 
@@ -262,7 +262,9 @@ class Recorder:
 
 
 @pytest.mark.anyio
-async def test_the_observer_and_the_logs_hear_of_each_step(caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_observer_and_the_logs_hear_of_each_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     recorder = Recorder()
     observer: ClientObserver = recorder
     script = Script(refusal("RATE_LIMITED", 0.5))
