@@ -50,7 +50,8 @@ def mcp_app() -> MCPServer[Any]:
 
     @app.tool()
     async def attempt(ctx: Context) -> str:
-        """Answers with the attempt number the client sent in the request's _meta."""
+        """Answers with the attempt number the client sent in the request's _meta (None: a
+        first attempt, sent as the caller made it)."""
         meta = ctx.request_context.meta or {}
         return str(meta.get(ATTEMPT_META_KEY))
 
@@ -76,7 +77,7 @@ async def test_the_mcp_sdk_client_retries_a_refusal_after_its_advice(target: str
         start = anyio.current_time()
         first = await session.call_tool("attempt", {})
         outcome = await session.call_tool_outcome("attempt", {})
-        assert (text(first), text(outcome.result)) == ("1", "2")
+        assert (text(first), text(outcome.result)) == ("None", "2")  # a first attempt: no key
         assert (outcome.stopped, outcome.attempts) == ("ok", 2)
         assert 0.5 <= anyio.current_time() - start <= 0.5 * 1.2
         assert await session.list_tools()  # everything else is the session's own
@@ -130,7 +131,7 @@ async def test_the_fastmcp_client_retries_a_refusal_and_raises_as_fastmcp_does()
         assert session.retrying.server == "billing"
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-        assert (first.data, second.data) == ("1", "2")
+        assert (first.data, second.data) == ("None", "2")
         with pytest.raises(ToolError, match="CONFLICT"):
             await session.call_tool("conflict", {})
         outcome = await session.call_tool_outcome("conflict", {})

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..wire._client import FusionClientError, raise_for_tool_error
-from ..wire._response import ToolResponse
 
 __all__ = ["RETRYABLE_CODES", "refusal_of"]
 
@@ -21,16 +20,15 @@ other error (a tool's failure, invalid arguments, a timeout) would fail the same
 
 def _is_error(result: object) -> bool:
     """The result's ``isError`` flag; ``TypeError`` when ``result`` is no MCP tool result."""
-    if isinstance(result, ToolResponse):
-        return result.is_error
+    # The SDKs' results and ToolResponse first: one attribute read on the path of every call.
+    flag = getattr(result, "is_error", None)
+    if flag is not None and hasattr(result, "content"):
+        return bool(flag)
     if isinstance(result, Mapping):
         if "content" in result:
             return bool(result.get("isError", False))
     elif hasattr(result, "content"):
-        flag = getattr(result, "is_error", None)
-        if flag is None:
-            flag = getattr(result, "isError", False)
-        return bool(flag)
+        return bool(getattr(result, "isError", False))
     raise TypeError(
         f"expected an MCP tool result (CallToolResult, a dict with 'content', or a ToolResponse),"
         f" got {type(result).__name__}"

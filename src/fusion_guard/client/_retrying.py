@@ -22,7 +22,7 @@ from ._advice import RETRYABLE_CODES, refusal_of
 from ._budget import AdaptiveThrottle, RetryBudget, shared_budget
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
 
-__all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
+__all__ = ["SHARED", "Call", "CallOutcome", "Retrying", "ThrottledLocally"]
 
 R = TypeVar("R")
 
@@ -41,7 +41,7 @@ class ThrottledLocally(FusionClientError):
     ``THROTTLED_LOCALLY``): the server has been refusing most of what this process sends."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallOutcome(Generic[R]):
     """What a retrying call returned and why: ``result`` is the last answer (a success, an
     error, or the last refusal), ``stopped`` why it is the last (see ``StopReason``),
@@ -53,6 +53,27 @@ class CallOutcome(Generic[R]):
     attempts: int
     waited: float
     error: FusionClientError | None
+
+
+def _final(result: R, attempts: int, waited: float) -> CallOutcome[R]:
+    """The outcome of a call whose last answer is no refusal (read again: only an error's
+    envelope is parsed twice, and only when an outcome is asked for)."""
+    error = refusal_of(result)
+    return CallOutcome(result, "ok" if error is None else "error", attempts, waited, error)
+
+
+class Call:
+    """One logical call in progress: its bounds and its last answer (see ``Retrying.begin``)."""
+
+    __slots__ = ("attempt", "bound", "deadline", "error", "remaining", "tool")
+
+    def __init__(self, tool: str, deadline: float) -> None:
+        self.tool = tool
+        self.attempt = 1
+        self.deadline = deadline  # the call's own bounds (timeout, until, the read timeout)
+        self.bound: StopReason = "deadline"  # which of them is ``deadline``
+        self.remaining: float | None = None  # seconds left for the attempt being sent
+        self.error: FusionClientError | None = None  # the last refusal's envelope
 
 
 def _seconds(name: str, value: float, *, zero: bool = False) -> float:
@@ -93,6 +114,7 @@ class Retrying:
         "_max_backoff",
         "_max_wait",
         "_observer",
+        "_plain",
         "_random",
         "_throttle",
         "_timeout",
@@ -130,6 +152,7 @@ class Retrying:
         self._observer = observer
         self._random = rng or random.Random()
         self._deadline = math.inf
+        self._plain = throttle is None and observer is None and self._timeout is None
 
     @property
     def budget(self) -> RetryBudget | None:
@@ -148,6 +171,7 @@ class Retrying:
         for name in Retrying.__slots__:
             setattr(copy, name, getattr(self, name))
         copy._deadline = deadline
+        copy._plain = False
         return copy
 
     async def call(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
@@ -175,51 +199,98 @@ class Retrying:
         """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
         most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
         session's, a bound on the whole call like ``timeout``."""
-        start = anyio.current_time()
-        deadline = self._deadline
-        bound: StopReason = "deadline"
-        if self._timeout is not None:
-            deadline = min(deadline, start + self._timeout)
-        deadline = min(deadline, anyio.current_effective_deadline())
-        if read_timeout is not None and start + read_timeout < deadline:
-            deadline, bound = start + read_timeout, "read_timeout"
-        budget, throttle, observer = self._budget, self._throttle, self._observer
+        call = self.begin(tool, read_timeout)
+        result = await send(1, None if call is None else call.remaining)
+        refused = self.settle(call, result, tool)
+        if refused is None:
+            return _final(result, 1, 0.0)
+        return await self.resume(refused, result, send)
+
+    def begin(self, tool: str, read_timeout: float | None) -> Call | None:
+        """A call about to make its first attempt: its state, or None when there is nothing to
+        remember (no bound, throttle or observer); ``ThrottledLocally`` when client-side
+        throttling holds it back. The wrappers make that attempt themselves, as the caller
+        would have, then ``settle`` it and, for a refusal, ``resume``: a call that succeeds at
+        once runs through no coroutine of this class."""
+        if self._plain and read_timeout is None:
+            if self._budget is not None:
+                self._budget.sent(retry=False)
+            return None
+        throttle = self._throttle
         if throttle is not None and not throttle.admit():
             raise ThrottledLocally(
                 "THROTTLED_LOCALLY",
                 f"not sent: {self.server!r} has been refusing most calls from this process",
             )
-        attempt, waited = 1, 0.0
+        call = Call(tool, self._deadline)
+        # The clock is read only when a bound of the call's own needs its start (an enclosing
+        # cancel scope's deadline is absolute, and read on the first refusal).
+        if self._timeout is not None or read_timeout is not None or call.deadline != math.inf:
+            start = anyio.current_time()
+            if self._timeout is not None:
+                call.deadline = min(call.deadline, start + self._timeout)
+            if read_timeout is not None and start + read_timeout < call.deadline:
+                call.deadline, call.bound = start + read_timeout, "read_timeout"
+            call.remaining = call.deadline - start
+        self._sent(call)
+        return call
+
+    def _sent(self, call: Call) -> None:
+        if self._observer is not None:
+            notify(self._observer, "attempted", self.server, call.tool, call.attempt)
+        if self._budget is not None:
+            self._budget.sent(retry=call.attempt > 1)
+
+    def settle(self, call: Call | None, result: object, tool: str) -> Call | None:
+        """Read an attempt's answer: None when it is the last (a success, or an error that is
+        no refusal), else the call to ``resume``."""
+        error = refusal_of(result)
+        final = error is None or error.code not in RETRYABLE_CODES
+        if self._budget is not None:
+            self._budget.answered(refused=not final)
+        if final:
+            if self._throttle is not None:
+                self._throttle.accepted()
+            return None
+        if call is None:
+            call = Call(tool, math.inf)
+        call.error = error
+        return call
+
+    async def resume(
+        self, call: Call, result: R, send: Callable[[int, float | None], Awaitable[R]]
+    ) -> CallOutcome[R]:
+        """Retry ``call``, refused with ``result``, while the advice, the deadline, the attempts
+        and the budget allow."""
+        # The caller's own cancel scopes bound the waits too; the attempts are bounded by them
+        # already, so ``remaining`` stays the call's own bounds.
+        enclosing = anyio.current_effective_deadline()
+        waits_until, why = call.deadline, call.bound
+        if enclosing < waits_until:
+            waits_until, why = enclosing, "deadline"
+        waited = 0.0
+        observer = self._observer
         while True:
-            if observer is not None:
-                notify(observer, "attempted", self.server, tool, attempt)
-            if budget is not None:
-                budget.sent(retry=attempt > 1)
-            remaining = None if deadline == math.inf else deadline - anyio.current_time()
-            result = await send(attempt, remaining)
-            error = refusal_of(result)
-            refused = error is not None and error.code in RETRYABLE_CODES
-            if budget is not None:
-                budget.answered(refused=refused)
-            if not refused:
-                if throttle is not None:
-                    throttle.accepted()
-                return CallOutcome(
-                    result, "ok" if error is None else "error", attempt, waited, error
-                )
-            assert error is not None  # refused implies an envelope
-            stop = self._stop(error, attempt, deadline, bound)
+            error = call.error
+            assert error is not None  # settle keeps the refusal's envelope
+            stop = self._stop(error, call.attempt, waits_until, why)
             if isinstance(stop, str):
                 if observer is not None:
-                    notify(observer, "gave_up", self.server, tool, stop, attempt)
-                log_gave_up(self.server, tool, stop, attempt, error.code)
-                return CallOutcome(result, stop, attempt, waited, error)
+                    notify(observer, "gave_up", self.server, call.tool, stop, call.attempt)
+                log_gave_up(self.server, call.tool, stop, call.attempt, error.code)
+                return CallOutcome(result, stop, call.attempt, waited, error)
             if observer is not None:
-                notify(observer, "retrying", self.server, tool, error.code, stop)
-            log_retry(self.server, tool, attempt, error.code, stop)
+                notify(observer, "retrying", self.server, call.tool, error.code, stop)
+            log_retry(self.server, call.tool, call.attempt, error.code, stop)
             await anyio.sleep(stop)
             waited += stop
-            attempt += 1
+            call.attempt += 1
+            if call.deadline != math.inf:
+                call.remaining = call.deadline - anyio.current_time()
+            self._sent(call)
+            result = await send(call.attempt, call.remaining)
+            if self.settle(call, result, call.tool) is None:
+                return _final(result, call.attempt, waited)
 
     def _stop(
         self, error: FusionClientError, attempt: int, deadline: float, bound: StopReason

@@ -4,13 +4,15 @@ Neither SDK is imported to wrap one: the session in hand is recognised by its cl
 and FastMCP's ``ToolError`` is imported only when a wrapped FastMCP call must raise one. Every
 other attribute is the wrapped session's own, so the wrapper stands in for it.
 
-Each attempt carries its number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (1 for the
-first), beside whatever ``meta`` the caller gives.
+Each retry carries its attempt number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (2 for
+the first retry), beside whatever ``meta`` the caller gives; a first attempt is sent as the
+caller made it, so the key's absence means a first attempt.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._budget import AdaptiveThrottle, RetryBudget
@@ -20,10 +22,15 @@ from ._retrying import SHARED, CallOutcome, Retrying, _Shared
 __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
 
 ATTEMPT_META_KEY = "fusion-guard/attempt"
-"""The request ``_meta`` key of the attempt number (1 for the first, 2 for the first retry)."""
+"""The request ``_meta`` key of a retry's attempt number (2 for the first retry; a first attempt
+does not carry it)."""
 
 
-def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
+def _with_attempt(meta: Any, attempt: int) -> Any:
+    """The caller's ``meta`` with the attempt number; the first attempt's is left as it was
+    (the key's absence means a first attempt: the call that succeeds sends nothing more)."""
+    if attempt == 1:
+        return meta
     return {**(meta or {}), ATTEMPT_META_KEY: attempt}
 
 
@@ -47,11 +54,16 @@ def _seconds_of(timeout: datetime.timedelta | float | None) -> float | None:
 
 
 class _Wrapper:
-    __slots__ = ("retrying", "wrapped")
+    __slots__ = ("_session_timeout", "retrying", "wrapped")
 
     def __init__(self, wrapped: Any, retrying: Retrying) -> None:
         self.wrapped = wrapped
         self.retrying = retrying
+        # Read once: a session's read timeout is set when it is made.
+        self._session_timeout = self._own_timeout()
+
+    def _own_timeout(self) -> float | None:
+        raise NotImplementedError
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
@@ -72,12 +84,24 @@ class RetryingSession(_Wrapper):
         arguments: dict[str, Any] | None = None,
         read_timeout_seconds: float | None = None,
         progress_callback: Any = None,
+        *,
+        meta: Any = None,
         **kwargs: Any,
     ) -> Any:
-        outcome = await self.call_tool_outcome(
-            name, arguments, read_timeout_seconds, progress_callback, **kwargs
+        # The first attempt is the caller's call as it was; the retry loop starts only after
+        # a refusal (a call that succeeds pays a few attribute reads, no coroutine of its own).
+        retrying = self.retrying
+        bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
+        call = retrying.begin(name, bound)
+        timeout = read_timeout_seconds if call is None or call.remaining is None else call.remaining
+        result = await self.wrapped.call_tool(
+            name, arguments, timeout, progress_callback, meta=meta, **kwargs
         )
-        return outcome.result
+        refused = retrying.settle(call, result, name)
+        if refused is None:
+            return result
+        send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
+        return (await retrying.resume(refused, result, send)).result
 
     async def call_tool_outcome(
         self,
@@ -90,24 +114,39 @@ class RetryingSession(_Wrapper):
         **kwargs: Any,
     ) -> CallOutcome[Any]:
         """``call_tool``'s answer in a ``CallOutcome``."""
-        call = self.wrapped.call_tool
+        send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
+        bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
+        return await self.retrying.attempts(send, tool=name, read_timeout=bound)
+
+    def _own_timeout(self) -> float | None:
+        # Public on Client, private on ClientSession.
+        timeout = getattr(self.wrapped, "read_timeout_seconds", None)
+        if timeout is None:
+            timeout = getattr(self.wrapped, "_session_read_timeout_seconds", None)
+        return timeout
+
+    def _sender(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        read_timeout_seconds: float | None,
+        progress_callback: Any,
+        meta: Any,
+        kwargs: dict[str, Any],
+    ) -> Callable[[int, float | None], Awaitable[Any]]:
+        call_tool = self.wrapped.call_tool
 
         async def send(attempt: int, remaining: float | None) -> Any:
-            return await call(
+            return await call_tool(
                 name,
                 arguments,
-                read_timeout_seconds=read_timeout_seconds if remaining is None else remaining,
-                progress_callback=progress_callback,
+                read_timeout_seconds if remaining is None else remaining,
+                progress_callback,
                 meta=_with_attempt(meta, attempt),
                 **kwargs,
             )
 
-        timeout = read_timeout_seconds
-        if timeout is None:  # the session's own: public on Client, private on ClientSession
-            timeout = getattr(self.wrapped, "read_timeout_seconds", None)
-            if timeout is None:
-                timeout = getattr(self.wrapped, "_session_read_timeout_seconds", None)
-        return await self.retrying.attempts(send, tool=name, read_timeout=timeout)
+        return send
 
 
 class RetryingFastMCPClient(_Wrapper):
@@ -125,10 +164,24 @@ class RetryingFastMCPClient(_Wrapper):
         *,
         timeout: datetime.timedelta | float | None = None,  # noqa: ASYNC109  # FastMCP's own
         raise_on_error: bool = True,
+        meta: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        outcome = await self.call_tool_outcome(name, arguments, timeout=timeout, **kwargs)
-        result = outcome.result
+        retrying = self.retrying
+        per_call = _seconds_of(timeout)
+        call = retrying.begin(name, self._session_timeout if per_call is None else per_call)
+        result = await self.wrapped.call_tool(
+            name,
+            arguments,
+            timeout=timeout if call is None or call.remaining is None else call.remaining,
+            raise_on_error=False,
+            meta=meta,
+            **kwargs,
+        )
+        refused = retrying.settle(call, result, name)
+        if refused is not None:
+            send = self._sender(name, arguments, per_call, meta, kwargs)
+            result = (await retrying.resume(refused, result, send)).result
         if raise_on_error and result.is_error:
             from fastmcp.exceptions import ToolError
 
@@ -147,11 +200,28 @@ class RetryingFastMCPClient(_Wrapper):
         **kwargs: Any,
     ) -> CallOutcome[Any]:
         """``call_tool``'s answer in a ``CallOutcome`` (an error result is not raised)."""
-        call = self.wrapped.call_tool
         per_call = _seconds_of(timeout)
+        send = self._sender(name, arguments, per_call, meta, kwargs)
+        bound = self._session_timeout if per_call is None else per_call
+        return await self.retrying.attempts(send, tool=name, read_timeout=bound)
+
+    def _own_timeout(self) -> float | None:
+        # The client's own, kept by FastMCP with the session's options.
+        options = getattr(self.wrapped, "_session_kwargs", None)
+        return options.get("read_timeout_seconds") if isinstance(options, dict) else None
+
+    def _sender(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        per_call: float | None,
+        meta: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> Callable[[int, float | None], Awaitable[Any]]:
+        call_tool = self.wrapped.call_tool
 
         async def send(attempt: int, remaining: float | None) -> Any:
-            return await call(
+            return await call_tool(
                 name,
                 arguments,
                 timeout=per_call if remaining is None else remaining,
@@ -160,9 +230,7 @@ class RetryingFastMCPClient(_Wrapper):
                 **kwargs,
             )
 
-        if per_call is None:  # the client's own (FastMCP keeps it with the session's options)
-            per_call = getattr(self.wrapped, "_session_kwargs", {}).get("read_timeout_seconds")
-        return await self.retrying.attempts(send, tool=name, read_timeout=per_call)
+        return send
 
 
 def wrap(
