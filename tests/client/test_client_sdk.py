@@ -93,9 +93,10 @@ async def test_the_mcp_sdk_client_does_not_retry_other_errors() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_sessions_read_timeout_bounds_the_wait() -> None:
+@pytest.mark.parametrize("target", ["Client", "ClientSession"])
+async def test_the_sessions_read_timeout_bounds_the_wait(target: str) -> None:
     async with Client(mcp_app(), read_timeout_seconds=0.3) as client:
-        session = wrap(client)
+        session = wrap(client if target == "Client" else client.session)
         await session.call_tool("attempt", {})
         start = anyio.current_time()
         outcome = await session.call_tool_outcome("attempt", {})

@@ -22,7 +22,7 @@ from ._advice import RETRYABLE_CODES, refusal_of
 from ._budget import AdaptiveThrottle, RetryBudget, shared_budget
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
 
-__all__ = ["SHARED", "Call", "CallOutcome", "Retrying", "ThrottledLocally"]
+__all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
 
 R = TypeVar("R")
 
@@ -62,8 +62,8 @@ def _final(result: R, attempts: int, waited: float) -> CallOutcome[R]:
     return CallOutcome(result, "ok" if error is None else "error", attempts, waited, error)
 
 
-class Call:
-    """One logical call in progress: its bounds and its last answer (see ``Retrying.begin``)."""
+class _Call:
+    """One logical call in progress: its bounds and its last answer (see ``Retrying._begin``)."""
 
     __slots__ = ("attempt", "bound", "deadline", "error", "remaining", "tool")
 
@@ -199,18 +199,18 @@ class Retrying:
         """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
         most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
         session's, a bound on the whole call like ``timeout``."""
-        call = self.begin(tool, read_timeout)
+        call = self._begin(tool, read_timeout)
         result = await send(1, None if call is None else call.remaining)
-        refused = self.settle(call, result, tool)
+        refused = self._settle(call, result, tool)
         if refused is None:
             return _final(result, 1, 0.0)
-        return await self.resume(refused, result, send)
+        return await self._resume(refused, result, send)
 
-    def begin(self, tool: str, read_timeout: float | None) -> Call | None:
+    def _begin(self, tool: str, read_timeout: float | None) -> _Call | None:
         """A call about to make its first attempt: its state, or None when there is nothing to
         remember (no bound, throttle or observer); ``ThrottledLocally`` when client-side
         throttling holds it back. The wrappers make that attempt themselves, as the caller
-        would have, then ``settle`` it and, for a refusal, ``resume``: a call that succeeds at
+        would have, then ``_settle`` it and, for a refusal, ``_resume``: a call that succeeds at
         once runs through no coroutine of this class."""
         if self._plain and read_timeout is None:
             if self._budget is not None:
@@ -222,7 +222,7 @@ class Retrying:
                 "THROTTLED_LOCALLY",
                 f"not sent: {self.server!r} has been refusing most calls from this process",
             )
-        call = Call(tool, self._deadline)
+        call = _Call(tool, self._deadline)
         # The clock is read only when a bound of the call's own needs its start (an enclosing
         # cancel scope's deadline is absolute, and read on the first refusal).
         if self._timeout is not None or read_timeout is not None or call.deadline != math.inf:
@@ -235,15 +235,15 @@ class Retrying:
         self._sent(call)
         return call
 
-    def _sent(self, call: Call) -> None:
+    def _sent(self, call: _Call) -> None:
         if self._observer is not None:
             notify(self._observer, "attempted", self.server, call.tool, call.attempt)
         if self._budget is not None:
             self._budget.sent(retry=call.attempt > 1)
 
-    def settle(self, call: Call | None, result: object, tool: str) -> Call | None:
+    def _settle(self, call: _Call | None, result: object, tool: str) -> _Call | None:
         """Read an attempt's answer: None when it is the last (a success, or an error that is
-        no refusal), else the call to ``resume``."""
+        no refusal), else the call to ``_resume``."""
         error = refusal_of(result)
         final = error is None or error.code not in RETRYABLE_CODES
         if self._budget is not None:
@@ -253,12 +253,12 @@ class Retrying:
                 self._throttle.accepted()
             return None
         if call is None:
-            call = Call(tool, math.inf)
+            call = _Call(tool, math.inf)
         call.error = error
         return call
 
-    async def resume(
-        self, call: Call, result: R, send: Callable[[int, float | None], Awaitable[R]]
+    async def _resume(
+        self, call: _Call, result: R, send: Callable[[int, float | None], Awaitable[R]]
     ) -> CallOutcome[R]:
         """Retry ``call``, refused with ``result``, while the advice, the deadline, the attempts
         and the budget allow."""
@@ -272,7 +272,7 @@ class Retrying:
         observer = self._observer
         while True:
             error = call.error
-            assert error is not None  # settle keeps the refusal's envelope
+            assert error is not None  # _settle keeps the refusal's envelope
             stop = self._stop(error, call.attempt, waits_until, why)
             if isinstance(stop, str):
                 if observer is not None:
@@ -289,7 +289,7 @@ class Retrying:
                 call.remaining = call.deadline - anyio.current_time()
             self._sent(call)
             result = await send(call.attempt, call.remaining)
-            if self.settle(call, result, call.tool) is None:
+            if self._settle(call, result, call.tool) is None:
                 return _final(result, call.attempt, waited)
 
     def _stop(

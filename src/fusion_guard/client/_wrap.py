@@ -92,16 +92,16 @@ class RetryingSession(_Wrapper):
         # a refusal (a call that succeeds pays a few attribute reads, no coroutine of its own).
         retrying = self.retrying
         bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
-        call = retrying.begin(name, bound)
+        call = retrying._begin(name, bound)
         timeout = read_timeout_seconds if call is None or call.remaining is None else call.remaining
         result = await self.wrapped.call_tool(
             name, arguments, timeout, progress_callback, meta=meta, **kwargs
         )
-        refused = retrying.settle(call, result, name)
+        refused = retrying._settle(call, result, name)
         if refused is None:
             return result
         send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
-        return (await retrying.resume(refused, result, send)).result
+        return (await retrying._resume(refused, result, send)).result
 
     async def call_tool_outcome(
         self,
@@ -169,7 +169,7 @@ class RetryingFastMCPClient(_Wrapper):
     ) -> Any:
         retrying = self.retrying
         per_call = _seconds_of(timeout)
-        call = retrying.begin(name, self._session_timeout if per_call is None else per_call)
+        call = retrying._begin(name, self._session_timeout if per_call is None else per_call)
         result = await self.wrapped.call_tool(
             name,
             arguments,
@@ -178,10 +178,10 @@ class RetryingFastMCPClient(_Wrapper):
             meta=meta,
             **kwargs,
         )
-        refused = retrying.settle(call, result, name)
+        refused = retrying._settle(call, result, name)
         if refused is not None:
             send = self._sender(name, arguments, per_call, meta, kwargs)
-            result = (await retrying.resume(refused, result, send)).result
+            result = (await retrying._resume(refused, result, send)).result
         if raise_on_error and result.is_error:
             from fastmcp.exceptions import ToolError
 
