@@ -2,7 +2,8 @@
 time, each retry policy on the same seed.
 
 The server is the library's own admission: a ``ConcurrencyGuard`` with a short queue (SERVER_BUSY,
-with its advice of successive openings) or a rate limit (RATE_LIMITED). Logical calls arrive as
+with its advice of successive openings) or a rate limit (RATE_LIMITED; its callers known by a
+client key, or anonymous). Logical calls arrive as
 a Poisson stream, spread over ``PROCESSES`` client processes, each with its own retry budget
 (the budget is per process and server). Every call has a deadline. The clients are the real
 ``fusion_guard.client.Retrying``; only the naive policy is a loop of its own (three attempts,
@@ -11,10 +12,10 @@ a Poisson stream, spread over ``PROCESSES`` client processes, each with its own 
 Time is trio's ``MockClock``: it jumps to the next timer whenever every task waits, so a minute
 of traffic runs in a second or two and every run repeats exactly.
 
-    python benchmarks/retry_budget.py [--seeds 2 3] [--models busy busy-exp rate]
+    python benchmarks/retry_budget.py [--seeds 2 3] [--models busy busy-exp rate rate-anon]
 
-The default policy was chosen on seed 1 of the ``busy`` model; seeds 2 and 3 and the other two
-models are the check it was not tuned to them.
+The default policy was chosen on seed 1 of the ``busy`` model; seeds 2 and 3 and the other
+models are the check it was not tuned to them (docs/client.md has the figures).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fusion_guard import (
     RateLimited,
     ServerBusy,
     ToolResponse,
+    parse_tool_error,
 )
 from fusion_guard.client import (
     AdaptiveThrottle,
@@ -124,8 +126,6 @@ class Server:
 
 
 def _advice(response: ToolResponse) -> float | None:
-    from fusion_guard import parse_tool_error
-
     parsed = parse_tool_error(response.text)
     return None if parsed is None else parsed.retry_after
 

@@ -64,6 +64,24 @@ async def test_a_rate_limited_retry_lands_within_one_emission_interval_of_its_op
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    "details",
+    [{"limit": "0", "period_seconds": "1"}, {"limit": "ten", "period_seconds": "1"}, {}],
+    ids=["zero", "not-a-number", "none"],
+)
+async def test_rate_limited_details_that_say_nothing_leave_the_proportional_jitter(
+    details: dict[str, str],
+) -> None:
+    class Highest(random.Random):
+        def random(self) -> float:
+            return 1.0  # the far end of the jitter
+
+    script = Script(refusal("RATE_LIMITED", 1.0, details=details), success())
+    outcome = await retrying(jitter=0.2, rng=Highest()).run(script)
+    assert outcome.waited == pytest.approx(1.2)
+
+
+@pytest.mark.anyio
 async def test_a_refusal_without_advice_backs_off_with_full_jitter() -> None:
     script = Script(*[refusal(retry_after=None)] * 3, success())
     outcome = await retrying(backoff=0.1, max_backoff=0.15).run(script)

@@ -300,9 +300,9 @@ class Retrying:
         will be sent."""
         if attempt >= self._max_attempts:
             return "attempts"
-        wait = self._wait(error, attempt)
-        if wait > self._max_wait:
+        if error.retry_after is not None and error.retry_after > self._max_wait:
             return "advice_too_long"
+        wait = self._wait(error, attempt)
         if anyio.current_time() + wait >= deadline:
             return bound
         if self._budget is not None and not self._budget.withdraw():
