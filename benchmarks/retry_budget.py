@@ -312,14 +312,16 @@ class Run:
         return max(counts.values()) / (len(times) / windows)
 
 
-def simulate(model: str, scenario: Scenario, policy: Policy, seed: int) -> Run:
+def simulate(
+    model: str, scenario: Scenario, policy: Policy, seed: int, processes: int = PROCESSES
+) -> Run:
     """One run in virtual time on trio."""
     run = Run(model, scenario.name, policy.name, seed)
 
     async def main() -> None:
         rng = random.Random(seed)
         server = Server(model, random.Random(rng.random()))
-        processes = [Process(policy, random.Random(rng.random())) for _ in range(PROCESSES)]
+        clients = [Process(policy, random.Random(rng.random())) for _ in range(processes)]
         start = anyio.current_time()
 
         async def one(call: Call, process: Process, caller: str) -> None:
@@ -338,7 +340,7 @@ def simulate(model: str, scenario: Scenario, policy: Policy, seed: int) -> Run:
             for n in range(scenario.volley):
                 call = Call(0.0)
                 run.calls.append(call)
-                tasks.start_soon(one, call, processes[n % PROCESSES], f"agent-{n}")
+                tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
             now, n = 0.0, scenario.volley
             while True:
                 now += rng.expovariate(scenario.load(now) * CAPACITY)
@@ -348,7 +350,7 @@ def simulate(model: str, scenario: Scenario, policy: Policy, seed: int) -> Run:
                 server.slow_factor = scenario.slow(now)
                 call = Call(now)
                 run.calls.append(call)
-                tasks.start_soon(one, call, processes[n % PROCESSES], f"agent-{n}")
+                tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
                 n += 1
         run.attempts = [Attempt(a.at - start, a.accepted, a.attempt)
                         for a in server.attempts]  # fmt: skip
@@ -375,15 +377,15 @@ class Figures:
     earliest_retry: float  # the least (retry - advised moment), over every run
 
 
-def measure(model: str, policy: str, seed: int) -> Figures:
+def measure(model: str, policy: str, seed: int, processes: int = PROCESSES) -> Figures:
     chosen = POLICIES[policy]
-    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed)
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes)
     earliest = min(c.earliest_retry() for c in sustained.calls)
     if model.startswith("rate"):  # a rate limit's capacity does not move: no blip or recovery here
         blip_success = recovery = math.nan
     else:
-        blip = simulate(model, SCENARIOS["blip"], chosen, seed)
-        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed)
+        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes)
+        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes)
         blip_success = blip.success(11.5, 14.0)
         recovery = recovery_run.goodput(9.0, 10.0)
         earliest = min(earliest, *(c.earliest_retry() for c in blip.calls + recovery_run.calls))
@@ -402,14 +404,14 @@ def spread(seed: int, policy: str = TIMING, model: str = "rate") -> float:
     return simulate(model, SCENARIOS["crowd"], POLICIES[policy], seed).retry_peak_ratio()
 
 
-def table(model: str, seed: int, policies: list[str]) -> Iterator[str]:
-    yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {PROCESSES} processes)"
+def table(model: str, seed: int, policies: list[str], processes: int = PROCESSES) -> Iterator[str]:
+    yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {processes} processes)"
     yield (
         f"{'policy':<26}{'att/call':>9}{'ref/acc':>9}{'goodput':>9}{'blip ok':>9}"
         f"{'recov':>8}{'early ms':>9}"
     )
     for name in policies:
-        f = measure(model, name, seed)
+        f = measure(model, name, seed, processes)
         early = "-" if f.earliest_retry == math.inf else f"{f.earliest_retry * 1000:.0f}"
         yield (
             f"{name:<26}{f.attempts_per_call:>9.2f}{f.refusals_per_accepted:>9.2f}"
@@ -423,10 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["busy", "busy-exp", "rate"],
                         choices=["busy", "busy-exp", "rate", "rate-anon"])  # fmt: skip
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument(
+        "--processes", type=int, default=PROCESSES, help="client processes sharing the load"
+    )
     args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, got {args.processes}")
     for model in args.models:
         for seed in args.seeds:
-            for line in table(model, seed, args.policies):
+            for line in table(model, seed, args.policies, args.processes):
                 print(line)
             print()
     print("RATE_LIMITED retries after a crowd: busiest 100 ms window / mean (retries, calls ok)")
