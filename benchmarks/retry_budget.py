@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in ("rate", "rate-anon"):
         for policy in (TIMING, HELPER):
             for seed in args.seeds:
-                run = simulate(model, SCENARIOS["crowd"], POLICIES[policy], seed)
+                crowd, chosen = SCENARIOS["crowd"], POLICIES[policy]
+                run = simulate(model, crowd, chosen, seed, args.processes)
                 retries = sum(a.attempt > 1 for a in run.attempts)
                 ok = sum(c.ok for c in run.calls) / len(run.calls)
                 print(
