@@ -8,6 +8,7 @@ asyncio (it calls ``asyncio.create_task``).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import anyio
@@ -153,3 +154,42 @@ async def test_the_fastmcp_client_retries_a_refusal_and_raises_as_fastmcp_does()
 def test_wrap_refuses_what_has_no_call_tool() -> None:
     with pytest.raises(TypeError, match=r"^wrap expects an MCP ClientSession or Client"):
         wrap(object())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
+async def test_the_fastmcp_clients_timeout_bounds_the_wait() -> None:
+    async with FastMCPClient(fastmcp_app(), timeout=0.3) as client:
+        session = wrap(client)
+        await session.call_tool("attempt", {})
+        outcome = await session.call_tool_outcome("attempt", {})
+        assert (outcome.stopped, outcome.attempts) == ("read_timeout", 1)
+        bounded = await session.call_tool_outcome("attempt", {}, timeout=datetime.timedelta(0.0, 2))
+    assert (bounded.stopped, bounded.attempts) == ("ok", 2)  # a per-call timeout wins
+
+
+@pytest.mark.anyio
+async def test_a_timeout_and_an_observer_through_the_sdk() -> None:
+    heard: list[tuple[str, float]] = []
+
+    class Observer:
+        def attempted(self, server: str, tool: str, attempt: int) -> None:
+            heard.append(("attempted", attempt))
+
+        def retrying(self, server: str, tool: str, code: str, wait: float) -> None:
+            heard.append((code, wait))
+
+        def gave_up(self, server: str, tool: str, reason: str, attempts: int) -> None:
+            heard.append((reason, attempts))
+
+    async with Client(mcp_app()) as client:
+        session = wrap(client, timeout=2.0, observer=Observer())
+        first = await session.call_tool("attempt", {})
+        second = await session.call_tool("attempt", {})
+    assert (text(first), text(second)) == ("None", "2")
+    assert heard[:2] == [("attempted", 1), ("attempted", 1)]
+    (code, wait), last = heard[2], heard[3]
+    assert code == "RATE_LIMITED"
+    assert 0.5 <= wait <= 0.5 * 1.2  # the advice, plus at most 20 % of it
+    assert last == ("attempted", 2)
+    assert len(heard) == 4
