@@ -42,8 +42,8 @@ from fusion_guard import (
 )
 from fusion_guard.client import (
     AdaptiveThrottle,
+    Budget,
     CallOutcome,
-    RatioBudget,
     RetryBudget,
     Retrying,
     ThrottledLocally,
@@ -149,7 +149,7 @@ class Naive:
 @dataclass(frozen=True)
 class Policy:
     name: str
-    budget: Callable[[], RetryBudget | None] | None  # None: no retries at all
+    budget: Callable[[], Budget | None] | None  # None: no retries at all
     throttle_k: float | None = None
     naive: bool = False
     max_attempts: int = 3
@@ -164,10 +164,14 @@ POLICIES = {
         Policy("gRPC token bucket 10/0.1", TokenBucket, max_attempts=5),
         Policy(
             "Finagle 20% + 10/s",
-            lambda: RatioBudget(0.2, min_per_second=10, clock=_now),
+            lambda: RetryBudget(0.2, min_per_second=10, window=10, clock=_now),
             max_attempts=5,
         ),
-        Policy(".NET 10%", lambda: RatioBudget(0.1, min_per_second=0, clock=_now), max_attempts=5),
+        Policy(
+            ".NET 10%",
+            lambda: RetryBudget(0.1, min_per_second=0, window=10, clock=_now),
+            max_attempts=5,
+        ),
         Policy("helper (default)", lambda: default_budget(clock=_now), max_attempts=5),
         Policy("helper timing, no budget", lambda: None, max_attempts=5),
         Policy(

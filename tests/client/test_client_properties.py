@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scripted_server import refusal, success
 
 from fusion_guard import tool_error
-from fusion_guard.client import RatioBudget, RetryBudget, Retrying, TokenBucket
+from fusion_guard.client import Budget, RetryBudget, Retrying, TokenBucket
 from virtual_time import run_virtual
 
 RETRYABLE = st.builds(
@@ -36,11 +36,11 @@ def budgets() -> st.SearchStrategy[str]:
     return st.sampled_from(["none", "token", "ratio"])
 
 
-def make_budget(kind: str, size: float) -> RetryBudget | None:
+def make_budget(kind: str, size: float) -> Budget | None:
     if kind == "token":
         return TokenBucket(max_tokens=size, token_ratio=0.1)
     if kind == "ratio":
-        return RatioBudget(0.2, min_per_second=size / 10, window=10, clock=anyio.current_time)
+        return RetryBudget(0.2, min_per_second=size / 10, window=10, clock=anyio.current_time)
     return None
 
 
@@ -138,7 +138,7 @@ def test_a_token_bucket_stays_within_zero_and_its_size(
 @given(st.lists(st.tuples(st.floats(0, 3), st.booleans()), max_size=100))
 def test_a_ratio_budget_never_grants_more_than_it_holds(steps: list[tuple[float, bool]]) -> None:
     now = [0.0]
-    budget = RatioBudget(0.2, min_per_second=0.5, window=2.0, clock=lambda: now[0])
+    budget = RetryBudget(0.2, min_per_second=0.5, window=2.0, clock=lambda: now[0])
     for gap, retry in steps:
         now[0] += gap
         budget.sent(retry=False)

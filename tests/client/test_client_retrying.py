@@ -18,7 +18,7 @@ from fusion_guard.client import (
     AdaptiveThrottle,
     ClientObserver,
     PrometheusClientObserver,
-    RatioBudget,
+    RetryBudget,
     Retrying,
     StopReason,
     ThrottledLocally,
@@ -173,15 +173,16 @@ async def test_a_wait_past_the_callers_deadline_is_not_started() -> None:
 
 
 @pytest.mark.anyio
-async def test_timeout_and_until_bound_the_whole_call() -> None:
+async def test_timeout_and_a_calls_deadline_bound_the_whole_call() -> None:
     script = Script(refusal(retry_after=0.4), refusal(retry_after=0.4), success())
     start = anyio.current_time()
     outcome = await retrying(timeout=1.0, jitter=0).run(script)
     assert (outcome.stopped, outcome.attempts) == ("ok", 3)
     outcome = await retrying(timeout=0.5, jitter=0).run(Script(refusal(retry_after=0.4)))
     assert (outcome.stopped, outcome.attempts) == ("deadline", 2)
-    deadline = anyio.current_time() + 0.3
-    outcome = await retrying().until(deadline).run(Script(refusal(retry_after=0.4)))
+    outcome = await retrying(timeout=10).run(Script(refusal(retry_after=0.4)), deadline=0.3)
+    assert (outcome.stopped, outcome.attempts) == ("deadline", 1)  # the call's own wins
+    outcome = await retrying().run(Script(refusal(retry_after=0.4)), deadline=0.3)
     assert (outcome.stopped, outcome.attempts) == ("deadline", 1)
     assert anyio.current_time() - start == pytest.approx(0.8 + 0.4)
 
@@ -317,7 +318,7 @@ async def test_a_failing_observer_changes_nothing() -> None:
 async def test_prometheus_counters() -> None:
     registry = CollectorRegistry()
     observer = PrometheusClientObserver(registry)
-    budget = RatioBudget(0, min_per_second=1, window=1, clock=anyio.current_time)  # 1 retry
+    budget = RetryBudget(0, min_per_second=1, window=1, clock=anyio.current_time)  # 1 retry
     script = Script(refusal("SERVER_BUSY", 0.25))
     await retrying(server="s", observer=observer, budget=budget, jitter=0).run(script)
     labels = {"server": "s", "tool": "search"}
@@ -341,9 +342,13 @@ async def test_a_result_that_is_no_mcp_result_is_a_type_error() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_deadline_in_the_past_is_refused() -> None:
-    with pytest.raises(ValueError, match="is not in the future"):
-        retrying().until(anyio.current_time() - 1)
+@pytest.mark.parametrize("deadline", [0, -1.5, float("nan")])
+async def test_a_deadline_in_the_past_is_refused(deadline: float) -> None:
+    script = Script(success())
+    with pytest.raises(ValueError, match=r"^deadline \(seconds from now\) must be") as raised:
+        await retrying().call(script, deadline=deadline)
+    assert "\n" not in str(raised.value)
+    assert script.calls == 0
 
 
 @pytest.mark.parametrize(
@@ -356,8 +361,8 @@ async def test_a_deadline_in_the_past_is_refused() -> None:
         (lambda: Retrying(server=""), "server must be a non-empty str"),
         (lambda: TokenBucket(max_tokens=-1), "max_tokens must be > 0"),
         (lambda: TokenBucket(token_ratio=0), "token_ratio must be > 0"),
-        (lambda: RatioBudget(-0.1), "ratio must be >= 0"),
-        (lambda: RatioBudget(min_per_second=-5), "min_per_second must be >= 0"),
+        (lambda: RetryBudget(-0.1), "ratio must be >= 0"),
+        (lambda: RetryBudget(min_per_second=-5), "min_per_second must be >= 0"),
         (lambda: AdaptiveThrottle(0.5), "k must be >= 1"),
         (lambda: AdaptiveThrottle(window=0), "window must be > 0"),
     ],

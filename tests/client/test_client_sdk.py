@@ -51,8 +51,7 @@ def mcp_app() -> MCPServer[Any]:
 
     @app.tool()
     async def attempt(ctx: Context) -> str:
-        """Answers with the attempt number the client sent in the request's _meta (None: a
-        first attempt, sent as the caller made it)."""
+        """Answers with the attempt number the client sent in the request's _meta."""
         meta = ctx.request_context.meta or {}
         return str(meta.get(ATTEMPT_META_KEY))
 
@@ -78,7 +77,7 @@ async def test_the_mcp_sdk_client_retries_a_refusal_after_its_advice(target: str
         start = anyio.current_time()
         first = await session.call_tool("attempt", {})
         outcome = await session.call_tool_outcome("attempt", {})
-        assert (text(first), text(outcome.result)) == ("None", "2")  # a first attempt: no key
+        assert (text(first), text(outcome.result)) == ("1", "2")
         assert (outcome.stopped, outcome.attempts) == ("ok", 2)
         assert 0.5 <= anyio.current_time() - start <= 0.5 * 1.2
         assert await session.list_tools()  # everything else is the session's own
@@ -133,7 +132,7 @@ async def test_the_fastmcp_client_retries_a_refusal_and_raises_as_fastmcp_does()
         assert session.retrying.server == "billing"
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-        assert (first.data, second.data) == ("None", "2")
+        assert (first.data, second.data) == ("1", "2")
         with pytest.raises(ToolError, match="CONFLICT"):
             await session.call_tool("conflict", {})
         outcome = await session.call_tool_outcome("conflict", {})
@@ -186,10 +185,23 @@ async def test_a_timeout_and_an_observer_through_the_sdk() -> None:
         session = wrap(client, timeout=2.0, observer=Observer())
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-    assert (text(first), text(second)) == ("None", "2")
+    assert (text(first), text(second)) == ("1", "2")
     assert heard[:2] == [("attempted", 1), ("attempted", 1)]
     (code, wait), last = heard[2], heard[3]
     assert code == "RATE_LIMITED"
     assert 0.5 <= wait <= 0.5 * 1.2  # the advice, plus at most 20 % of it
     assert last == ("attempted", 2)
     assert len(heard) == 4
+
+
+@pytest.mark.anyio
+async def test_a_calls_deadline_is_not_passed_to_the_sdk_and_bounds_the_wait() -> None:
+    async with Client(mcp_app()) as client:
+        session = wrap(client)
+        await session.call_tool("attempt", {}, deadline=5.0)
+        start = anyio.current_time()
+        refused = await session.call_tool("attempt", {}, deadline=0.3)  # the advice is 0.5 s
+        assert refused.is_error
+        assert anyio.current_time() == start
+        passed = await session.call_tool("attempt", {}, deadline=5.0)
+    assert text(passed) == "2"

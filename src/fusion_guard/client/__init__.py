@@ -7,7 +7,7 @@ See docs/client.md.
 
 from ._budget import (
     AdaptiveThrottle,
-    RatioBudget,
+    Budget,
     RetryBudget,
     TokenBucket,
     default_budget,
@@ -22,10 +22,10 @@ __all__ = [
     "ATTEMPT_META_KEY",
     "SHARED",
     "AdaptiveThrottle",
+    "Budget",
     "CallOutcome",
     "ClientObserver",
     "PrometheusClientObserver",
-    "RatioBudget",
     "RetryBudget",
     "Retrying",
     "RetryingFastMCPClient",

@@ -9,10 +9,10 @@ Each kind follows a published design:
 
 - ``TokenBucket``: gRPC's retry throttling. ``max_tokens`` tokens at first; a refusal takes one,
   a success gives back ``token_ratio``; retries go only while more than half remain.
-- ``RatioBudget``: Finagle's and Linkerd's retry budget. Over the last ``window`` seconds,
-  retries stay within ``ratio`` of first attempts plus ``min_per_second`` a second (a floor, so
-  a quiet client may still retry). .NET's ``HttpRetryBudgetOptions`` is ``ratio=0.1`` with no
-  floor.
+- ``RetryBudget``: Finagle's and Linkerd's retry budget, a ratio. Over the last ``window``
+  seconds, retries stay within ``ratio`` of first attempts plus ``min_per_second`` a second (a
+  floor, so a quiet client may still retry). .NET's ``HttpRetryBudgetOptions`` is
+  ``ratio=0.1`` with no floor.
 - ``AdaptiveThrottle``: Google SRE's client-side throttling: each call is refused locally, before
   it is sent, with probability ``max(0, (requests - k * accepts) / (requests + 1))`` over a
   short window.
@@ -32,7 +32,7 @@ from typing import Protocol
 
 __all__ = [
     "AdaptiveThrottle",
-    "RatioBudget",
+    "Budget",
     "RetryBudget",
     "TokenBucket",
     "default_budget",
@@ -43,8 +43,9 @@ __all__ = [
 Clock = Callable[[], float]
 
 
-class RetryBudget(Protocol):
-    """What a retry budget hears and answers; ``balance`` is what is left (never negative)."""
+class Budget(Protocol):
+    """What a retry budget hears and answers (``RetryBudget`` and ``TokenBucket`` are two; any
+    object with these methods is one); ``balance`` is what is left (never negative)."""
 
     def sent(self, *, retry: bool) -> None:
         """An attempt went out (``retry``: not the call's first)."""
@@ -127,18 +128,22 @@ class _Window:
         return sum(c for c, s in zip(self._counts, self._starts, strict=True) if s >= oldest)
 
 
-class RatioBudget:
-    """Finagle-style retry budget (see the module): over the last ``window`` seconds, retries
-    at most ``ratio`` x first attempts + ``min_per_second`` x ``window``."""
+class RetryBudget:
+    """A ratio retry budget, Finagle-style (see the module): over the last ``window`` seconds,
+    retries at most ``ratio`` x first attempts + ``min_per_second`` x ``window``.
+
+    ``RetryBudget()`` is the default every server gets (15 %, 0.1 a second, 30 s; see
+    ``default_budget``); ``RetryBudget(0.2, min_per_second=10, window=10)`` is Finagle's and
+    Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's."""
 
     __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries")
 
     def __init__(
         self,
-        ratio: float = 0.2,
+        ratio: float = 0.15,
         *,
-        min_per_second: float = 10.0,
-        window: float = 10.0,
+        min_per_second: float = 0.1,
+        window: float = 30.0,
         clock: Clock = time.monotonic,
     ) -> None:
         self._ratio = _positive("ratio", ratio, zero=True)
@@ -172,7 +177,7 @@ class RatioBudget:
         return self._balance(self._clock())
 
     def __repr__(self) -> str:
-        return f"RatioBudget(balance={self.balance:.1f})"
+        return f"RetryBudget(balance={self.balance:.1f})"
 
 
 class AdaptiveThrottle:
@@ -217,7 +222,7 @@ class AdaptiveThrottle:
         self._accepts.add(self._clock())
 
 
-def default_budget(clock: Clock = time.monotonic) -> RatioBudget:
+def default_budget(clock: Clock = time.monotonic) -> RetryBudget:
     """The budget a server gets unless told otherwise, chosen by measurement
     (``benchmarks/retry_budget.py``, docs/client.md): retries within 15 % of the first attempts
     of the last 30 s, plus 3 (0.1 a second) so a quiet client may still retry.
@@ -226,14 +231,14 @@ def default_budget(clock: Clock = time.monotonic) -> RatioBudget:
     its load however many processes share it (a token bucket's fixed size, or Finagle's floor
     of 10 a second in every process, does not); the 30 s of deposits let a 1 s blip's refusals
     all be retried."""
-    return RatioBudget(0.15, min_per_second=0.1, window=30.0, clock=clock)
+    return RetryBudget(clock=clock)
 
 
-_shared: dict[str, RetryBudget] = {}
+_shared: dict[str, Budget] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_budget(server: str, factory: Callable[[], RetryBudget] = default_budget) -> RetryBudget:
+def shared_budget(server: str, factory: Callable[[], Budget] = default_budget) -> Budget:
     """The one budget of ``server`` in this process, made by ``factory`` the first time (later
     factories are ignored: the first caller decides)."""
     budget = _shared.get(server)

@@ -19,7 +19,7 @@ import anyio
 
 from ..wire._client import FusionClientError
 from ._advice import RETRYABLE_CODES, refusal_of
-from ._budget import AdaptiveThrottle, RetryBudget, shared_budget
+from ._budget import AdaptiveThrottle, Budget, shared_budget
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
 
 __all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
@@ -70,7 +70,7 @@ class _Call:
     def __init__(self, tool: str, deadline: float) -> None:
         self.tool = tool
         self.attempt = 1
-        self.deadline = deadline  # the call's own bounds (timeout, until, the read timeout)
+        self.deadline = deadline  # the call's own bounds (its deadline, the read timeout)
         self.bound: StopReason = "deadline"  # which of them is ``deadline``
         self.remaining: float | None = None  # seconds left for the attempt being sent
         self.error: FusionClientError | None = None  # the last refusal's envelope
@@ -91,11 +91,12 @@ class Retrying:
       observer's labels.
     - ``max_attempts``: attempts per call, the first included (5, as gRPC's cap: the budget,
       not this, is what bounds the load retries add).
-    - ``budget``: ``SHARED`` (the server's shared budget), a ``RetryBudget`` of your own, or
-      None for no budget beyond ``max_attempts``.
+    - ``budget``: ``SHARED`` (the server's shared budget), a budget of your own
+      (``RetryBudget``, ``TokenBucket``, any ``Budget``), or None for no budget beyond
+      ``max_attempts``.
     - ``throttle``: an optional ``AdaptiveThrottle`` (client-side adaptive throttling).
-    - ``timeout``: seconds a whole call (its attempts and waits) may take; an enclosing
-      ``anyio.fail_after`` deadline counts as well, and ``until`` sets one.
+    - ``timeout``: seconds a whole call (its attempts and waits) may take, unless the call
+      gives its own ``deadline``; an enclosing ``anyio.fail_after`` deadline counts as well.
     - ``max_wait``: the longest advice followed (a refusal advising longer goes back).
     - ``jitter``: a wait is the advised ``retry_after`` plus up to ``jitter`` x that (never
       earlier than the advice), so callers told the same time do not return together; for a
@@ -108,7 +109,6 @@ class Retrying:
     __slots__ = (
         "_backoff",
         "_budget",
-        "_deadline",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
@@ -126,7 +126,7 @@ class Retrying:
         *,
         server: str = "default",
         max_attempts: int = 5,
-        budget: RetryBudget | _Shared | None = SHARED,
+        budget: Budget | _Shared | None = SHARED,
         throttle: AdaptiveThrottle | None = None,
         timeout: float | None = None,
         max_wait: float = 30.0,
@@ -151,43 +151,40 @@ class Retrying:
         self._max_backoff = _seconds("max_backoff", max_backoff, zero=True)
         self._observer = observer
         self._random = rng or random.Random()
-        self._deadline = math.inf
         self._plain = throttle is None and observer is None and self._timeout is None
 
     @property
-    def budget(self) -> RetryBudget | None:
+    def budget(self) -> Budget | None:
         """The retry budget in use (None: only ``max_attempts`` bounds retries)."""
         return self._budget
 
-    def until(self, deadline: float) -> Retrying:
-        """A copy whose calls end by ``deadline`` (``anyio.current_time()`` seconds), which must
-        be in the future; ``ValueError`` otherwise."""
-        now = anyio.current_time()
-        if not deadline > now:
-            raise ValueError(
-                f"deadline {deadline!r} is not in the future (now {now!r}): nothing could be sent"
-            )
-        copy = object.__new__(Retrying)
-        for name in Retrying.__slots__:
-            setattr(copy, name, getattr(self, name))
-        copy._deadline = deadline
-        copy._plain = False
-        return copy
-
-    async def call(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
-        """``await fn(*args, **kwargs)``, retried on refusals; the last answer. ``fn`` must
+    async def call(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        deadline: float | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """``await fn(*args, **kwargs)``, retried on refusals; the last answer. ``deadline``:
+        seconds from now the whole call may take (> 0; it is not passed to ``fn``). ``fn`` must
         return an MCP tool result (``TypeError`` otherwise); what it raises is never retried."""
-        return (await self.run(fn, *args, **kwargs)).result
+        return (await self.run(fn, *args, deadline=deadline, **kwargs)).result
 
     async def run(
-        self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        deadline: float | None = None,
+        **kwargs: Any,
     ) -> CallOutcome[R]:
         """As ``call``, with the reason the answer is the last (a ``CallOutcome``)."""
 
         async def send(_attempt: int, _remaining: float | None) -> R:
             return await fn(*args, **kwargs)
 
-        return await self.attempts(send, tool=getattr(fn, "__name__", "call"))
+        return await self.attempts(send, tool=getattr(fn, "__name__", "call"), deadline=deadline)
 
     async def attempts(
         self,
@@ -195,40 +192,44 @@ class Retrying:
         *,
         tool: str,
         read_timeout: float | None = None,
+        deadline: float | None = None,
     ) -> CallOutcome[R]:
         """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
         most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
-        session's, a bound on the whole call like ``timeout``."""
-        call = self._begin(tool, read_timeout)
+        session's, a bound on the whole call like ``deadline`` (seconds from now)."""
+        call = self._begin(tool, read_timeout, deadline)
         result = await send(1, None if call is None else call.remaining)
         refused = self._settle(call, result, tool)
         if refused is None:
             return _final(result, 1, 0.0)
         return await self._resume(refused, result, send)
 
-    def _begin(self, tool: str, read_timeout: float | None) -> _Call | None:
+    def _begin(self, tool: str, read_timeout: float | None, deadline: float | None) -> _Call | None:
         """A call about to make its first attempt: its state, or None when there is nothing to
         remember (no bound, throttle or observer); ``ThrottledLocally`` when client-side
         throttling holds it back. The wrappers make that attempt themselves, as the caller
         would have, then ``_settle`` it and, for a refusal, ``_resume``: a call that succeeds at
         once runs through no coroutine of this class."""
-        if self._plain and read_timeout is None:
+        if self._plain and read_timeout is None and deadline is None:
             if self._budget is not None:
                 self._budget.sent(retry=False)
             return None
+        timeout = (
+            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
+        )
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
             raise ThrottledLocally(
                 "THROTTLED_LOCALLY",
                 f"not sent: {self.server!r} has been refusing most calls from this process",
             )
-        call = _Call(tool, self._deadline)
+        call = _Call(tool, math.inf)
         # The clock is read only when a bound of the call's own needs its start (an enclosing
         # cancel scope's deadline is absolute, and read on the first refusal).
-        if self._timeout is not None or read_timeout is not None or call.deadline != math.inf:
+        if timeout is not None or read_timeout is not None:
             start = anyio.current_time()
-            if self._timeout is not None:
-                call.deadline = min(call.deadline, start + self._timeout)
+            if timeout is not None:
+                call.deadline = start + timeout
             if read_timeout is not None and start + read_timeout < call.deadline:
                 call.deadline, call.bound = start + read_timeout, "read_timeout"
             call.remaining = call.deadline - start

@@ -4,9 +4,11 @@ Neither SDK is imported to wrap one: the session in hand is recognised by its cl
 and FastMCP's ``ToolError`` is imported only when a wrapped FastMCP call must raise one. Every
 other attribute is the wrapped session's own, so the wrapper stands in for it.
 
-Each retry carries its attempt number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (2 for
-the first retry), beside whatever ``meta`` the caller gives; a first attempt is sent as the
-caller made it, so the key's absence means a first attempt.
+Every attempt carries its number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (1 for the
+first), beside whatever ``meta`` the caller gives.
+
+``call_tool`` takes one keyword more than the SDK's: ``deadline``, the seconds from now the whole
+call (its attempts and waits) may take.
 """
 
 from __future__ import annotations
@@ -15,23 +17,18 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._budget import AdaptiveThrottle, RetryBudget
+from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, Retrying, _Shared
 
 __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
 
 ATTEMPT_META_KEY = "fusion-guard/attempt"
-"""The request ``_meta`` key of a retry's attempt number (2 for the first retry; a first attempt
-does not carry it)."""
+"""The request ``_meta`` key of the attempt number (1 for the first, 2 for the first retry)."""
 
 
-def _with_attempt(meta: Any, attempt: int) -> Any:
-    """The caller's ``meta`` with the attempt number; the first attempt's is left as it was
-    (the key's absence means a first attempt: the call that succeeds sends nothing more)."""
-    if attempt == 1:
-        return meta
-    return {**(meta or {}), ATTEMPT_META_KEY: attempt}
+def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
+    return {**meta, ATTEMPT_META_KEY: attempt} if meta else {ATTEMPT_META_KEY: attempt}
 
 
 def _server_name(target: object) -> str:
@@ -73,8 +70,9 @@ class _Wrapper:
 
 
 class RetryingSession(_Wrapper):
-    """The MCP SDK's ``ClientSession`` or ``Client`` with a retrying ``call_tool`` (same
-    signature, same result). ``call_tool_outcome`` also says why the answer is the last."""
+    """The MCP SDK's ``ClientSession`` or ``Client`` with a retrying ``call_tool`` (the same
+    signature plus ``deadline``, the same result). ``call_tool_outcome`` also says why the
+    answer is the last."""
 
     __slots__ = ()
 
@@ -86,16 +84,17 @@ class RetryingSession(_Wrapper):
         progress_callback: Any = None,
         *,
         meta: Any = None,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        # The first attempt is the caller's call as it was; the retry loop starts only after
-        # a refusal (a call that succeeds pays a few attribute reads, no coroutine of its own).
+        # The first attempt is sent from here; the retry loop starts only after a refusal (a
+        # call that succeeds pays a few attribute reads, no coroutine of its own).
         retrying = self.retrying
         bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
-        call = retrying._begin(name, bound)
+        call = retrying._begin(name, bound, deadline)
         timeout = read_timeout_seconds if call is None or call.remaining is None else call.remaining
         result = await self.wrapped.call_tool(
-            name, arguments, timeout, progress_callback, meta=meta, **kwargs
+            name, arguments, timeout, progress_callback, meta=_with_attempt(meta, 1), **kwargs
         )
         refused = retrying._settle(call, result, name)
         if refused is None:
@@ -111,12 +110,13 @@ class RetryingSession(_Wrapper):
         progress_callback: Any = None,
         *,
         meta: Any = None,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> CallOutcome[Any]:
         """``call_tool``'s answer in a ``CallOutcome``."""
         send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
         bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
-        return await self.retrying.attempts(send, tool=name, read_timeout=bound)
+        return await self.retrying.attempts(send, tool=name, read_timeout=bound, deadline=deadline)
 
     def _own_timeout(self) -> float | None:
         # Public on Client, private on ClientSession.
@@ -150,8 +150,9 @@ class RetryingSession(_Wrapper):
 
 
 class RetryingFastMCPClient(_Wrapper):
-    """FastMCP's ``Client`` with a retrying ``call_tool`` (same signature, same result; a final
-    error raises FastMCP's ``ToolError`` when ``raise_on_error``, as FastMCP does).
+    """FastMCP's ``Client`` with a retrying ``call_tool`` (the same signature plus ``deadline``,
+    the same result; a final error raises FastMCP's ``ToolError`` when ``raise_on_error``, as
+    FastMCP does).
     ``call_tool_outcome`` never raises on an error result and says why the answer is the
     last; its ``result`` is FastMCP's parsed ``CallToolResult``."""
 
@@ -165,17 +166,19 @@ class RetryingFastMCPClient(_Wrapper):
         timeout: datetime.timedelta | float | None = None,  # noqa: ASYNC109  # FastMCP's own
         raise_on_error: bool = True,
         meta: dict[str, Any] | None = None,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
         retrying = self.retrying
         per_call = _seconds_of(timeout)
-        call = retrying._begin(name, self._session_timeout if per_call is None else per_call)
+        bound = self._session_timeout if per_call is None else per_call
+        call = retrying._begin(name, bound, deadline)
         result = await self.wrapped.call_tool(
             name,
             arguments,
             timeout=timeout if call is None or call.remaining is None else call.remaining,
             raise_on_error=False,
-            meta=meta,
+            meta=_with_attempt(meta, 1),
             **kwargs,
         )
         refused = retrying._settle(call, result, name)
@@ -197,13 +200,14 @@ class RetryingFastMCPClient(_Wrapper):
         *,
         timeout: datetime.timedelta | float | None = None,  # noqa: ASYNC109  # FastMCP's own
         meta: dict[str, Any] | None = None,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> CallOutcome[Any]:
         """``call_tool``'s answer in a ``CallOutcome`` (an error result is not raised)."""
         per_call = _seconds_of(timeout)
         send = self._sender(name, arguments, per_call, meta, kwargs)
         bound = self._session_timeout if per_call is None else per_call
-        return await self.retrying.attempts(send, tool=name, read_timeout=bound)
+        return await self.retrying.attempts(send, tool=name, read_timeout=bound, deadline=deadline)
 
     def _own_timeout(self) -> float | None:
         # The client's own, kept by FastMCP with the session's options.
@@ -238,7 +242,7 @@ def wrap(
     *,
     server: str | None = None,
     max_attempts: int = 5,
-    budget: RetryBudget | _Shared | None = SHARED,
+    budget: Budget | _Shared | None = SHARED,
     throttle: AdaptiveThrottle | None = None,
     timeout: float | None = None,
     max_wait: float = 30.0,
