@@ -8,6 +8,7 @@ asyncio (it calls ``asyncio.create_task``).
 
 from __future__ import annotations
 
+import copy
 import datetime
 from typing import Any
 
@@ -205,3 +206,18 @@ async def test_a_calls_deadline_is_not_passed_to_the_sdk_and_bounds_the_wait() -
         assert anyio.current_time() == start
         passed = await session.call_tool("attempt", {}, deadline=5.0)
     assert text(passed) == "2"
+
+
+def test_a_wrapper_stands_in_for_its_session_and_copies() -> None:
+    class Session:
+        server_info = None
+        note = "the session's own"
+
+        async def call_tool(self, name: str, arguments: Any = None, *rest: Any, **kw: Any) -> Any:
+            raise AssertionError("not called")
+
+    session = wrap(Session(), server="billing")
+    assert session.note == "the session's own"
+    assert copy.copy(session).note == "the session's own"
+    with pytest.raises(AttributeError):
+        _ = session.missing

@@ -63,6 +63,8 @@ class _Wrapper:
         raise NotImplementedError
 
     def __getattr__(self, name: str) -> Any:
+        if name in _Wrapper.__slots__:  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.wrapped, name)
 
     def __repr__(self) -> str:
