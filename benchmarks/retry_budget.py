@@ -1,0 +1,459 @@
+"""Retry budgets measured: a fleet of client processes against a scripted server, in virtual
+time, each retry policy on the same seed.
+
+The server is the library's own admission: a ``ConcurrencyGuard`` with a short queue (SERVER_BUSY,
+with its advice of successive openings) or a rate limit (RATE_LIMITED; its callers known by a
+client key, or anonymous). Logical calls arrive as
+a Poisson stream, spread over ``PROCESSES`` client processes, each with its own retry budget
+(the budget is per process and server). Every call has a deadline. The clients are the real
+``fusion_guard.client.Retrying``; only the naive policy is a loop of its own (three attempts,
+10 ms apart, deaf to the advice), as hand-written retry loops are.
+
+Time is trio's ``MockClock``: it jumps to the next timer whenever every task waits, so a minute
+of traffic runs in a second or two and every run repeats exactly.
+
+    python benchmarks/retry_budget.py [--seeds 2 3] [--models busy busy-exp rate rate-anon]
+
+The default policy was chosen on seed 1 of the ``busy`` model; seeds 2 and 3 and the other
+models are the check it was not tuned to them (docs/client.md has the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+import anyio
+import trio
+from trio.testing import MockClock
+
+from fusion_guard import (
+    ConcurrencyGuard,
+    Guard,
+    MemoryBackend,
+    RateLimited,
+    ServerBusy,
+    ToolResponse,
+    parse_tool_error,
+)
+from fusion_guard.client import (
+    AdaptiveThrottle,
+    Budget,
+    CallOutcome,
+    RetryBudget,
+    Retrying,
+    ThrottledLocally,
+    TokenBucket,
+    default_budget,
+)
+
+PROCESSES = 4
+DEADLINE_S = 5.0
+CAPACITY = 50.0  # calls per second, in every model
+
+# -- the server -------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    at: float
+    accepted: bool
+    attempt: int  # 1 for a call's first
+
+
+class Server:
+    """One tool behind the library's admission; records every attempt."""
+
+    def __init__(self, model: str, rng: random.Random) -> None:
+        self.model = model
+        self.rng = rng
+        self.attempts: list[Attempt] = []
+        self.slow_factor = 1.0  # service times are multiplied by it (2: half the capacity)
+        if model.startswith("rate"):
+            backend = MemoryBackend(clock=anyio.current_time)
+            self.guard = Guard(
+                max_active=None,
+                timeout=None,
+                rate=CAPACITY,
+                burst=10,
+                metrics=False,
+                rate_backend=backend,
+            )
+        else:
+            slots = 10 if model == "busy" else 20
+            self.mean_service = slots / CAPACITY
+            # A short queue, as a tool tuned for interactive callers has: it absorbs the
+            # arrivals' own burstiness, and past a second's wait the call is refused.
+            self.slots = ConcurrencyGuard(
+                slots,
+                max_queue=2 * slots,
+                queue_timeout=1.0,
+                name="search",
+                clock=anyio.current_time,
+            )
+
+    def _service(self) -> float:
+        if self.model == "busy":  # uniform around the mean
+            return self.mean_service * self.rng.uniform(0.5, 1.5) * self.slow_factor
+        return self.rng.expovariate(1 / self.mean_service) * self.slow_factor
+
+    async def call(self, attempt: int, caller: str) -> ToolResponse:
+        now = anyio.current_time()
+        if self.model.startswith("rate"):
+            # "rate": each logical call is a known caller (a client key, as agents with their
+            # own identity have), which the limit staggers; "rate-anon": no key at all.
+            client = caller if self.model == "rate" else None
+            try:
+                async with self.guard.admit("search", client=client):
+                    pass
+                response, refused = ToolResponse("done", is_error=False), False
+            except RateLimited as limited:
+                response, refused = limited.response, True
+        else:
+            try:
+                async with self.slots.slot():
+                    self.attempts.append(Attempt(now, True, attempt))
+                    await anyio.sleep(self._service())
+                return ToolResponse("done", is_error=False)
+            except ServerBusy as busy:
+                response, refused = busy.response, True
+        self.attempts.append(Attempt(now, not refused, attempt))
+        return response
+
+
+def _advice(response: ToolResponse) -> float | None:
+    parsed = parse_tool_error(response.text)
+    return None if parsed is None else parsed.retry_after
+
+
+# -- the policies -----------------------------------------------------------------------------
+
+
+class Naive:
+    """Three attempts 10 ms apart, whatever the server says: the hand-written loop."""
+
+    async def run(self, fn: Callable[[int], Awaitable[ToolResponse]]) -> tuple[bool, int]:
+        for attempt in (1, 2, 3):
+            response = await fn(attempt)
+            if not response.is_error:
+                return True, attempt
+            if attempt < 3:
+                await anyio.sleep(0.01)
+        return False, 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    budget: Callable[[], Budget | None] | None  # None: no retries at all
+    throttle_k: float | None = None
+    naive: bool = False
+    max_attempts: int = 3
+
+
+POLICIES = {
+    p.name: p
+    for p in (
+        Policy("no retry", None),
+        Policy("naive 3 attempts", None, naive=True),
+        Policy("MongoDB: advice, 2 retries", lambda: None),
+        Policy("gRPC token bucket 10/0.1", TokenBucket, max_attempts=5),
+        Policy(
+            "Finagle 20% + 10/s",
+            lambda: RetryBudget(0.2, min_per_second=10, window=10, clock=_now),
+            max_attempts=5,
+        ),
+        Policy(
+            ".NET 10%",
+            lambda: RetryBudget(0.1, min_per_second=0, window=10, clock=_now),
+            max_attempts=5,
+        ),
+        Policy("helper (default)", lambda: default_budget(clock=_now), max_attempts=5),
+        Policy("helper timing, no budget", lambda: None, max_attempts=5),
+        Policy(
+            "helper + throttle K=2",
+            lambda: default_budget(clock=_now),
+            throttle_k=2.0,
+            max_attempts=5,
+        ),
+    )
+}
+HELPER = "helper (default)"
+"""The helper's defaults (``Retrying`` as ``wrap`` makes it)."""
+TIMING = "helper timing, no budget"
+"""The helper's waits alone: what the spread of retries is measured on (with the budget, a crowd
+at a cold start is mostly sent back at once, leaving too few retries to measure a spread)."""
+
+
+def _now() -> float:
+    return anyio.current_time()
+
+
+class Process:
+    """One client process: its own budget and throttle, shared by all its calls."""
+
+    def __init__(self, policy: Policy, rng: random.Random) -> None:
+        self.naive = Naive() if policy.naive else None
+        throttle = None
+        if policy.throttle_k is not None:
+            throttle = AdaptiveThrottle(policy.throttle_k, window=2.0, clock=_now, rng=rng)
+        self.retrying = Retrying(
+            server="search",
+            max_attempts=1 if policy.budget is None else policy.max_attempts,
+            budget=None if policy.budget is None else policy.budget(),
+            throttle=throttle,
+            timeout=DEADLINE_S,
+            rng=rng,
+        )
+
+    async def call(self, send: Callable[[int], Awaitable[ToolResponse]]) -> tuple[int, str]:
+        """(attempts sent, why the last answer was the last)."""
+        if self.naive is not None:
+            ok, attempts = await self.naive.run(send)
+            return attempts, "ok" if ok else "attempts"
+        try:
+            outcome: CallOutcome[ToolResponse] = await self.retrying.attempts(
+                lambda attempt, _remaining: send(attempt), tool="search"
+            )
+        except ThrottledLocally:
+            return 0, "throttled"
+        return outcome.attempts, outcome.stopped
+
+
+# -- scenarios --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Offered load (x capacity) and a service slow-down, each a step function of time."""
+
+    name: str
+    duration: float
+    load: Callable[[float], float]
+    slow: Callable[[float], float] = lambda _t: 1.0
+    volley: int = 0  # calls arriving together at 0 s, before the stream
+
+
+SCENARIOS = {
+    "sustained": Scenario("sustained", 20.0, lambda _t: 3.0),
+    # A process that has run a while (12 s: budgets with a window have filled it), then 1 s at
+    # 2x the capacity.
+    "blip": Scenario("blip", 17.0, lambda t: 2.0 if 12.0 <= t < 13.0 else 0.6),
+    # Half the capacity for 6 s under 1.2x the full capacity, then all of it back.
+    "recovery": Scenario("recovery", 12.0, lambda _t: 1.2, lambda t: 2.0 if 2 <= t < 8 else 1.0),
+    # Two seconds' worth of calls at once (a crowd of agents starting together), then 0.5x.
+    "crowd": Scenario("crowd", 6.0, lambda _t: 0.5, volley=int(2 * CAPACITY)),
+}
+
+
+@dataclass
+class Call:
+    arrived: float
+    finished: float = math.nan
+    ok: bool = False
+    attempts: int = 0
+    stopped: str = ""  # why the answer was the last (StopReason; "throttled" before sending)
+    sent: list[tuple[float, float | None]] = field(default_factory=list)
+    """(when, the advice it got back) for each attempt."""
+
+    def earliest_retry(self) -> float:
+        """The least time from a refusal's advised moment to the retry after it (negative:
+        sent early); inf when the call was never retried after advice."""
+        gaps = [
+            at - (before + advice)
+            for (before, advice), (at, _) in zip(self.sent, self.sent[1:], strict=False)
+            if advice is not None
+        ]
+        return min(gaps, default=math.inf)
+
+
+@dataclass
+class Run:
+    model: str
+    scenario: str
+    policy: str
+    seed: int
+    calls: list[Call] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def window(self, start: float, end: float) -> list[Call]:
+        return [c for c in self.calls if start <= c.arrived < end]
+
+    def attempts_per_call(self, start: float, end: float) -> float:
+        calls = self.window(start, end)
+        return sum(c.attempts for c in calls) / len(calls)
+
+    def refusals_per_accepted(self, start: float, end: float) -> float:
+        sent = [a for a in self.attempts if start <= a.at < end]
+        accepted = sum(a.accepted for a in sent)
+        return (len(sent) - accepted) / max(accepted, 1)
+
+    def goodput(self, start: float, end: float) -> float:
+        """Successes finished in [start, end), per second."""
+        done = sum(1 for c in self.calls if c.ok and start <= c.finished < end)
+        return done / (end - start)
+
+    def success(self, start: float, end: float) -> float:
+        calls = self.window(start, end)
+        return sum(c.ok and c.finished - c.arrived <= DEADLINE_S for c in calls) / len(calls)
+
+    def retry_peak_ratio(self, bucket: float = 0.1) -> float:
+        """The busiest ``bucket``-second window's retries over the mean window's, between the
+        first and the last retry."""
+        times = sorted(a.at for a in self.attempts if a.attempt > 1)
+        if len(times) < 2:
+            return 0.0
+        counts: dict[int, int] = {}
+        for t in times:
+            counts[math.floor((t - times[0]) / bucket)] = (
+                counts.get(math.floor((t - times[0]) / bucket), 0) + 1
+            )
+        windows = math.floor((times[-1] - times[0]) / bucket) + 1
+        return max(counts.values()) / (len(times) / windows)
+
+
+def simulate(
+    model: str, scenario: Scenario, policy: Policy, seed: int, processes: int = PROCESSES
+) -> Run:
+    """One run in virtual time on trio."""
+    run = Run(model, scenario.name, policy.name, seed)
+
+    async def main() -> None:
+        rng = random.Random(seed)
+        server = Server(model, random.Random(rng.random()))
+        clients = [Process(policy, random.Random(rng.random())) for _ in range(processes)]
+        start = anyio.current_time()
+
+        async def one(call: Call, process: Process, caller: str) -> None:
+            async def send(attempt: int) -> ToolResponse:
+                at = anyio.current_time() - start
+                response = await server.call(attempt, caller)
+                advice = _advice(response) if response.is_error else None
+                call.sent.append((at, advice))
+                return response
+
+            call.attempts, call.stopped = await process.call(send)
+            call.ok = call.stopped == "ok"
+            call.finished = anyio.current_time() - start
+
+        async with anyio.create_task_group() as tasks:
+            for n in range(scenario.volley):
+                call = Call(0.0)
+                run.calls.append(call)
+                tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
+            now, n = 0.0, scenario.volley
+            while True:
+                now += rng.expovariate(scenario.load(now) * CAPACITY)
+                if now >= scenario.duration:
+                    break
+                await anyio.sleep(start + now - anyio.current_time())
+                server.slow_factor = scenario.slow(now)
+                call = Call(now)
+                run.calls.append(call)
+                tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
+                n += 1
+        run.attempts = [Attempt(a.at - start, a.accepted, a.attempt)
+                        for a in server.attempts]  # fmt: skip
+
+    # Trio reorders each batch of runnable tasks at random (to shake out ordering bugs), from a
+    # private generator: seeded, a run repeats exactly.
+    trio._core._run._r.seed(seed)
+    anyio.run(main, backend="trio", backend_options={"clock": MockClock(autojump_threshold=0)})
+    return run
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The targets' figures of one policy on one model and seed."""
+
+    attempts_per_call: float  # sustained 3x overload, arrivals in [2, 18) s
+    refusals_per_accepted: float  # the same, attempts sent in [2, 18) s
+    goodput: float  # the same, successes per second finished in [2, 18) s
+    blip_success: float  # share of calls arriving in [11.5, 14) s done within the deadline
+    recovery_goodput: float  # successes finished in [9, 10) s, capacity back at 8 s
+    earliest_retry: float  # the least (retry - advised moment), over every run
+
+
+def measure(model: str, policy: str, seed: int, processes: int = PROCESSES) -> Figures:
+    chosen = POLICIES[policy]
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes)
+    earliest = min(c.earliest_retry() for c in sustained.calls)
+    if model.startswith("rate"):  # a rate limit's capacity does not move: no blip or recovery here
+        blip_success = recovery = math.nan
+    else:
+        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes)
+        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes)
+        blip_success = blip.success(11.5, 14.0)
+        recovery = recovery_run.goodput(9.0, 10.0)
+        earliest = min(earliest, *(c.earliest_retry() for c in blip.calls + recovery_run.calls))
+    return Figures(
+        sustained.attempts_per_call(2, 18),
+        sustained.refusals_per_accepted(2, 18),
+        sustained.goodput(2, 18),
+        blip_success,
+        recovery,
+        earliest,
+    )
+
+
+def spread(seed: int, policy: str = TIMING, model: str = "rate") -> float:
+    """RATE_LIMITED retries after a crowd: the busiest 100 ms window over the mean."""
+    return simulate(model, SCENARIOS["crowd"], POLICIES[policy], seed).retry_peak_ratio()
+
+
+def table(model: str, seed: int, policies: list[str], processes: int = PROCESSES) -> Iterator[str]:
+    yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {processes} processes)"
+    yield (
+        f"{'policy':<26}{'att/call':>9}{'ref/acc':>9}{'goodput':>9}{'blip ok':>9}"
+        f"{'recov':>8}{'early ms':>9}"
+    )
+    for name in policies:
+        f = measure(model, name, seed, processes)
+        early = "-" if f.earliest_retry == math.inf else f"{f.earliest_retry * 1000:.0f}"
+        yield (
+            f"{name:<26}{f.attempts_per_call:>9.2f}{f.refusals_per_accepted:>9.2f}"
+            f"{f.goodput:>9.1f}{f.blip_success:>9.1%}{f.recovery_goodput:>8.1f}{early:>9}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--models", nargs="+", default=["busy", "busy-exp", "rate"],
+                        choices=["busy", "busy-exp", "rate", "rate-anon"])  # fmt: skip
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument(
+        "--processes", type=int, default=PROCESSES, help="client processes sharing the load"
+    )
+    args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, got {args.processes}")
+    for model in args.models:
+        for seed in args.seeds:
+            for line in table(model, seed, args.policies, args.processes):
+                print(line)
+            print()
+    print("RATE_LIMITED retries after a crowd: busiest 100 ms window / mean (retries, calls ok)")
+    for model in ("rate", "rate-anon"):
+        for policy in (TIMING, HELPER):
+            for seed in args.seeds:
+                crowd, chosen = SCENARIOS["crowd"], POLICIES[policy]
+                run = simulate(model, crowd, chosen, seed, args.processes)
+                retries = sum(a.attempt > 1 for a in run.attempts)
+                ok = sum(c.ok for c in run.calls) / len(run.calls)
+                print(
+                    f"  {model:<10}{policy:<26}seed {seed}: {run.retry_peak_ratio():.2f}x"
+                    f" ({retries} retries, {ok:.0%} ok)"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

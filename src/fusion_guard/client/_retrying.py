@@ -1,0 +1,335 @@
+"""The retrying call: send, read the answer, and retry a refusal after the server's advice while
+the deadline, the attempts and the server's retry budget allow.
+
+Time is the event loop's (``anyio.current_time``), the clock cancel scopes use: a deadline set
+with ``anyio.fail_after`` around the call is the caller's deadline here too, and the waits run in
+virtual time under a test clock. Waits are plain ``anyio.sleep``: a cancellation ends them at
+once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+import anyio
+
+from ..wire._client import FusionClientError
+from ._advice import RETRYABLE_CODES, refusal_of
+from ._budget import AdaptiveThrottle, Budget, shared_budget
+from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
+
+__all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
+
+R = TypeVar("R")
+
+
+class _Shared:
+    def __repr__(self) -> str:
+        return "SHARED"
+
+
+SHARED: Final = _Shared()
+"""``Retrying(budget=SHARED)`` (the default): the process-wide budget of the ``server``."""
+
+
+class ThrottledLocally(FusionClientError):
+    """Client-side adaptive throttling refused a call before it was sent (code
+    ``THROTTLED_LOCALLY``): the server has been refusing most of what this process sends."""
+
+
+@dataclass(slots=True)
+class CallOutcome(Generic[R]):
+    """What a retrying call returned and why: ``result`` is the last answer (a success, an
+    error, or the last refusal), ``stopped`` why it is the last (see ``StopReason``),
+    ``attempts`` how many were sent, ``waited`` the seconds spent waiting between them and
+    ``error`` the envelope of an error ``result`` (None for a success)."""
+
+    result: R
+    stopped: StopReason
+    attempts: int
+    waited: float
+    error: FusionClientError | None
+
+
+def _final(result: R, attempts: int, waited: float) -> CallOutcome[R]:
+    """The outcome of a call whose last answer is no refusal (read again: only an error's
+    envelope is parsed twice, and only when an outcome is asked for)."""
+    error = refusal_of(result)
+    return CallOutcome(result, "ok" if error is None else "error", attempts, waited, error)
+
+
+class _Call:
+    """One logical call in progress: its bounds and its last answer (see ``Retrying._begin``)."""
+
+    __slots__ = ("attempt", "bound", "deadline", "error", "remaining", "tool")
+
+    def __init__(self, tool: str, deadline: float) -> None:
+        self.tool = tool
+        self.attempt = 1
+        self.deadline = deadline  # the call's own bounds (its deadline, the read timeout)
+        self.bound: StopReason = "deadline"  # which of them is ``deadline``
+        self.remaining: float | None = None  # seconds left for the attempt being sent
+        self.error: FusionClientError | None = None  # the last refusal's envelope
+
+
+def _seconds(name: str, value: float, *, zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {'>= 0' if zero else '> 0'} seconds, got {value!r}")
+    return float(value)
+
+
+class Retrying:
+    """Retries SERVER_BUSY and RATE_LIMITED refusals after their advice; nothing else.
+
+    - ``server``: the name keying the process-wide retry budget (``shared_budget``) and the
+      observer's labels.
+    - ``max_attempts``: attempts per call, the first included (5, as gRPC's cap: the budget,
+      not this, is what bounds the load retries add).
+    - ``budget``: ``SHARED`` (the server's shared budget), a budget of your own
+      (``RetryBudget``, ``TokenBucket``, any ``Budget``), or None for no budget beyond
+      ``max_attempts``.
+    - ``throttle``: an optional ``AdaptiveThrottle`` (client-side adaptive throttling).
+    - ``timeout``: seconds a whole call (its attempts and waits) may take, unless the call
+      gives its own ``deadline``; an enclosing ``anyio.fail_after`` deadline counts as well.
+    - ``max_wait``: the longest advice followed (a refusal advising longer goes back).
+    - ``jitter``: a wait is the advised ``retry_after`` plus up to ``jitter`` x that (never
+      earlier than the advice), so callers told the same time do not return together; for a
+      RATE_LIMITED refusal, at most one emission interval of its limit (see ``_spread``).
+    - ``backoff``, ``max_backoff``: for a refusal without advice, a wait drawn uniformly from 0
+      to ``backoff`` x 2^(retry - 1), at most ``max_backoff`` ("full jitter").
+    - ``observer``: a ``ClientObserver``; ``rng``: the jitter's random source (seed it in tests).
+    """
+
+    __slots__ = (
+        "_backoff",
+        "_budget",
+        "_jitter",
+        "_max_attempts",
+        "_max_backoff",
+        "_max_wait",
+        "_observer",
+        "_plain",
+        "_random",
+        "_throttle",
+        "_timeout",
+        "server",
+    )
+
+    def __init__(
+        self,
+        *,
+        server: str = "default",
+        max_attempts: int = 5,
+        budget: Budget | _Shared | None = SHARED,
+        throttle: AdaptiveThrottle | None = None,
+        timeout: float | None = None,
+        max_wait: float = 30.0,
+        jitter: float = 0.2,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        observer: ClientObserver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if not isinstance(server, str) or not server:
+            raise ValueError(f"server must be a non-empty str naming the server, got {server!r}")
+        self.server = server
+        self._max_attempts = max_attempts
+        self._budget = shared_budget(server) if isinstance(budget, _Shared) else budget
+        self._throttle = throttle
+        self._timeout = None if timeout is None else _seconds("timeout", timeout)
+        self._max_wait = _seconds("max_wait", max_wait, zero=True)
+        self._jitter = _seconds("jitter", jitter, zero=True)
+        self._backoff = _seconds("backoff", backoff, zero=True)
+        self._max_backoff = _seconds("max_backoff", max_backoff, zero=True)
+        self._observer = observer
+        self._random = rng or random.Random()
+        self._plain = throttle is None and observer is None and self._timeout is None
+
+    @property
+    def budget(self) -> Budget | None:
+        """The retry budget in use (None: only ``max_attempts`` bounds retries)."""
+        return self._budget
+
+    async def call(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        deadline: float | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """``await fn(*args, **kwargs)``, retried on refusals; the last answer. ``deadline``:
+        seconds from now the whole call may take (> 0; it is not passed to ``fn``). ``fn`` must
+        return an MCP tool result (``TypeError`` otherwise); what it raises is never retried."""
+        return (await self.run(fn, *args, deadline=deadline, **kwargs)).result
+
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        deadline: float | None = None,
+        **kwargs: Any,
+    ) -> CallOutcome[R]:
+        """As ``call``, with the reason the answer is the last (a ``CallOutcome``)."""
+
+        async def send(_attempt: int, _remaining: float | None) -> R:
+            return await fn(*args, **kwargs)
+
+        return await self.attempts(send, tool=getattr(fn, "__name__", "call"), deadline=deadline)
+
+    async def attempts(
+        self,
+        send: Callable[[int, float | None], Awaitable[R]],
+        *,
+        tool: str,
+        read_timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> CallOutcome[R]:
+        """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
+        most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
+        session's, a bound on the whole call like ``deadline`` (seconds from now)."""
+        call = self._begin(tool, read_timeout, deadline)
+        result = await send(1, None if call is None else call.remaining)
+        refused = self._settle(call, result, tool)
+        if refused is None:
+            return _final(result, 1, 0.0)
+        return await self._resume(refused, result, send)
+
+    def _begin(self, tool: str, read_timeout: float | None, deadline: float | None) -> _Call | None:
+        """A call about to make its first attempt: its state, or None when there is nothing to
+        remember (no bound, throttle or observer); ``ThrottledLocally`` when client-side
+        throttling holds it back. The wrappers make that attempt themselves, as the caller
+        would have, then ``_settle`` it and, for a refusal, ``_resume``: a call that succeeds at
+        once runs through no coroutine of this class."""
+        if self._plain and read_timeout is None and deadline is None:
+            if self._budget is not None:
+                self._budget.sent(retry=False)
+            return None
+        timeout = (
+            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
+        )
+        throttle = self._throttle
+        if throttle is not None and not throttle.admit():
+            raise ThrottledLocally(
+                "THROTTLED_LOCALLY",
+                f"not sent: {self.server!r} has been refusing most calls from this process",
+            )
+        call = _Call(tool, math.inf)
+        # The clock is read only when a bound of the call's own needs its start (an enclosing
+        # cancel scope's deadline is absolute, and read on the first refusal).
+        if timeout is not None or read_timeout is not None:
+            start = anyio.current_time()
+            if timeout is not None:
+                call.deadline = start + timeout
+            if read_timeout is not None and start + read_timeout < call.deadline:
+                call.deadline, call.bound = start + read_timeout, "read_timeout"
+            call.remaining = call.deadline - start
+        self._sent(call)
+        return call
+
+    def _sent(self, call: _Call) -> None:
+        if self._observer is not None:
+            notify(self._observer, "attempted", self.server, call.tool, call.attempt)
+        if self._budget is not None:
+            self._budget.sent(retry=call.attempt > 1)
+
+    def _settle(self, call: _Call | None, result: object, tool: str) -> _Call | None:
+        """Read an attempt's answer: None when it is the last (a success, or an error that is
+        no refusal), else the call to ``_resume``."""
+        error = refusal_of(result)
+        final = error is None or error.code not in RETRYABLE_CODES
+        if self._budget is not None:
+            self._budget.answered(refused=not final)
+        if final:
+            if self._throttle is not None:
+                self._throttle.accepted()
+            return None
+        if call is None:
+            call = _Call(tool, math.inf)
+        call.error = error
+        return call
+
+    async def _resume(
+        self, call: _Call, result: R, send: Callable[[int, float | None], Awaitable[R]]
+    ) -> CallOutcome[R]:
+        """Retry ``call``, refused with ``result``, while the advice, the deadline, the attempts
+        and the budget allow."""
+        # The caller's own cancel scopes bound the waits too; the attempts are bounded by them
+        # already, so ``remaining`` stays the call's own bounds.
+        enclosing = anyio.current_effective_deadline()
+        waits_until, why = call.deadline, call.bound
+        if enclosing < waits_until:
+            waits_until, why = enclosing, "deadline"
+        waited = 0.0
+        observer = self._observer
+        while True:
+            error = call.error
+            assert error is not None  # _settle keeps the refusal's envelope
+            stop = self._stop(error, call.attempt, waits_until, why)
+            if isinstance(stop, str):
+                if observer is not None:
+                    notify(observer, "gave_up", self.server, call.tool, stop, call.attempt)
+                log_gave_up(self.server, call.tool, stop, call.attempt, error.code)
+                return CallOutcome(result, stop, call.attempt, waited, error)
+            if observer is not None:
+                notify(observer, "retrying", self.server, call.tool, error.code, stop)
+            log_retry(self.server, call.tool, call.attempt, error.code, stop)
+            await anyio.sleep(stop)
+            waited += stop
+            call.attempt += 1
+            if call.deadline != math.inf:
+                call.remaining = call.deadline - anyio.current_time()
+            self._sent(call)
+            result = await send(call.attempt, call.remaining)
+            if self._settle(call, result, call.tool) is None:
+                return _final(result, call.attempt, waited)
+
+    def _stop(
+        self, error: FusionClientError, attempt: int, deadline: float, bound: StopReason
+    ) -> StopReason | float:
+        """Why the refusal goes back now, or the seconds to wait before retrying it. The checks
+        that cost the server nothing come first; the budget is drawn on only for a retry that
+        will be sent."""
+        if attempt >= self._max_attempts:
+            return "attempts"
+        if error.retry_after is not None and error.retry_after > self._max_wait:
+            return "advice_too_long"
+        wait = self._wait(error, attempt)
+        if anyio.current_time() + wait >= deadline:
+            return bound
+        if self._budget is not None and not self._budget.withdraw():
+            return "budget"
+        if self._throttle is not None and not self._throttle.admit():
+            return "throttled"
+        return wait
+
+    def _wait(self, error: FusionClientError, retry: int) -> float:
+        advice = error.retry_after
+        if advice is None:
+            ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
+            return ceiling * self._random.random()
+        return advice + self._random.random() * _spread(error, advice * self._jitter)
+
+
+def _spread(error: FusionClientError, default: float) -> float:
+    """How far after the advice a retry may land. A rate limit tells the callers it refuses
+    successive openings one emission interval (``period_seconds / limit``) apart: a retry
+    anywhere within its own interval keeps its place, so the retries reach the limit as evenly
+    as it admits them. Other advice is spread over ``jitter`` x the advice."""
+    if error.code == "RATE_LIMITED":
+        try:
+            interval = float(error.details["period_seconds"]) / float(error.details["limit"])
+        except (KeyError, ValueError, ZeroDivisionError):
+            return default
+        if 0 < interval < math.inf:
+            return min(interval, default)
+    return default

@@ -1,0 +1,223 @@
+"""``wrap`` end to end through both SDKs' real clients, in memory, against servers guarded by
+fusion_guard (a rate limit of 2 calls a second, burst 1), in virtual time: the second call of a
+pair is refused with RATE_LIMITED, waits for its advice and passes.
+
+The MCP SDK's ``Client`` and its ``ClientSession`` run on asyncio and trio; FastMCP's client needs
+asyncio (it calls ``asyncio.create_task``).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp import Client as FastMCPClient
+from fastmcp import Context as FastMCPContext
+from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
+from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+
+from fusion_guard import Guard, MemoryBackend, tool_error
+from fusion_guard.client import (
+    ATTEMPT_META_KEY,
+    RetryingFastMCPClient,
+    RetryingSession,
+    wrap,
+)
+from fusion_guard.integrations.fastmcp import GuardMiddleware
+from fusion_guard.integrations.mcp import install
+from virtual_time import VirtualTimeLoop, virtual_time_backends
+
+anyio_backend = virtual_time_backends()
+
+
+def guard() -> Guard:
+    """2 calls a second for the tool, in the event loop's (virtual) time."""
+    return Guard(
+        max_active=None,
+        timeout=None,
+        rate=2,
+        burst=1,
+        metrics=False,
+        rate_backend=MemoryBackend(clock=anyio.current_time),
+    )
+
+
+def mcp_app() -> MCPServer[Any]:
+    app: MCPServer[Any] = MCPServer("billing", log_level="CRITICAL")
+
+    @app.tool()
+    async def attempt(ctx: Context) -> str:
+        """Answers with the attempt number the client sent in the request's _meta."""
+        meta = ctx.request_context.meta or {}
+        return str(meta.get(ATTEMPT_META_KEY))
+
+    @app.tool()
+    async def conflict() -> str:
+        raise tool_error("CONFLICT", "Invoice already paid")
+
+    install(app, guard())
+    return app
+
+
+def text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("target", ["Client", "ClientSession"])
+async def test_the_mcp_sdk_client_retries_a_refusal_after_its_advice(target: str) -> None:
+    async with Client(mcp_app()) as client:
+        session = wrap(client if target == "Client" else client.session)
+        assert isinstance(session, RetryingSession)
+        assert session.retrying.server == "billing"  # keyed by the server's own name
+        start = anyio.current_time()
+        first = await session.call_tool("attempt", {})
+        outcome = await session.call_tool_outcome("attempt", {})
+        assert (text(first), text(outcome.result)) == ("1", "2")
+        assert (outcome.stopped, outcome.attempts) == ("ok", 2)
+        assert 0.5 <= anyio.current_time() - start <= 0.5 * 1.2
+        assert await session.list_tools()  # everything else is the session's own
+
+
+@pytest.mark.anyio
+async def test_the_mcp_sdk_client_does_not_retry_other_errors() -> None:
+    async with Client(mcp_app()) as client:
+        outcome = await wrap(client).call_tool_outcome("conflict", {})
+    assert (outcome.stopped, outcome.attempts) == ("error", 1)
+    assert outcome.error is not None
+    assert outcome.error.code == "CONFLICT"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("target", ["Client", "ClientSession"])
+async def test_the_sessions_read_timeout_bounds_the_wait(target: str) -> None:
+    async with Client(mcp_app(), read_timeout_seconds=0.3) as client:
+        session = wrap(client if target == "Client" else client.session)
+        await session.call_tool("attempt", {})
+        start = anyio.current_time()
+        outcome = await session.call_tool_outcome("attempt", {})
+    # The advice (0.5 s) is longer than the read timeout: the refusal comes back at once.
+    assert (outcome.stopped, outcome.attempts) == ("read_timeout", 1)
+    assert outcome.error is not None
+    assert outcome.error.code == "RATE_LIMITED"
+    assert anyio.current_time() == start
+
+
+def fastmcp_app() -> FastMCP:
+    app = FastMCP("billing")
+
+    @app.tool
+    async def attempt(ctx: FastMCPContext) -> str:
+        meta = ctx.request_context.meta if ctx.request_context is not None else None
+        return str((meta or {}).get(ATTEMPT_META_KEY))
+
+    @app.tool
+    async def conflict() -> str:
+        raise tool_error("CONFLICT", "Invoice already paid")
+
+    app.add_middleware(GuardMiddleware(guard()))
+    return app
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
+async def test_the_fastmcp_client_retries_a_refusal_and_raises_as_fastmcp_does() -> None:
+    async with FastMCPClient(fastmcp_app()) as client:
+        session = wrap(client)
+        assert isinstance(session, RetryingFastMCPClient)
+        assert session.retrying.server == "billing"
+        first = await session.call_tool("attempt", {})
+        second = await session.call_tool("attempt", {})
+        assert (first.data, second.data) == ("1", "2")
+        with pytest.raises(ToolError, match="CONFLICT"):
+            await session.call_tool("conflict", {})
+        outcome = await session.call_tool_outcome("conflict", {})
+        # Refused by the tool's rate limit first (the call above spent it), then the tool's own
+        # error: never retried.
+        assert (outcome.stopped, outcome.attempts) == ("error", 2)
+        assert outcome.error is not None
+        assert outcome.error.code == "CONFLICT"
+        once = wrap(client, max_attempts=1)
+        await once.call_tool("attempt", {})
+        refused = await once.call_tool("attempt", {}, raise_on_error=False)
+        assert refused.is_error
+        assert "RATE_LIMITED" in text(refused)
+        with pytest.raises(ToolError, match="RATE_LIMITED"):
+            await once.call_tool("attempt", {})
+
+
+def test_wrap_refuses_what_has_no_call_tool() -> None:
+    with pytest.raises(TypeError, match=r"^wrap expects an MCP ClientSession or Client"):
+        wrap(object())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
+async def test_the_fastmcp_clients_timeout_bounds_the_wait() -> None:
+    async with FastMCPClient(fastmcp_app(), timeout=0.3) as client:
+        session = wrap(client)
+        await session.call_tool("attempt", {})
+        outcome = await session.call_tool_outcome("attempt", {})
+        assert (outcome.stopped, outcome.attempts) == ("read_timeout", 1)
+        bounded = await session.call_tool_outcome("attempt", {}, timeout=datetime.timedelta(0.0, 2))
+    assert (bounded.stopped, bounded.attempts) == ("ok", 2)  # a per-call timeout wins
+
+
+@pytest.mark.anyio
+async def test_a_timeout_and_an_observer_through_the_sdk() -> None:
+    heard: list[tuple[str, float]] = []
+
+    class Observer:
+        def attempted(self, server: str, tool: str, attempt: int) -> None:
+            heard.append(("attempted", attempt))
+
+        def retrying(self, server: str, tool: str, code: str, wait: float) -> None:
+            heard.append((code, wait))
+
+        def gave_up(self, server: str, tool: str, reason: str, attempts: int) -> None:
+            heard.append((reason, attempts))
+
+    async with Client(mcp_app()) as client:
+        session = wrap(client, timeout=2.0, observer=Observer())
+        first = await session.call_tool("attempt", {})
+        second = await session.call_tool("attempt", {})
+    assert (text(first), text(second)) == ("1", "2")
+    assert heard[:2] == [("attempted", 1), ("attempted", 1)]
+    (code, wait), last = heard[2], heard[3]
+    assert code == "RATE_LIMITED"
+    assert 0.5 <= wait <= 0.5 * 1.2  # the advice, plus at most 20 % of it
+    assert last == ("attempted", 2)
+    assert len(heard) == 4
+
+
+@pytest.mark.anyio
+async def test_a_calls_deadline_is_not_passed_to_the_sdk_and_bounds_the_wait() -> None:
+    async with Client(mcp_app()) as client:
+        session = wrap(client)
+        await session.call_tool("attempt", {}, deadline=5.0)
+        start = anyio.current_time()
+        refused = await session.call_tool("attempt", {}, deadline=0.3)  # the advice is 0.5 s
+        assert refused.is_error
+        assert anyio.current_time() == start
+        passed = await session.call_tool("attempt", {}, deadline=5.0)
+    assert text(passed) == "2"
+
+
+def test_a_wrapper_stands_in_for_its_session_and_copies() -> None:
+    class Session:
+        server_info = None
+        note = "the session's own"
+
+        async def call_tool(self, name: str, arguments: Any = None, *rest: Any, **kw: Any) -> Any:
+            raise AssertionError("not called")
+
+    session = wrap(Session(), server="billing")
+    assert session.note == "the session's own"
+    assert copy.copy(session).note == "the session's own"
+    with pytest.raises(AttributeError):
+        _ = session.missing
