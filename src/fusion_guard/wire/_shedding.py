@@ -95,7 +95,8 @@ class ServerBusyTemplate:
         self._state(
             tool,
             "is at capacity (",
-            'Wait for the retry_after time, then call again; send fewer calls to "{name}" at once ',
+            'Do not call again before the retry_after time has passed; then send fewer calls to'
+            ' "{name}" at once ',
             f"(at most {max_active} run in parallel)",
         )
 
@@ -234,8 +235,8 @@ class BackendUnavailableTemplate(ServerBusyTemplate):
         self._state(
             tool,
             "cannot take calls right now: the store its limits are shared through is unavailable (",
-            "Wait for the retry_after time, then call again; the fault is on the server's side"
-            " and clears by itself",
+            "Do not call again before the retry_after time has passed; the fault is on the"
+            " server's side and clears by itself",
             "",
         )
 
@@ -260,8 +261,8 @@ class RateLimitedTemplate:
         # The facts but the advice, as the text reads back.
         self._known = (
             f'Tool "{plain(tool)}" is rate limited to {limit}.',
-            "Wait for the retry_after time before calling again, and spread calls out to stay"
-            f" within {limit}.",
+            "Do not call again before the retry_after time has passed, and spread calls out to"
+            f" stay within {limit}.",
             {
                 "limit": format_detail_value(float(rate)),
                 "period_seconds": format_detail_value(float(per)),
@@ -271,8 +272,8 @@ class RateLimitedTemplate:
         self._head = (
             '<tool_error code="RATE_LIMITED" severity="error">\n'
             f'  <message>Tool "{name}" is rate limited to {limit}.</message>\n'
-            "  <recovery>Wait for the retry_after time before calling again, and spread calls"
-            f" out to stay within {limit}.</recovery>\n"
+            "  <recovery>Do not call again before the retry_after time has passed, and spread"
+            f" calls out to stay within {limit}.</recovery>\n"
             "  <details>\n"
             f'    <detail key="limit">{format_detail_value(float(rate))}</detail>\n'
             f'    <detail key="period_seconds">{format_detail_value(float(per))}</detail>\n'
