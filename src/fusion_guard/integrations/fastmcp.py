@@ -76,8 +76,10 @@ from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
     PatternCheck,
+    RetryWindows,
     admit_call,
     answered,
+    attempt_of,
     crash_response,
     log_limits,
     quoted_envelope,
@@ -155,6 +157,7 @@ class GuardMiddleware(Middleware):
         self._tools: set[str] = set()
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._patterns = PatternCheck(self._guard, "fastmcp")
+        self._retries = RetryWindows()
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
 
@@ -197,6 +200,7 @@ class GuardMiddleware(Middleware):
         tool = context.message.name
         if not await self._is_tool(tool, context):  # FastMCP answers it, the guard never sees it
             return await call_next(context)
+        meta = context.message.meta  # the attempt number of a retrying client; most have none
         result = await admit_call(
             self._guard,
             tool,
@@ -205,6 +209,8 @@ class GuardMiddleware(Middleware):
             client_key=self._client_key,
             failed=_is_error,
             passthrough=_SDK_ANSWERS,
+            attempt=1 if meta is None else attempt_of(meta),
+            retries=self._retries,
         )
         if isinstance(result, ToolResponse):
             # An error is sent as text whatever the tool's output; only a success (a warning)

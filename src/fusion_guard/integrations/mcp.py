@@ -61,8 +61,10 @@ from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
     PatternCheck,
+    RetryWindows,
     admit_call,
     answered,
+    attempt_of,
     crash_response,
     in_guarded_call,
     log_limits,
@@ -357,7 +359,7 @@ def _wrap_lifespan(
 class _Adapter:
     """What ``install`` puts around one server's ``tools/call``."""
 
-    __slots__ = ("_awareness", "_client_key", "_guard", "_sdk", "_tools")
+    __slots__ = ("_awareness", "_client_key", "_guard", "_retries", "_sdk", "_tools")
 
     def __init__(
         self,
@@ -372,6 +374,7 @@ class _Adapter:
         self._awareness = awareness
         self._sdk = sdk
         self._tools = tools
+        self._retries = RetryWindows()
 
     def guard_handler(self, handler: Handler) -> Handler:
         """The registered ``tools/call`` handler, admitted by the guard."""
@@ -383,6 +386,7 @@ class _Adapter:
                 gate = await self._tools.gate_for(tool, ctx)
             if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
                 return await handler(ctx, params)
+            meta = params.meta  # the attempt number of a retrying client; most calls have none
             result = await admit_call(
                 self._guard,
                 tool,
@@ -392,6 +396,8 @@ class _Adapter:
                 failed=_is_error,
                 passthrough=(self._sdk.MCPError,),
                 gate=gate,
+                attempt=1 if meta is None else attempt_of(meta),
+                retries=self._retries,
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).

@@ -13,14 +13,17 @@ from typing import Any
 from ._render import (
     MILLIS_TEXT,
     ceil_millis,
+    envelope_facts,
     escape_attr,
     escape_content,
     format_detail_value,
     plain,
+    render_tool_error,
 )
 from ._response import ToolResponse, copy_facts, make_response
 
 __all__ = [
+    "RETRY_NOW",
     "BackendUnavailableTemplate",
     "RateLimitedTemplate",
     "ServerBusyTemplate",
@@ -95,7 +98,7 @@ class ServerBusyTemplate:
         self._state(
             tool,
             "is at capacity (",
-            'Do not call again before the retry_after time has passed; then send fewer calls to'
+            "Do not call again before the retry_after time has passed; then send fewer calls to"
             ' "{name}" at once ',
             f"(at most {max_active} run in parallel)",
         )
@@ -336,3 +339,36 @@ class TimeoutTemplate:
     def render(self) -> ToolResponse:
         # A fresh instance each time: a response may be raised, and raising mutates it.
         return make_response(self._text, True, "TIMEOUT", self._record)
+
+
+RETRY_NOW = "retry_now"
+"""The detail a refusal of a retry carries, ``false``, when retries make most of the tool's
+arrivals: an automatic retry loop should stop and hand the refusal to its caller."""
+
+_STORM_RECOVERY = (
+    "Most calls to this tool are retries right now. Do not call again before the retry_after time"
+    " has passed; if you were retrying automatically, stop and report this refusal instead."
+)
+
+
+def retry_storm(response: ToolResponse) -> ToolResponse:
+    """A refusal of a retry, while retries make most of the tool's arrivals, made to say so:
+    the same code, message and details, the detail ``retry_now`` = ``false``, a recovery telling
+    the model not to call before the advice, and twice the advised wait (capped at a day, as
+    every shed envelope's): retried calls coming back at once would only be refused again.
+
+    Made only on that path (refusals of retries during a storm), from the refusal's facts; a
+    response without facts (none of the guard's refusals) is returned as it is."""
+    facts = response.facts
+    if facts is None:
+        return response
+    code: str = facts["code"]
+    retry_after = min(2.0 * float(facts.get("retry_after", _MIN_RETRY_AFTER)), _MAX_RETRY_AFTER)
+    details: dict[str, object] = {**facts.get("details", {}), RETRY_NOW: False}
+    text = render_tool_error(
+        code, "error", facts["message"], _STORM_RECOVERY, (), details, retry_after
+    )
+    stated = envelope_facts(
+        code, "error", facts["message"], _STORM_RECOVERY, (), details.items(), retry_after
+    )
+    return make_response(text, True, code, (copy_facts, stated))
