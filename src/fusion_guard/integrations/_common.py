@@ -43,6 +43,7 @@ __all__ = [
     "ClientKey",
     "PatternCheck",
     "RetryWindows",
+    "ATTEMPT_META_KEY",
     "admit_call",
     "answered",
     "attempt_of",
@@ -187,15 +188,13 @@ MAX_ATTEMPT = 1000
 that is no integer, or below 1) is a client bug or a lie, read as a first attempt."""
 
 
-def attempt_of(meta: object) -> int:
-    """The attempt number a request's ``_meta`` carries (``ATTEMPT_META_KEY``): 1 when there is
-    none or it is not believable (see ``MAX_ATTEMPT``). Never raises: the value is the client's.
-    Adapters call it only when the request has a ``_meta``."""
-    if type(meta) is not dict:
-        return 1
-    attempt = meta.get(ATTEMPT_META_KEY)
+def attempt_of(sent: object) -> int:
+    """The attempt number of a request whose ``_meta`` carried ``sent`` under
+    ``ATTEMPT_META_KEY``: 1 unless it is believable (an integer from 2 to ``MAX_ATTEMPT``).
+    Never raises: the value is the client's. Adapters look the key up themselves and call this
+    only when it is there, so a request without it costs one dict look-up."""
     # type() is int: a bool is no attempt number.
-    return attempt if type(attempt) is int and 1 < attempt <= MAX_ATTEMPT else 1
+    return sent if type(sent) is int and 1 < sent <= MAX_ATTEMPT else 1
 
 
 RETRY_WINDOW = 1.0

@@ -74,6 +74,7 @@ from .._exceptions import ConfigurationError
 from .._guard import Guard
 from ..wire._response import ToolResponse
 from ._common import (
+    ATTEMPT_META_KEY,
     ClientKey,
     PatternCheck,
     RetryWindows,
@@ -200,7 +201,12 @@ class GuardMiddleware(Middleware):
         tool = context.message.name
         if not await self._is_tool(tool, context):  # FastMCP answers it, the guard never sees it
             return await call_next(context)
-        meta = context.message.meta  # the attempt number of a retrying client; most have none
+        # The attempt number of a retrying client (fusion_guard.client); most calls have none.
+        # FastMCP hands the request's _meta to the request context, not to ``context.message``.
+        ctx = context.fastmcp_context
+        request_ctx = None if ctx is None else ctx.request_context
+        meta = None if request_ctx is None else request_ctx.meta
+        sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
         result = await admit_call(
             self._guard,
             tool,
@@ -209,7 +215,7 @@ class GuardMiddleware(Middleware):
             client_key=self._client_key,
             failed=_is_error,
             passthrough=_SDK_ANSWERS,
-            attempt=1 if meta is None else attempt_of(meta),
+            attempt=1 if sent is None else attempt_of(sent),
             retries=self._retries,
         )
         if isinstance(result, ToolResponse):

@@ -58,6 +58,7 @@ from .._log import log_event
 from ..wire._internal import as_response
 from ..wire._response import ToolResponse
 from ._common import (
+    ATTEMPT_META_KEY,
     UNKNOWN_TOOLS,
     ClientKey,
     PatternCheck,
@@ -386,7 +387,9 @@ class _Adapter:
                 gate = await self._tools.gate_for(tool, ctx)
             if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
                 return await handler(ctx, params)
-            meta = params.meta  # the attempt number of a retrying client; most calls have none
+            # The attempt number of a retrying client (fusion_guard.client); most calls have none.
+            meta = params.meta
+            sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
             result = await admit_call(
                 self._guard,
                 tool,
@@ -396,7 +399,7 @@ class _Adapter:
                 failed=_is_error,
                 passthrough=(self._sdk.MCPError,),
                 gate=gate,
-                attempt=1 if meta is None else attempt_of(meta),
+                attempt=1 if sent is None else attempt_of(sent),
                 retries=self._retries,
             )
             if isinstance(result, ToolResponse):
