@@ -27,7 +27,7 @@ from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error, parsed_facts
 from ..wire._codes import ErrorCode
-from ..wire._meta import ATTEMPT_META_KEY, META_KEY
+from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
 from ..wire._shedding import retry_storm
 from ..wire._validation import format_validation_error
@@ -43,7 +43,6 @@ __all__ = [
     "ClientKey",
     "PatternCheck",
     "RetryWindows",
-    "ATTEMPT_META_KEY",
     "admit_call",
     "answered",
     "attempt_of",
@@ -201,8 +200,8 @@ RETRY_WINDOW = 1.0
 """Seconds of arrivals a tool's retry share is taken over: short, so that the advice stops as
 soon as the retries do."""
 RETRY_STORM_ARRIVALS = 10
-"""Arrivals (weighted, see ``_Arrivals``) a window needs before its retry share is believed: two
-retries out of three calls are no storm."""
+"""Arrivals (weighted, see ``RetryWindows.storming``) a window needs before its retry share is
+believed: two retries out of three calls are no storm."""
 
 
 class _Arrivals:
@@ -337,8 +336,12 @@ async def admit_call(
             await ticket.__aexit__(None, None, None)
     except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
         response, retry_after = exc.response, exc.retry_after
-        stormed = attempt > 1 and retries is not None and response.code in _STORM_CODES
-        if stormed and retries is not None and retries.storming(ticket._gate.tool):
+        if (
+            attempt > 1
+            and retries is not None
+            and response.code in _STORM_CODES
+            and retries.storming(ticket._gate.tool)
+        ):
             response = retry_storm(response)
             retry_after = (response.facts or {}).get("retry_after", retry_after)
         mark_span(response, retry_after, tool=tool)

@@ -72,9 +72,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from .._exceptions import ConfigurationError
 from .._guard import Guard
+from ..wire._meta import ATTEMPT_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
-    ATTEMPT_META_KEY,
     ClientKey,
     PatternCheck,
     RetryWindows,

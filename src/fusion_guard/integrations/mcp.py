@@ -56,9 +56,9 @@ from pydantic import ValidationError
 from .._exceptions import ConfigurationError
 from .._log import log_event
 from ..wire._internal import as_response
+from ..wire._meta import ATTEMPT_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
-    ATTEMPT_META_KEY,
     UNKNOWN_TOOLS,
     ClientKey,
     PatternCheck,
