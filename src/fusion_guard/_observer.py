@@ -159,6 +159,17 @@ class ToolObservers:
             except Exception as failure:
                 observer_failed(observer, "backend_error", failure)
 
+    def retried(self) -> None:
+        """A call arrived as a client's retry: told to the observers that count retries (those
+        with a ``retried`` method; the method is optional, as ``watch`` is)."""
+        for observer in self._observers:
+            retried = getattr(observer, "retried", None)
+            if callable(retried):
+                try:
+                    retried()
+                except Exception as failure:
+                    observer_failed(observer, "retried", failure)
+
     def watch(self, figures: object) -> None:
         """Hand ``figures`` (a guard's live ``active`` / ``queued``) to the observers that show
         them (those with a ``watch`` method)."""

@@ -378,3 +378,28 @@ async def test_a_tool_response_is_an_mcp_result() -> None:
     response: ToolResponse = tool_error("RATE_LIMITED", "slow down", retry_after=0.1)
     outcome = await retrying(max_attempts=2).run(Script(response, success()))
     assert (outcome.stopped, outcome.attempts) == ("ok", 2)
+
+
+# -- the server's "do not retry now" -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("via", ["meta", "text"])
+async def test_a_refusal_saying_retry_now_false_goes_back_at_once(via: str) -> None:
+    # The guard's pushback when retries are most of a tool's arrivals: retrying would feed it.
+    later = refusal("SERVER_BUSY", 0.5, via=via, details={"retry_now": "false"})
+    script = Script(refusal("SERVER_BUSY", 0.5, via=via), later, success())
+    start = anyio.current_time()
+    outcome = await retrying().run(script)
+    assert (outcome.stopped, outcome.attempts, script.calls) == ("server_said_later", 2, 2)
+    assert outcome.error is not None
+    assert outcome.error.details["retry_now"] == "false"
+    assert anyio.current_time() - start == pytest.approx(script.times[1] - start)  # no wait after
+
+
+@pytest.mark.anyio
+async def test_only_false_stops_the_retries() -> None:
+    # Another value (a newer server's, or garbage) leaves the usual rules in force.
+    script = Script(refusal("RATE_LIMITED", 0.5, details={"retry_now": "soon"}), success())
+    outcome = await retrying().run(script)
+    assert (outcome.stopped, outcome.attempts) == ("ok", 2)

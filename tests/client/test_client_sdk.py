@@ -22,12 +22,14 @@ from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 
 from fusion_guard import Guard, MemoryBackend, tool_error
+from fusion_guard._clock import FakeClock
 from fusion_guard.client import (
     ATTEMPT_META_KEY,
     RetryingFastMCPClient,
     RetryingSession,
     wrap,
 )
+from fusion_guard.integrations._common import RETRY_STORM_ARRIVALS, RetryWindows
 from fusion_guard.integrations.fastmcp import GuardMiddleware
 from fusion_guard.integrations.mcp import install
 from virtual_time import VirtualTimeLoop, virtual_time_backends
@@ -221,3 +223,35 @@ def test_a_wrapper_stands_in_for_its_session_and_copies() -> None:
     assert copy.copy(session).note == "the session's own"
     with pytest.raises(AttributeError):
         _ = session.missing
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
+async def test_the_helper_stops_when_the_server_says_retries_are_most_of_the_load() -> None:
+    app = FastMCP("billing")
+    inside, release = anyio.Event(), anyio.Event()
+
+    @app.tool
+    async def hold() -> str:
+        inside.set()
+        await release.wait()
+        return "held"
+
+    limits = {"max_active": 1, "max_queue": 0}
+    middleware = GuardMiddleware(Guard(metrics=False, tools={"hold": limits}))
+    middleware._retries = RetryWindows(FakeClock())  # the window frozen: one storm, no sliding
+    app.add_middleware(middleware)
+    retry = {ATTEMPT_META_KEY: 2}
+    async with FastMCPClient(app) as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "hold", {})
+        await inside.wait()  # the only slot is taken
+        for _ in range(RETRY_STORM_ARRIVALS):  # other agents' retries, all refused
+            await client.call_tool("hold", {}, meta=retry, raise_on_error=False)
+        outcome = await wrap(client, budget=None).call_tool_outcome("hold", {})
+        release.set()
+    # The first attempt is refused with the usual advice, followed; the retry is told not to
+    # retry now, and goes back at once.
+    assert (outcome.stopped, outcome.attempts) == ("server_said_later", 2)
+    assert outcome.error is not None
+    assert outcome.error.details["retry_now"] == "false"
+    assert outcome.error.code == "SERVER_BUSY"

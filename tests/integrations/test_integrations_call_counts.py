@@ -25,11 +25,12 @@ from fusion_guard.wire._meta import META_KEY
 PACKAGE = str(Path(fusion_guard.__file__).parent)
 
 #: The refusal of a call at a full tool, the guard's log observer counting it in its open
-#: sampling window (metrics off): the adapter's hook and its tool look-up (3), admit_call and the
-#: ticket (made, tried at once, entered: 5), the slots' refusal (advice, observer and its
-#: sampled log, envelope, exception: 15), the span (2), the result's parts and its _meta from
-#: the envelope's record (6). Was 61 (MCP; 60 FastMCP) with the _meta parsed back from the text
-#: and the output schema looked up on every refusal.
+#: sampling window (metrics off): the adapter's hook and its tool look-up (3), admit_call, the
+#: retry window's count of the arrival and the ticket (made, tried at once, entered: 6), the
+#: slots' refusal (advice, observer and its sampled log, envelope, exception: 15), the span (2),
+#: the result's parts and its _meta from the envelope's record (6). Measured 29 with the retry
+#: window (28 before it): the pin kept its slack. Was 61 (MCP; 60 FastMCP) with the _meta
+#: parsed back from the text and the output schema looked up on every refusal.
 MCP_REFUSAL_CALLS = 31
 FASTMCP_REFUSAL_CALLS = 31
 #: fusion_guard's modules on that path (each one more file a reader opens to follow it; was 15).

@@ -29,14 +29,23 @@ __all__ = [
 ]
 
 StopReason = Literal[
-    "ok", "error", "attempts", "budget", "throttled", "deadline", "read_timeout", "advice_too_long"
+    "ok",
+    "error",
+    "attempts",
+    "budget",
+    "throttled",
+    "deadline",
+    "read_timeout",
+    "advice_too_long",
+    "server_said_later",
 ]
 """Why a retrying call returned what it did: ``ok`` (a success), ``error`` (an error that is no
 refusal: never retried), or why a refusal went back to the caller: ``attempts`` (the last allowed
 attempt was refused), ``budget`` (the server's retry budget is spent), ``throttled`` (client-side
 adaptive throttling held the retry back), ``deadline`` / ``read_timeout`` (waiting for the advice
 would pass the caller's deadline or the session's read timeout), ``advice_too_long`` (the advice
-is longer than ``max_wait``)."""
+is longer than ``max_wait``), ``server_said_later`` (the refusal carries ``retry_now`` = ``false``:
+retries are most of what the tool receives, and the server asks them to stop)."""
 
 
 class ClientObserver(Protocol):

@@ -18,6 +18,7 @@ from typing import Any, Final, Generic, TypeVar
 import anyio
 
 from ..wire._client import FusionClientError
+from ..wire._shedding import RETRY_NOW
 from ._advice import RETRYABLE_CODES, refusal_of
 from ._budget import AdaptiveThrottle, Budget, shared_budget
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
@@ -301,6 +302,8 @@ class Retrying:
         will be sent."""
         if attempt >= self._max_attempts:
             return "attempts"
+        if error.details.get(RETRY_NOW) == "false":  # the server's pushback: no retry now
+            return "server_said_later"
         if error.retry_after is not None and error.retry_after > self._max_wait:
             return "advice_too_long"
         wait = self._wait(error, attempt)

@@ -17,14 +17,12 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..wire._meta import ATTEMPT_META_KEY
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, Retrying, _Shared
 
 __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
-
-ATTEMPT_META_KEY = "fusion-guard/attempt"
-"""The request ``_meta`` key of the attempt number (1 for the first, 2 for the first retry)."""
 
 
 def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:

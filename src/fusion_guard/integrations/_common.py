@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,16 +21,20 @@ from pydantic_core import PydanticSerializationError
 
 from .._exceptions import ConfigurationError, Rejected
 from .._log import is_enabled, log_event
+from .._observer import observer_failed
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error, parsed_facts
+from ..wire._codes import ErrorCode
 from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
+from ..wire._shedding import retry_storm
 from ..wire._validation import format_validation_error
 from ._otel import mark_span
 
 if TYPE_CHECKING:
+    from .._gates import Gate
     from .._guard import Guard, Ticket
     from ..contract._awareness import ContractAwareness
 
@@ -37,8 +42,10 @@ __all__ = [
     "UNKNOWN_TOOLS",
     "ClientKey",
     "PatternCheck",
+    "RetryWindows",
     "admit_call",
     "answered",
+    "attempt_of",
     "crash_response",
     "in_guarded_call",
     "log_limits",
@@ -175,6 +182,95 @@ def raised_by(exc: BaseException, package: str) -> bool:
     return isinstance(module, str) and module.startswith(package + ".")
 
 
+MAX_ATTEMPT = 1000
+"""The largest attempt number believed: a client sends its own count, and a larger one (or one
+that is no integer, or below 1) is a client bug or a lie, read as a first attempt."""
+
+
+def attempt_of(sent: object) -> int:
+    """The attempt number of a request whose ``_meta`` carried ``sent`` under
+    ``ATTEMPT_META_KEY``: 1 unless it is believable (an integer from 2 to ``MAX_ATTEMPT``).
+    Never raises: the value is the client's. Adapters look the key up themselves and call this
+    only when it is there, so a request without it costs one dict look-up."""
+    # type() is int: a bool is no attempt number.
+    return sent if type(sent) is int and 1 < sent <= MAX_ATTEMPT else 1
+
+
+RETRY_WINDOW = 1.0
+"""Seconds of arrivals a tool's retry share is taken over: short, so that the advice stops as
+soon as the retries do."""
+RETRY_STORM_ARRIVALS = 10
+"""Arrivals (weighted, see ``RetryWindows.storming``) a window needs before its retry share is
+believed: two retries out of three calls are no storm."""
+
+
+class _Arrivals:
+    """One tool's arrivals and retries: this window's and the last one's (two counters each, so
+    the memory is per tool, never per call)."""
+
+    __slots__ = ("arrivals", "last_arrivals", "last_retries", "retries", "start")
+
+    def __init__(self, now: float) -> None:
+        self.start = now
+        self.arrivals = self.retries = 0
+        self.last_arrivals = self.last_retries = 0
+
+    def roll(self, now: float) -> None:
+        elapsed = now - self.start
+        if elapsed >= 2 * RETRY_WINDOW:  # a whole window without arrivals: nothing to carry
+            self.last_arrivals = self.last_retries = 0
+        else:
+            self.last_arrivals, self.last_retries = self.arrivals, self.retries
+        self.arrivals = self.retries = 0
+        self.start = now - elapsed % RETRY_WINDOW if elapsed < 2 * RETRY_WINDOW else now
+
+
+class RetryWindows:
+    """Counts each tool's arrivals and retries (``attempt_of`` > 1) over a sliding window of
+    ``RETRY_WINDOW`` seconds (this window's counts plus the last one's, weighted by how much of
+    it the sliding window still covers), and reports each retry to the tool's observer.
+
+    One entry per gate the guard made: the gates are bounded (unknown names share one), so is
+    this. ``clock``: seconds, monotonic (a test passes a fake one)."""
+
+    __slots__ = ("_clock", "_tools")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._tools: dict[str, _Arrivals] = {}
+
+    def arrived(self, gate: Gate, attempt: int) -> None:
+        """A call to ``gate`` arrived; ``attempt`` > 1 is a retry."""
+        now = self._clock()
+        counts = self._tools.get(gate.tool)
+        if counts is None:
+            counts = self._tools[gate.tool] = _Arrivals(now)
+        elif now - counts.start >= RETRY_WINDOW:
+            counts.roll(now)
+        counts.arrivals += 1
+        if attempt > 1:
+            counts.retries += 1
+            retried = getattr(gate.observer, "retried", None)  # optional: not every observer
+            if retried is not None:
+                try:
+                    retried()
+                except Exception as failure:
+                    observer_failed(gate.observer, "retried", failure)
+
+    def storming(self, tool: str) -> bool:
+        """Whether retries are more than half of ``tool``'s arrivals over the sliding window."""
+        counts = self._tools.get(tool)
+        if counts is None:
+            return False
+        now = self._clock()
+        if now - counts.start >= RETRY_WINDOW:
+            counts.roll(now)
+        share = max(0.0, 1.0 - (now - counts.start) / RETRY_WINDOW)
+        arrivals = counts.arrivals + share * counts.last_arrivals
+        retries = counts.retries + share * counts.last_retries
+        return arrivals >= RETRY_STORM_ARRIVALS and 2 * retries > arrivals
+
+
 def in_guarded_call() -> bool:
     """Whether the running code is inside a call admitted by an adapter."""
     return _current_ticket.get() is not None
@@ -190,6 +286,8 @@ async def admit_call(
     failed: Callable[[ResultT], bool],
     passthrough: tuple[type[BaseException], ...] = (),
     gate: str | None = None,
+    attempt: int = 1,
+    retries: RetryWindows | None = None,
 ) -> ResultT | ToolResponse:
     """Run ``call`` as one admitted tool call; every refusal and failure becomes an envelope.
 
@@ -201,6 +299,9 @@ async def admit_call(
     ``client_key`` reads the caller's identity from it, and custom rate-limit key functions
     receive it. A failing ``client_key`` is a server bug like any other: INTERNAL_ERROR.
     ``gate``: the name whose limits apply, when it is not ``tool`` (``UNKNOWN_TOOLS``).
+    ``attempt``: the client's attempt number (``attempt_of``); ``retries`` counts it per tool,
+    and a refused retry while retries make most of the tool's arrivals says so
+    (``retry_storm``).
     """
     deferred: BaseException | None = None
     try:
@@ -208,6 +309,8 @@ async def admit_call(
         # ``async with guard.admit(...)`` spelled out, so that the usual call (admitted at once,
         # left at once) costs no coroutine for the ticket; a ticket never swallows.
         ticket = guard.admit(gate or tool, client=client, request=request)
+        if retries is not None:
+            retries.arrived(ticket._gate, attempt)
         if not ticket._enter_at_once():
             await ticket.__aenter__()
         try:
@@ -232,8 +335,17 @@ async def admit_call(
         else:
             await ticket.__aexit__(None, None, None)
     except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
-        mark_span(exc.response, exc.retry_after, tool=tool)
-        return exc.response
+        response, retry_after = exc.response, exc.retry_after
+        if (
+            attempt > 1
+            and retries is not None
+            and response.code in _STORM_CODES
+            and retries.storming(ticket._gate.tool)
+        ):
+            response = retry_storm(response)
+            retry_after = (response.facts or {}).get("retry_after", retry_after)
+        mark_span(response, retry_after, tool=tool)
+        return response
     except Exception as exc:
         response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
         mark_span(response, tool=tool)
@@ -243,6 +355,9 @@ async def admit_call(
     if isinstance(result, ToolResponse):
         mark_span(result)
     return result
+
+
+_STORM_CODES = (ErrorCode.SERVER_BUSY, ErrorCode.RATE_LIMITED)
 
 
 async def _client_of(client_key: ClientKey, request: object) -> str | None:

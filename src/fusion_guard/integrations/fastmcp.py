@@ -72,12 +72,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from .._exceptions import ConfigurationError
 from .._guard import Guard
+from ..wire._meta import ATTEMPT_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
     PatternCheck,
+    RetryWindows,
     admit_call,
     answered,
+    attempt_of,
     crash_response,
     log_limits,
     quoted_envelope,
@@ -155,6 +158,7 @@ class GuardMiddleware(Middleware):
         self._tools: set[str] = set()
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._patterns = PatternCheck(self._guard, "fastmcp")
+        self._retries = RetryWindows()
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
 
@@ -197,6 +201,12 @@ class GuardMiddleware(Middleware):
         tool = context.message.name
         if not await self._is_tool(tool, context):  # FastMCP answers it, the guard never sees it
             return await call_next(context)
+        # The attempt number of a retrying client (fusion_guard.client); most calls have none.
+        # FastMCP hands the request's _meta to the request context, not to ``context.message``.
+        ctx = context.fastmcp_context
+        request_ctx = None if ctx is None else ctx.request_context
+        meta = None if request_ctx is None else request_ctx.meta
+        sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
         result = await admit_call(
             self._guard,
             tool,
@@ -205,6 +215,8 @@ class GuardMiddleware(Middleware):
             client_key=self._client_key,
             failed=_is_error,
             passthrough=_SDK_ANSWERS,
+            attempt=1 if sent is None else attempt_of(sent),
+            retries=self._retries,
         )
         if isinstance(result, ToolResponse):
             # An error is sent as text whatever the tool's output; only a success (a warning)

@@ -56,13 +56,16 @@ from pydantic import ValidationError
 from .._exceptions import ConfigurationError
 from .._log import log_event
 from ..wire._internal import as_response
+from ..wire._meta import ATTEMPT_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
     PatternCheck,
+    RetryWindows,
     admit_call,
     answered,
+    attempt_of,
     crash_response,
     in_guarded_call,
     log_limits,
@@ -357,7 +360,7 @@ def _wrap_lifespan(
 class _Adapter:
     """What ``install`` puts around one server's ``tools/call``."""
 
-    __slots__ = ("_awareness", "_client_key", "_guard", "_sdk", "_tools")
+    __slots__ = ("_awareness", "_client_key", "_guard", "_retries", "_sdk", "_tools")
 
     def __init__(
         self,
@@ -372,6 +375,7 @@ class _Adapter:
         self._awareness = awareness
         self._sdk = sdk
         self._tools = tools
+        self._retries = RetryWindows()
 
     def guard_handler(self, handler: Handler) -> Handler:
         """The registered ``tools/call`` handler, admitted by the guard."""
@@ -383,6 +387,9 @@ class _Adapter:
                 gate = await self._tools.gate_for(tool, ctx)
             if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
                 return await handler(ctx, params)
+            # The attempt number of a retrying client (fusion_guard.client); most calls have none.
+            meta = params.meta
+            sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
             result = await admit_call(
                 self._guard,
                 tool,
@@ -392,6 +399,8 @@ class _Adapter:
                 failed=_is_error,
                 passthrough=(self._sdk.MCPError,),
                 gate=gate,
+                attempt=1 if sent is None else attempt_of(sent),
+                retries=self._retries,
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).

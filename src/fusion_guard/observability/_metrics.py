@@ -99,6 +99,12 @@ METRICS: tuple[_Definition, ...] = (
     ),
     _Definition("shed_total", "counter", ("tool", "reason"), "SERVER_BUSY answers, by reason."),
     _Definition(
+        "retries_total",
+        "counter",
+        ("tool",),
+        "Calls a client sent as a retry (attempt number above 1 in the request _meta).",
+    ),
+    _Definition(
         "queue_wait_seconds",
         "histogram",
         ("tool",),
@@ -197,6 +203,7 @@ class _LeanTool:
         "inflight",
         "limit",
         "live",
+        "retries",
         "retry_busy",
         "retry_limited",
         "shed_counts",
@@ -209,6 +216,7 @@ class _LeanTool:
         self.limit: int | None = None
         self.live: LiveFigures | None = None
         self.inflight = 0
+        self.retries = 0
         self.calls = dict.fromkeys(OUTCOMES, 0)
         self.shed_counts = dict.fromkeys(SHED_REASONS, 0)
         self.wait = _Histogram(buckets.queue_wait)
@@ -248,6 +256,10 @@ class _LeanTool:
     def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self.calls["rate_limited"] += 1
         self.retry_limited.observe(retry_after)
+
+    def retried(self) -> None:
+        """A call arrived as a client's retry (its attempt number above 1)."""
+        self.retries += 1
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         try:
@@ -357,6 +369,7 @@ class _Families:
         self.limit = family("concurrency_limit", GaugeMetricFamily)
         self.calls = family("calls_total", CounterMetricFamily)
         self.shed = family("shed_total", CounterMetricFamily)
+        self.retries = family("retries_total", CounterMetricFamily)
         self.wait = family("queue_wait_seconds", HistogramMetricFamily)
         self.duration = family("call_duration_seconds", HistogramMetricFamily)
         self.retry = family("retry_after_seconds", HistogramMetricFamily)
@@ -378,6 +391,7 @@ class _Families:
             self.calls.add_metric([name, outcome], float(count))
         for reason, count in list(bound.shed_counts.items()):
             self.shed.add_metric([name, reason], float(count))
+        self.retries.add_metric([name], float(bound.retries))
         _add_histogram(self.wait, [name], bound.wait)
         _add_histogram(self.duration, [name], bound.duration)
         _add_histogram(self.retry, [name, "SERVER_BUSY"], bound.retry_busy)
@@ -401,6 +415,7 @@ class _ClientTool:
         "_limit",
         "_limited",
         "_queue",
+        "_retries",
         "_shed",
         "_wait",
         "live",
@@ -413,6 +428,7 @@ class _ClientTool:
         self._limit = metrics.limit.labels(tool)
         self._calls = {o: metrics.calls.labels(tool, o) for o in OUTCOMES}
         self._shed = {r: metrics.shed.labels(tool, r) for r in SHED_REASONS}
+        self._retries = metrics.retries.labels(tool)
         self._wait = metrics.wait.labels(tool)
         self._duration = metrics.duration.labels(tool)
         self._busy = metrics.retry.labels(tool, "SERVER_BUSY")
@@ -450,6 +466,9 @@ class _ClientTool:
     def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         self._calls["rate_limited"].inc()
         self._limited.observe(retry_after)
+
+    def retried(self) -> None:
+        self._retries.inc()
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         child = self._calls.get(outcome)
@@ -495,6 +514,7 @@ class _ClientMetrics:
         self.limit = gauge("concurrency_limit")
         self.calls = counter("calls_total")
         self.shed = counter("shed_total")
+        self.retries = counter("retries_total")
         self.wait = histogram("queue_wait_seconds")
         self.duration = histogram("call_duration_seconds")
         self.retry = histogram("retry_after_seconds")

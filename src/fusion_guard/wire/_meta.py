@@ -9,7 +9,11 @@ the same answer for agent frameworks, gateways and tests, with no XML to parse.
 
 from __future__ import annotations
 
-__all__ = ["META_KEY"]
+__all__ = ["ATTEMPT_META_KEY", "META_KEY"]
 
 META_KEY = "fusion-guard/envelope"
 """The ``_meta`` key of an envelope's facts (a prefixed key, as MCP asks of ``_meta`` keys)."""
+
+ATTEMPT_META_KEY = "fusion-guard/attempt"
+"""The *request* ``_meta`` key of the attempt number a retrying client sends (1 for the first
+attempt, 2 for the first retry): the guard counts retries per tool by it."""

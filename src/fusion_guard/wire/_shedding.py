@@ -13,14 +13,17 @@ from typing import Any
 from ._render import (
     MILLIS_TEXT,
     ceil_millis,
+    envelope_facts,
     escape_attr,
     escape_content,
     format_detail_value,
     plain,
+    render_tool_error,
 )
 from ._response import ToolResponse, copy_facts, make_response
 
 __all__ = [
+    "RETRY_NOW",
     "BackendUnavailableTemplate",
     "RateLimitedTemplate",
     "ServerBusyTemplate",
@@ -95,7 +98,8 @@ class ServerBusyTemplate:
         self._state(
             tool,
             "is at capacity (",
-            'Wait for the retry_after time, then call again; send fewer calls to "{name}" at once ',
+            "Do not call again before the retry_after time has passed; then send fewer calls to"
+            ' "{name}" at once ',
             f"(at most {max_active} run in parallel)",
         )
 
@@ -234,8 +238,8 @@ class BackendUnavailableTemplate(ServerBusyTemplate):
         self._state(
             tool,
             "cannot take calls right now: the store its limits are shared through is unavailable (",
-            "Wait for the retry_after time, then call again; the fault is on the server's side"
-            " and clears by itself",
+            "Do not call again before the retry_after time has passed; the fault is on the"
+            " server's side and clears by itself",
             "",
         )
 
@@ -260,8 +264,8 @@ class RateLimitedTemplate:
         # The facts but the advice, as the text reads back.
         self._known = (
             f'Tool "{plain(tool)}" is rate limited to {limit}.',
-            "Wait for the retry_after time before calling again, and spread calls out to stay"
-            f" within {limit}.",
+            "Do not call again before the retry_after time has passed, and spread calls out to"
+            f" stay within {limit}.",
             {
                 "limit": format_detail_value(float(rate)),
                 "period_seconds": format_detail_value(float(per)),
@@ -271,8 +275,8 @@ class RateLimitedTemplate:
         self._head = (
             '<tool_error code="RATE_LIMITED" severity="error">\n'
             f'  <message>Tool "{name}" is rate limited to {limit}.</message>\n'
-            "  <recovery>Wait for the retry_after time before calling again, and spread calls"
-            f" out to stay within {limit}.</recovery>\n"
+            "  <recovery>Do not call again before the retry_after time has passed, and spread"
+            f" calls out to stay within {limit}.</recovery>\n"
             "  <details>\n"
             f'    <detail key="limit">{format_detail_value(float(rate))}</detail>\n'
             f'    <detail key="period_seconds">{format_detail_value(float(per))}</detail>\n'
@@ -335,3 +339,36 @@ class TimeoutTemplate:
     def render(self) -> ToolResponse:
         # A fresh instance each time: a response may be raised, and raising mutates it.
         return make_response(self._text, True, "TIMEOUT", self._record)
+
+
+RETRY_NOW = "retry_now"
+"""The detail a refusal of a retry carries, ``false``, when retries make most of the tool's
+arrivals: an automatic retry loop should stop and hand the refusal to its caller."""
+
+_STORM_RECOVERY = (
+    "Most calls to this tool are retries right now. Do not call again before the retry_after time"
+    " has passed; if you were retrying automatically, stop and report this refusal instead."
+)
+
+
+def retry_storm(response: ToolResponse) -> ToolResponse:
+    """A refusal of a retry, while retries make most of the tool's arrivals, made to say so:
+    the same code, message and details, the detail ``retry_now`` = ``false``, a recovery telling
+    the model not to call before the advice, and twice the advised wait (capped at a day, as
+    every shed envelope's): retried calls coming back at once would only be refused again.
+
+    Made only on that path (refusals of retries during a storm), from the refusal's facts; a
+    response without facts (none of the guard's refusals) is returned as it is."""
+    facts = response.facts
+    if facts is None:
+        return response
+    code: str = facts["code"]
+    retry_after = min(2.0 * float(facts.get("retry_after", _MIN_RETRY_AFTER)), _MAX_RETRY_AFTER)
+    details: dict[str, object] = {**facts.get("details", {}), RETRY_NOW: False}
+    text = render_tool_error(
+        code, "error", facts["message"], _STORM_RECOVERY, (), details, retry_after
+    )
+    stated = envelope_facts(
+        code, "error", facts["message"], _STORM_RECOVERY, (), details.items(), retry_after
+    )
+    return make_response(text, True, code, (copy_facts, stated))
