@@ -157,6 +157,19 @@ def test_the_command_exits_1_when_the_helper_misses_a_target(
     assert data["capacity_rps"] == SHORT.capacity_rps
 
 
+def test_a_short_real_run_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    # The command as a user runs it, in real time: the later phases scale with --duration, so
+    # this is under 2 s (the blip stays 1 s); too short for the targets to mean anything.
+    args = ["--scenario", "agents", "--duration", "0.1", "--retry-policies", "naive,helper"]
+    assert main(["demo", *args, "--no-check"]) == 0
+    out = capsys.readouterr().out
+    assert "naive: 3 attempts" in out
+    assert "helper: fusion_guard.client.wrap" in out
+    assert "no retry: one attempt" not in out
+    assert "attempts per logical call" in out  # the helper's targets, reported
+    assert "goodput in the overload >= no retry's" not in out  # no baseline ran
+
+
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [

@@ -213,7 +213,8 @@ def register(commands: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
-        " shifting, of docs/adaptive.md; tenants, of docs/demo.md), the default; --no-check"
+        " shifting, of docs/adaptive.md; tenants and agents, of docs/demo.md), the default;"
+        " --no-check"
         " prints the targets without failing, for a busy or noisy machine",
     )
     parser.set_defaults(handler=run)

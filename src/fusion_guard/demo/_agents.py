@@ -117,8 +117,9 @@ class AgentsScenario:
 
     @property
     def seconds(self) -> float:
-        """How long a run lasts: the phases, then the last calls' deadline."""
-        return sum(p.seconds for p in self.phases) + self.deadline_s
+        """About how long a run lasts: the phases, then a moment for the calls in progress (a
+        calm phase ends the run, so they are answered quickly)."""
+        return sum(p.seconds for p in self.phases) + 1.0
 
 
 @dataclass(slots=True)
@@ -371,7 +372,10 @@ async def _agent(
             await anyio.sleep_until(timeline.end if following is None else following)
             continue
         for _ in range(scenario.calls_per_task):
-            await anyio.sleep(rng.expovariate(1.0 / scenario.think_s))
+            # A think that outlasts the run ends with it: the run stops when the last calls
+            # are answered, not when the slowest thinker wakes.
+            think = anyio.current_time() + rng.expovariate(1.0 / scenario.think_s)
+            await anyio.sleep_until(min(think, timeline.end))
             now = anyio.current_time()
             if now >= timeline.end or index >= timeline.agents[timeline.index(now)]:
                 break
