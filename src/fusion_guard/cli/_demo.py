@@ -13,6 +13,12 @@ oracle that always knows the true count, and max_active=auto, in about 25 second
 with fair queueing on and off on the same arrivals: a greedy client offering 8x its capacity
 beside a polite one offering 0.25x (``--mode pair``), and 100 clients of mixed appetite, all
 asking for more than their share (``--mode crowd``); both by default, in about 20 seconds.
+
+``--scenario agents`` (docs/demo.md, docs/client.md): a fleet of agents (think time, several
+tool calls a task, a deadline a call) calling one guarded tool through the MCP SDK's client in
+memory, at 3x overload, with the capacity halved and back, and a 1 s blip; no retry, a naive
+3-attempt loop, exponential backoff with jitter and fusion_guard.client's helper side by side on
+the same seed, in about 25 seconds. Needs the MCP SDK (fusion-guard[mcp]).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from ..demo._agents import AGENT_POLICIES, AgentPolicy, AgentsScenario
 from ..demo._policies import POLICY_NAMES, default_guard_factory
 from ..demo._scenario import DEFAULT_LOADS, Scenario
 from ..demo._shifting import ShiftingScenario
@@ -36,15 +43,18 @@ from ..demo._tenants import TENANTS_PARTS, TenantsScenario
 if TYPE_CHECKING:
     from ..demo._report import Target
 
-_DEFAULT_CHARTS = {
+#: The scenarios, each with its chart's default path (None: the scenario draws no chart).
+_DEFAULT_CHARTS: dict[str, Path | None] = {
     "overload": Path("demo-output/overload.png"),
     "shifting": Path("demo-output/shifting.png"),
     "tenants": Path("demo-output/tenants.png"),
+    "agents": None,
 }
 #: Options that belong to one scenario, refused with the others.
 _SCENARIO_OPTIONS = {
     "overload": ("loads", "policies", "max_active", "metrics_port"),
     "tenants": ("mode", "clients"),
+    "agents": ("retry_policies",),
 }
 #: How many clients the crowd of the tenants scenario may have.
 _CROWD_SIZES = range(2, 1001)
@@ -84,6 +94,16 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
+def _retry_policies(text: str) -> tuple[AgentPolicy, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    chosen = tuple(p for p in AGENT_POLICIES if p in names)
+    if len(chosen) != len(set(names)) or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a comma-separated subset of {','.join(AGENT_POLICIES)}"
+        )
+    return chosen
+
+
 def _max_active(text: str) -> int | Literal["auto"]:
     if text.strip().lower() == "auto":
         return "auto"
@@ -120,7 +140,7 @@ def register(commands: Any) -> None:
         default="overload",
         help="overload (default): every policy across loads; shifting: a tool whose capacity"
         " moves, fixed limit vs oracle vs auto; tenants: clients of different appetite, fair"
-        " queueing on vs off",
+        " queueing on vs off; agents: a fleet of agents, retry policies side by side",
     )
     parser.add_argument(
         "--duration",
@@ -129,7 +149,8 @@ def register(commands: Any) -> None:
         help=f"length of the overload window at each load (default: {Scenario.duration_s:g});"
         f" with --scenario shifting, of each phase (default: {ShiftingScenario.phase_s:g});"
         f" with --scenario tenants, of each part's measured window (default:"
-        f" {TenantsScenario.duration_s:g})",
+        f" {TenantsScenario.duration_s:g}); with --scenario agents, of the 3x overload, the"
+        f" later phases in proportion (default: {AgentsScenario.overload_s:g})",
     )
     parser.add_argument(
         "--loads",
@@ -155,6 +176,13 @@ def register(commands: Any) -> None:
         metavar="N",
         help=f"with --scenario tenants: how many clients make up the crowd (default:"
         f" {TenantsScenario.clients})",
+    )
+    parser.add_argument(
+        "--retry-policies",
+        type=_retry_policies,
+        metavar="A,B,...",
+        help=f"with --scenario agents: the retry policies to compare (default:"
+        f" {','.join(AGENT_POLICIES)})",
     )
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
     parser.add_argument(
@@ -185,7 +213,8 @@ def register(commands: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
-        " shifting, of docs/adaptive.md; tenants, of docs/demo.md), the default; --no-check"
+        " shifting, of docs/adaptive.md; tenants and agents, of docs/demo.md), the default;"
+        " --no-check"
         " prints the targets without failing, for a busy or noisy machine",
     )
     parser.set_defaults(handler=run)
@@ -217,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
     if foreign is not None:
         sys.stderr.write(f"fusion-guard demo: {foreign}\n")
         return 2
+    if args.scenario == "agents":
+        return _run_agents(args)
     if args.chart is None:
         args.chart = _DEFAULT_CHARTS[args.scenario]
     problem = None if args.no_chart else chart_path_problem(args.chart)
@@ -299,15 +330,16 @@ def _report(
     out: list[str],
     targets: list[Target],
     write_json: Callable[[Path], None],
-    write_chart: Callable[[Path], None],
+    write_chart: Callable[[Path], None] | None,
 ) -> int:
     """Write the figures and the chart as asked, print ``out``; the exit status (2: the chart
-    could not be written; 1: a target missed, unless --no-check)."""
+    could not be written; 1: a target missed, unless --no-check). ``write_chart`` is None for a
+    scenario that draws no chart."""
     if args.json is not None:
         write_json(args.json)
         out.append(f"\nfigures written to {args.json}")
     chart_failed = None
-    if not args.no_chart:
+    if write_chart is not None and not args.no_chart:
         try:
             write_chart(args.chart)
             out.append(f"chart written to {args.chart}")
@@ -428,3 +460,43 @@ def _run_tenants(args: argparse.Namespace) -> int:
         functools.partial(write_tenants_json, result),
         functools.partial(write_tenants_chart, result),
     )
+
+
+def _run_agents(args: argparse.Namespace) -> int:
+    from ..demo._agents import run_agents
+    from ..demo._agents_report import (
+        check_agents_targets,
+        format_agents,
+        format_also_measured,
+        write_agents_json,
+    )
+    from ..demo._report import format_targets
+
+    if args.chart is not None:
+        sys.stderr.write("fusion-guard demo: the agents scenario draws no chart: drop --chart\n")
+        return 2
+    try:
+        import mcp  # noqa: F401  # the scenario's client and server are the MCP SDK's
+    except ImportError:
+        sys.stderr.write(
+            "fusion-guard demo: the agents scenario needs the MCP SDK: pip install"
+            " 'fusion-guard[mcp]'\n"
+        )
+        return 2
+    scenario = AgentsScenario(
+        overload_s=AgentsScenario.overload_s if args.duration is None else args.duration,
+        seed=args.seed,
+    )
+    policies = AGENT_POLICIES if args.retry_policies is None else args.retry_policies
+    _quiet_logs()
+    sys.stderr.write(
+        f"fusion-guard demo: {', '.join(policies)} side by side, about {scenario.seconds:.0f} s\n"
+    )
+    sys.stderr.flush()
+    result = anyio.run(run_agents, scenario, policies)
+    targets = check_agents_targets(result)
+    out = [format_agents(result)]
+    if targets:
+        out += ["", format_targets(targets, "the helper", "docs/demo.md")]
+        out += ["", format_also_measured(result)]
+    return _report(args, out, targets, functools.partial(write_agents_json, result), None)
