@@ -31,15 +31,28 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+## Two pytest workers: about half the suite's run is waiting (subprocesses, servers, real-time
+## scenarios), which a second worker fills. Tests of one file stay on one worker (their module
+## fixtures start once). The benchmark smoke run goes on alone afterwards: its figures, and their
+## table, come from one process timing with no neighbour of its own.
 unit: $(STAMP)
-	$(BIN)/pytest tests benchmarks --benchmark-disable -q
+	$(BIN)/pytest tests -q -n 2 --dist loadfile
+	$(BIN)/pytest benchmarks --benchmark-disable -q
 
 ## The tests again, against the lowest versions pyproject.toml allows (its `>=` floors, read by
 ## ci/lowest.py), in fresh venvs: every extra at lowest-direct versions, then the core floors
 ## exactly (with the extras that fit beside them; test modules of the others are skipped).
-## The long real-time scenarios (the `slow` mark) run once, in `make test`: here the point is
-## whether the floors work, which the quicker tests of the same code paths show.
-test-lowest: test-lowest-all test-lowest-core
+## Every test that is not `slow` runs in both: nearly every test goes through anyio, pydantic and
+## prometheus-client, and the adapters', Redis and demo tests through their extras, so a subset
+## picked by which package it imports would still be most of the suite, and a floor that breaks
+## only an unlisted path would pass. What is left out is the `slow` mark: the long real-time
+## scenarios (fleets of processes, failovers, a real Prometheus, the demo run as a program), run
+## once in `make test`; here the point is whether the floors work, which the quicker tests of the
+## same code paths show. The two runs are independent (own venv, own pytest), so `make
+## test-lowest` runs them side by side: their installs wait on the network (pip's cache keeps
+## the wheels) and their tests share the two cores.
+test-lowest:
+	$(MAKE) -j2 --output-sync=target test-lowest-all test-lowest-core
 
 test-lowest-all test-lowest-core: test-lowest-%:
 	rm -rf $(LOWEST)-$*
