@@ -33,11 +33,12 @@ typecheck: $(STAMP)
 
 ## Two pytest workers: about half the suite's run is waiting (subprocesses, servers, real-time
 ## scenarios), which a second worker fills. Tests of one file stay on one worker (their module
-## fixtures start once). The benchmark smoke run goes on alone afterwards: its figures, and their
-## table, come from one process timing with no neighbour of its own.
+## fixtures start once). The figures' smoke run (the `figure` mark: tests that time something
+## against a baseline) goes on alone afterwards, in one process with no neighbour of its own,
+## which prints their table.
 unit: $(STAMP)
-	$(BIN)/pytest tests -q -n 2 --dist loadfile
-	$(BIN)/pytest benchmarks --benchmark-disable -q
+	$(BIN)/pytest tests benchmarks --benchmark-disable -q -n 2 --dist loadfile -m "not figure"
+	$(BIN)/pytest benchmarks --benchmark-disable -q -m figure
 
 ## The tests again, against the lowest versions pyproject.toml allows (its `>=` floors, read by
 ## ci/lowest.py), in fresh venvs: every extra at lowest-direct versions, then the core floors
