@@ -99,7 +99,7 @@ async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
     """Redis's TIME cannot be stepped here, so a budget's TAT, its promise cursor and a known
     caller's promise are written 60 s ahead of it, as a step back of 60 s leaves them: a caller
     at half the limit's rate is admitted but for its first call (told one interval), instead of
-    refused for the whole 60 s."""
+    refused for the whole 60 s. Redis's own clock: real time, so five calls, a second."""
     async with _backend(redis_url, "stepped") as backend:
         limiter = RateLimiter(10, burst=2, scope="tool", name="stepped", backend=backend)
         tat_key = backend.connection.key("rate", key_digest(f"stepped:{TOOL}"))
@@ -112,12 +112,12 @@ async def test_a_stored_time_from_before_a_clock_step_back_is_clamped(
                 ident = key_digest("\x00".join([client, f"stepped:{TOOL}"]))
                 client_.set(f"{tat_key}:c:{ident}", f"{ahead} 1")
         admitted = 0
-        for _ in range(10):
+        for _ in range(5):  # refused for the stepped 60 s, every one of these would be
             wait = await _call(limiter, client)
             admitted += wait == 0.0
             assert wait <= 0.1 + 0.02
             await anyio.sleep(0.2)  # half the rate
-        assert admitted >= 9
+        assert admitted >= 4
         with redis_server.client() as client_:
             assert client_.pttl(tat_key) <= 300  # the clamped time, not the stepped one
 

@@ -24,6 +24,10 @@ STARTUP = 2.0  # seconds for the workers to start (imports) before their load be
 LIMIT = 4  # the fleet slots of the outage tests
 CHAOS_TIMEOUT = 0.1  # their Redis timeout: a 3 s stall is an outage, a loaded machine is not
 
+# Fleets of processes on the real clock, seconds each: once, in make test (the lowest-version
+# runs check the same code paths in process, tests/redis).
+pytestmark = pytest.mark.slow
+
 
 def test_processes_share_one_rate_limit(spawn: Any, redis_url: str) -> None:
     rate, burst, seconds = 20.0, 5, 2.0
@@ -130,7 +134,6 @@ def _under_load(
     return running([tuple(span) for outcome in results for span in outcome["ran"]]), recovered
 
 
-@pytest.mark.slow
 def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
     spawn: Any, redis_server: RedisServer, redis_url: str
 ) -> None:
@@ -150,7 +153,6 @@ def test_after_a_3s_stall_the_fleet_is_full_again_within_a_second(
     assert full_share(steps, resumed + 1.0, resumed + 2.0, LIMIT) > 0.5  # and stays full
 
 
-@pytest.mark.slow
 def test_after_a_fast_restart_the_fleet_never_runs_more_than_its_limit(
     spawn: Any, redis_server: RedisServer, redis_url: str
 ) -> None:
