@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LOWEST := .venv-lowest
 
-.PHONY: demo test lint typecheck unit test-lowest test-lowest-all test-lowest-core bench overload docs docs-check clean
+.PHONY: demo test lint typecheck unit test-lowest test-lowest-all test-lowest-core \
+	lowest-venv-all lowest-venv-core lowest-run-all lowest-run-core bench overload docs docs-check clean
 
 # pip >= 25.1 reads the PEP 735 dependency group (`--group dev`): upgrade pip first.
 $(STAMP): pyproject.toml
@@ -41,29 +42,46 @@ unit: $(STAMP)
 	$(BIN)/pytest benchmarks --benchmark-disable -q -m figure
 
 ## The tests again, against the lowest versions pyproject.toml allows (its `>=` floors, read by
-## ci/lowest.py), in fresh venvs: every extra at lowest-direct versions, then the core floors
-## exactly (with the extras that fit beside them; test modules of the others are skipped).
-## Every test that is not `slow` runs in both: nearly every test goes through anyio, pydantic and
-## prometheus-client, and the adapters', Redis and demo tests through their extras, so a subset
-## picked by which package it imports would still be most of the suite, and a floor that breaks
-## only an unlisted path would pass. What is left out is the `slow` mark: the long real-time
-## scenarios (fleets of processes, failovers, a real Prometheus, the demo run as a program), run
-## once in `make test`; here the point is whether the floors work, which the quicker tests of the
-## same code paths show. The two runs are independent (own venv, own pytest), so `make
-## test-lowest` runs them side by side: their installs wait on the network (pip's cache keeps
-## the wheels) and their tests share the two cores.
-test-lowest:
-	$(MAKE) -j2 --output-sync=target test-lowest-all test-lowest-core
+## ci/lowest.py), in fresh venvs: the core floors exactly, with the extras that fit beside them
+## (redis, demo), then every extra at lowest-direct versions (mcp and fastmcp need a newer
+## pydantic and anyio than the core's floors: ci/lowest.py).
+## What each run proves decides what it runs. The core run runs every test that is not `slow`:
+## nearly every test goes through anyio, pydantic and prometheus-client, so no subset picked by
+## what a test imports would leave a floor less exercised. The test modules that need an extra
+## it leaves out are reported skipped (ci/absent_extras.py) and listed; the second run runs
+## exactly those modules, at mcp's and fastmcp's floors: every other test would only repeat the
+## core run at versions that are no floor. Left out of both: the `slow` mark, the long real-time
+## scenarios (fleets of processes, failovers, a real Prometheus, the demo's levels), run once in
+## `make test`; here the point is whether the floors work, which the quicker tests of the same
+## code paths show. The two venvs are built side by side (their installs wait on the network; pip's
+## cache keeps the wheels); each run's tests go on two workers, as in `make test`.
+## `make test-lowest-all` alone runs every test that is not `slow` at lowest-direct versions.
+LOWEST_TESTS := tests
 
-test-lowest-all test-lowest-core: test-lowest-%:
+test-lowest:
+	$(MAKE) -j2 --output-sync=target lowest-venv-core lowest-venv-all
+	$(MAKE) lowest-run-core
+	$(MAKE) lowest-run-all LOWEST_TESTS="$$(sort -u $(LOWEST)-core/needs-left-out-extras)"
+
+test-lowest-all test-lowest-core: test-lowest-%: lowest-venv-%
+	$(MAKE) lowest-run-$*
+
+lowest-venv-all lowest-venv-core: lowest-venv-%:
 	rm -rf $(LOWEST)-$*
 	$(PYTHON) -m venv $(LOWEST)-$*
 	$(LOWEST)-$*/bin/pip install --quiet --upgrade pip
 	$(LOWEST)-$*/bin/pip install --quiet --group dev
 	$(LOWEST)-$*/bin/python ci/lowest.py install $* $(LOWEST)-$*/bin/python
 	touch $(LOWEST)-$*/absent-modules
+
+# An empty LOWEST_TESTS (no test needed a left-out extra) runs pytest's testpaths: every test.
+lowest-run-all lowest-run-core: lowest-run-%:
+	rm -f $(LOWEST)-$*/needs-left-out-extras
 	PYTHONPATH=ci FG_ABSENT_MODULES=$(LOWEST)-$*/absent-modules \
-	  $(LOWEST)-$*/bin/pytest tests -q -m "not slow" -p no:cacheprovider -p absent_extras
+	  FG_NEEDS_LEFT_OUT=$(LOWEST)-$*/needs-left-out-extras \
+	  $(LOWEST)-$*/bin/pytest $(LOWEST_TESTS) -q -m "not slow" -p no:cacheprovider \
+	  -p absent_extras -n 2 --dist loadfile
+	touch $(LOWEST)-$*/needs-left-out-extras
 
 DOCS_STAMP := $(VENV)/.docs-installed
 
