@@ -47,25 +47,29 @@ async def test_a_known_poller_leaves_an_honest_callers_advice_true(
 ) -> None:
     async with _backend(redis_url, f"poll{gap}{honest}") as backend:
         limiter = RateLimiter(10, burst=5, scope="tool", backend=backend)
+        refused = anyio.Event()
         polls = 0
 
         async def poll() -> None:
             nonlocal polls
             while True:
-                await _call(limiter, "poller")
+                if await _call(limiter, "poller"):
+                    refused.set()
                 polls += 1
                 await anyio.sleep(gap)
 
         async with anyio.create_task_group() as group:
             group.start_soon(poll)
-            await anyio.sleep(0.6)  # the poller alone: the budget is spent, promises taken
+            await anyio.sleep(0.6)  # the poller alone for 0.6 s ...
+            await refused.wait()  # ... and at least until the budget is spent, promises taken
             wait = await _call(limiter, honest)
             assert wait <= 1.0
             if wait:  # else served at once: an opening was free
-                await anyio.sleep(wait)  # the poller goes on meanwhile
+                before = polls
+                await anyio.sleep(wait)  # the poller goes on meanwhile ...
+                assert polls > before  # ... truly: the opening was kept against it
                 assert await _call(limiter, honest) == 0.0
             group.cancel_scope.cancel()
-        assert polls > 25
 
 
 async def test_a_limiter_polled_5000_times_tells_the_next_caller_under_a_second(
