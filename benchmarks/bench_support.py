@@ -16,8 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 GROSS_REGRESSION_MARGIN = 3.0
-#: The smoke run's rounds: only this many of a figure's batches.
-SMOKE_ROUNDS = 3
+#: The smoke run's rounds: only this many of a figure's batches (the best of each side is kept:
+#: on a loaded machine a stall rarely hits the same side in all five) ...
+SMOKE_ROUNDS = 5
 #: ... each a fifth of a full batch. Each batch's set-up (a fresh event loop: 0.1-0.2 ms) then
 #: weighs about a tenth of a micro figure's 4,000 operations, on both sides alike: it draws the
 #: ratio towards 1, which the smoke run's wide margin allows for; a gross regression (3x the
