@@ -59,6 +59,7 @@ async def test_thirty_tools_spread_their_keys_over_every_primary(cluster: Cluste
         backend="redis",
         redis_url=cluster.url,
         redis_failure_policy="closed",  # a backend error would be a refusal: none is allowed
+        redis_timeout=0.5,  # as the module's other clients: a loaded machine is no outage
         redis_prefix="spread",
         max_active=2,
         tools={tool: {"rate": 1, "rate_per": 60} for tool in tools},
