@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 _ABSENT = frozenset(Path(os.environ["FG_ABSENT_MODULES"]).read_text("utf-8").split())
-_NEEDS_LEFT_OUT = os.environ.get("FG_NEEDS_LEFT_OUT")
+# Resolved now: a test may change the working directory before its report is made.
+_LISTED = os.environ.get("FG_NEEDS_LEFT_OUT")
+_NEEDS_LEFT_OUT = None if _LISTED is None else Path(_LISTED).resolve()
 _MISSING = re.compile(r"No module named '([^'.]+)")
 
 
@@ -28,9 +30,9 @@ def _as_skip(report: pytest.CollectReport | pytest.TestReport, path: str) -> Non
         report.outcome = "skipped"
         reason = f"needs {', '.join(sorted(missing))} (an extra not installed in this run)"
         report.longrepr = (path, 0, f"Skipped: {reason}")
-        if _NEEDS_LEFT_OUT:
-            # One short line in one append: whole even with two pytest workers writing.
-            with open(_NEEDS_LEFT_OUT, "a", encoding="utf-8") as listed:
+        if _NEEDS_LEFT_OUT is not None:
+            # One short line in one append: whole even with several pytest workers writing.
+            with _NEEDS_LEFT_OUT.open("a", encoding="utf-8") as listed:
                 listed.write(f"{path}\n")
 
 
