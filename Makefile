@@ -67,7 +67,7 @@ LOWEST_TESTS := tests
 test-lowest:
 	$(MAKE) -j2 --output-sync=target lowest-venv-core lowest-venv-all
 	$(MAKE) lowest-run-core
-	$(MAKE) lowest-run-all LOWEST_TESTS="$$(sort -u $(LOWEST)-core/needs-left-out-extras)"
+	$(MAKE) lowest-run-all LOWEST_TESTS="$$(sort -u $(LOWEST)-core/needs-left-out-extras | tr "\n" " ")"
 
 test-lowest-all test-lowest-core: test-lowest-%: lowest-venv-%
 	$(MAKE) lowest-run-$*
