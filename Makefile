@@ -90,7 +90,7 @@ lowest-run-all lowest-run-core: lowest-run-%:
 	PYTHONPATH=ci FG_ABSENT_MODULES=$(LOWEST)-$*/absent-modules \
 	  FG_NEEDS_LEFT_OUT=$(LOWEST)-$*/needs-left-out-extras \
 	  $(LOWEST)-$*/bin/pytest $(LOWEST_TESTS) -q -m "alone and not slow" \
-	  -p no:cacheprovider -p absent_extras
+	  -p no:cacheprovider -p absent_extras || test $$? -eq 5  # 5: none of them is `alone`
 	touch $(LOWEST)-$*/needs-left-out-extras
 
 DOCS_STAMP := $(VENV)/.docs-installed
