@@ -31,8 +31,10 @@ def test_levels_run_in_virtual_time_and_repeat_exactly(tmp_path: Path) -> None:
         done = _run("--seeds", "1", "--loads", "0.8,1.5", "--json", str(tmp_path / name))
         elapsed = time.monotonic() - began
         assert done.returncode == 0, done.stderr
-        # 0.8x and 1.5x take 20.5 s of demo time (warm-up, 7 s windows, 2.5 s of recovery).
-        assert elapsed < 15.0
+        # 0.8x and 1.5x take 20.5 s of demo time (warm-up, 7 s windows, 2.5 s of recovery): on
+        # the real clock no run could end sooner. In virtual time one takes about 2 s; the bound
+        # is the claim itself (faster than real time), not a speed a loaded machine could miss.
+        assert elapsed < 20.5
         outputs.append(done.stdout)
     first = json.loads((tmp_path / "first.json").read_text())
     assert first == json.loads((tmp_path / "second.json").read_text())
@@ -98,9 +100,8 @@ def test_bad_arguments_fail_with_one_line(args: list[str], message: str) -> None
 def test_it_refuses_to_run_where_the_guard_already_has_the_real_clock(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import fusion_guard  # this process has it already; the script must say so, not mis-measure
+    import fusion_guard  # noqa: F401  (this process has it already: the script must say so)
 
-    assert fusion_guard
     with pytest.raises(SystemExit) as exit_info:
         main(["--seeds", "1"])
     assert exit_info.value.code == 2

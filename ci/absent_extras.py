@@ -1,7 +1,9 @@
-"""pytest plugin of the core-floors run (``make test-lowest-core``): a test module or test that
-fails only because it needs an extra left out of that run (its modules listed one per line in
+"""pytest plugin of the lowest-version runs (``make test-lowest``): a test module or test that
+fails only because it needs an extra left out of the run (its modules listed one per line in
 ``$FG_ABSENT_MODULES``, written by ``ci/lowest.py install core``) is reported as skipped, naming
 the missing module. A failure that names no such module, or names any other, stays a failure.
+The file of each such test is appended to ``$FG_NEEDS_LEFT_OUT``: the modules that the run at
+the extras' floors (``lowest-run-all``) then runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from pathlib import Path
 import pytest
 
 _ABSENT = frozenset(Path(os.environ["FG_ABSENT_MODULES"]).read_text("utf-8").split())
+# Resolved now: a test may change the working directory before its report is made.
+_LISTED = os.environ.get("FG_NEEDS_LEFT_OUT")
+_NEEDS_LEFT_OUT = None if _LISTED is None else Path(_LISTED).resolve()
 _MISSING = re.compile(r"No module named '([^'.]+)")
 
 
@@ -25,6 +30,10 @@ def _as_skip(report: pytest.CollectReport | pytest.TestReport, path: str) -> Non
         report.outcome = "skipped"
         reason = f"needs {', '.join(sorted(missing))} (an extra not installed in this run)"
         report.longrepr = (path, 0, f"Skipped: {reason}")
+        if _NEEDS_LEFT_OUT is not None:
+            # One short line in one append: whole even with several pytest workers writing.
+            with _NEEDS_LEFT_OUT.open("a", encoding="utf-8") as listed:
+                listed.write(f"{path}\n")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,9 +3,10 @@ tools load on first use, and every public name still resolves."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -33,12 +34,27 @@ def _run(code: str) -> str:
     return done.stdout
 
 
-def _best_import_time(module: str, runs: int = 5) -> float:
-    best = float("inf")
+def _cpu_seconds(module: str, env: dict[str, str]) -> float:
+    """The processor time (user + system) of a fresh interpreter importing ``module``: unlike
+    the wall clock, it does not grow while a loaded machine keeps the process waiting."""
+    process = subprocess.Popen([sys.executable, "-c", f"import {module}"], env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, f"import {module} failed"
+    return usage.ru_utime + usage.ru_stime
+
+
+def _best_import_times(modules: tuple[str, ...], cache: Path, runs: int = 5) -> list[float]:
+    """Best processor time of each import, the runs interleaved, from compiled bytecode (as an
+    installed package imports; written under ``cache``, whatever PYTHONDONTWRITEBYTECODE says)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(cache)
+    for module in modules:
+        _cpu_seconds(module, env)  # compiles what the first run imports
+    best = [float("inf")] * len(modules)
     for _ in range(runs):
-        start = time.perf_counter()
-        _run(f"import {module}")
-        best = min(best, time.perf_counter() - start)
+        for index, module in enumerate(modules):
+            best[index] = min(best[index], _cpu_seconds(module, env))
     return best
 
 
@@ -47,8 +63,9 @@ def test_import_loads_none_of_the_heavy_modules() -> None:
     assert loaded.strip() == "[]"
 
 
-def test_import_costs_at_most_150_ms_beyond_anyio() -> None:
-    extra = _best_import_time("fusion_guard") - _best_import_time("anyio")
+def test_import_costs_at_most_150_ms_beyond_anyio(tmp_path: Path) -> None:
+    ours, anyio_s = _best_import_times(("fusion_guard", "anyio"), tmp_path)
+    extra = ours - anyio_s
     assert extra <= IMPORT_BUDGET_S, f"import fusion_guard took {extra * 1000:.0f} ms beyond anyio"
 
 

@@ -89,7 +89,11 @@ def test_ci_runs_the_lowest_versions() -> None:
 
 def test_the_lowest_runs_leave_the_slow_scenarios_to_make_test() -> None:
     makefile = (ROOT / "Makefile").read_text("utf-8")
-    lowest = makefile.split("test-lowest-all test-lowest-core:", 1)[1].split("\n\n", 1)[0]
-    assert '-m "not slow"' in lowest
+    lowest = makefile.split("lowest-run-all lowest-run-core:", 1)[1].split("\n\n", 1)[0]
+    assert '-m "not slow and not alone"' in lowest
+    assert '-m "alone and not slow"' in lowest
     unit = makefile.split("\nunit:", 1)[1].split("\n\n", 1)[0]
-    assert "-m" not in unit.split()  # make test runs every test, the slow ones too
+    # make test runs every test, the slow ones too: its two runs split by marks that add up.
+    assert "slow" not in unit
+    assert '-m "not figure and not alone"' in unit
+    assert '-m "figure or alone"' in unit

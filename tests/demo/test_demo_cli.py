@@ -78,12 +78,10 @@ def test_a_bad_chart_path_is_refused_before_the_run(
     chart: str, complaint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "blocked").write_text("a file where a folder should be")
-    started = time.monotonic()
     assert main(["demo", "--chart", str(tmp_path / chart)]) == 2
     err = capsys.readouterr().err
     assert complaint in err
-    assert "[1/" not in err  # no load was run
-    assert time.monotonic() - started < 5
+    assert "[1/" not in err  # no load was run: its progress line would come first
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ benchmark (``make overload`` is)."""
 from __future__ import annotations
 
 import anyio
+import pytest
 from prometheus_client import CollectorRegistry
 
 from fusion_guard.demo._loadgen import CallRecord
@@ -23,6 +24,7 @@ def _calls_total(registry: CollectorRegistry, outcome: str) -> float:
     return value or 0.0
 
 
+@pytest.mark.slow  # 2.4 s of the scenario, twice, on the real clock
 def test_fusion_guard_keeps_goodput_where_a_semaphore_collapses() -> None:
     registry = CollectorRegistry()
     records: dict[str, list[CallRecord]] = {}

@@ -51,6 +51,7 @@ def test_the_crowd_asks_for_more_than_its_fair_share() -> None:
     assert appetites == sorted(appetites)
 
 
+@pytest.mark.slow  # the pair's 2 s on the real clock (the module's fixture)
 def test_fair_queueing_answers_the_polite_client_that_fifo_sheds(pair: TenantsResult) -> None:
     on, off = pair.run("pair", True), pair.run("pair", False)
     # The same arrivals reach both guards.
@@ -66,6 +67,7 @@ def test_fair_queueing_answers_the_polite_client_that_fifo_sheds(pair: TenantsRe
         assert 0.5 <= run.goodput <= 1.3
 
 
+@pytest.mark.slow  # the pair's 2 s on the real clock (the module's fixture)
 def test_the_table_json_and_chart_carry_the_figures(pair: TenantsResult, tmp_path: Path) -> None:
     table = format_tenants(pair)
     assert "polite calls answered OK" in table

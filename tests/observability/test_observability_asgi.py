@@ -127,6 +127,9 @@ def guarded_mcpserver(registry: CollectorRegistry) -> Any:
     return server.streamable_http_app()
 
 
+# A real Prometheus on its own clock: the point is the scrape, not the event loop; one loop.
+@pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_real_prometheus_scrapes_the_mcp_servers_own_port(
     anyio_backend: str, tmp_path: Any
 ) -> None:

@@ -145,7 +145,9 @@ def by(result: list[dict[str, Any]], label: str) -> dict[str, float]:
     return {series["metric"][label]: float(series["value"][1]) for series in result}
 
 
+# A real Prometheus on its own clock: the point is the queries, not the event loop; one loop.
 @pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_every_dashboard_and_alert_query_returns_data_for_the_tool(
     anyio_backend: str, prometheus: Prometheus, metrics_registry: CollectorRegistry
 ) -> None:

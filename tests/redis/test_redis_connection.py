@@ -144,7 +144,8 @@ async def test_a_hung_redis_never_hangs_the_caller(
         start = time.monotonic()
         with pytest.raises(BackendError) as caught:
             await _gcra(conn, ("k", SECOND_US, 0))
-        assert time.monotonic() - start < 0.5
+        # Its 0.1 s, with room for a loaded machine: unbounded, the call would hang for ever.
+        assert time.monotonic() - start < 1.0
         assert isinstance(caught.value.__cause__, timeout_error)
         # asyncio's TimeoutError has no message: the error still says what happened.
         assert str(caught.value).endswith(("timed out", f"127.0.0.1:{redis_server.port}"))

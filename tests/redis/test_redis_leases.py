@@ -100,7 +100,9 @@ async def test_a_cancelled_acquire_returns_at_once_and_leaves_no_lease(
         took = time.monotonic() - cancelled
     finally:
         os.kill(redis_server.pid, signal.SIGCONT)
-    assert took < 0.2, took
+    # At once; the bound is gross (a loaded machine may be slow to run the task): an acquire
+    # that waited on the stopped Redis would take its 10 s lease, or for ever.
+    assert took < 2.0, took
     assert semaphore.abandoned == 1
     await _within(1.0, lambda: _no_debt(semaphore))
     other = FleetSemaphore(conn, "one", limit=1, lease=10.0)
@@ -167,12 +169,13 @@ async def test_after_redis_lost_its_data_new_leases_wait_for_running_calls(
 async def test_a_slow_cold_start_is_not_an_outage(
     redis_server: RedisServer, redis_url: str, ready_made: bool
 ) -> None:
-    # Every new connection answers only 0.2 s after it opened, four times the 50 ms decision
-    # timeout, and Redis has no script loaded: connecting and loading have their own budget,
-    # so a fail-closed guard sheds none of its first calls, all arriving at once.
+    # Every new connection answers only 0.35 s after it opened, seven times the 50 ms decision
+    # timeout (room for a loaded machine between the two bounds below), and Redis has no script
+    # loaded: connecting and loading have their own budget, so a fail-closed guard sheds none of
+    # its first calls, all arriving at once.
     with redis_server.client() as client:
         client.script_flush()
-    async with SlowStartProxy(redis_server.port, delay=0.2) as proxy:
+    async with SlowStartProxy(redis_server.port, delay=0.35) as proxy:
         target = redis.asyncio.Redis.from_url(proxy.url) if ready_made else proxy.url
         conn = RedisConnection(target, timeout=0.05, connect_timeout=1.0)
         guard = DistributedConcurrencyGuard(
@@ -195,5 +198,5 @@ async def test_a_slow_cold_start_is_not_an_outage(
         start = time.monotonic()
         with pytest.raises(ServerBusy):
             await call()
-        assert time.monotonic() - start < 0.15
+        assert time.monotonic() - start < 0.3  # the decision's 50 ms, not the 0.35 s set-up
         await conn.aclose()

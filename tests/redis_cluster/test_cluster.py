@@ -46,9 +46,14 @@ async def test_any_node_as_seed_admits_exactly_the_budget(cluster: ClusterSet) -
             # The next opening is one interval (0.2 s) after the burst started: a true promise.
             retry_after = decisions[-1].retry_after
             assert 0.1 < retry_after <= 0.2
+            slept_from = time.monotonic()
             await asyncio.sleep(retry_after)
             assert (await limiter.decide()).allowed
-            assert not (await limiter.decide()).allowed
+            again = await limiter.decide()
+            # One opening per interval: refused again, unless a loaded machine woke this task a
+            # whole interval late (then the next opening is due, truly).
+            late = time.monotonic() - slept_from - retry_after
+            assert not again.allowed or late >= 0.2 - 0.01, late
         finally:
             await backend.aclose()
 
@@ -59,6 +64,7 @@ async def test_thirty_tools_spread_their_keys_over_every_primary(cluster: Cluste
         backend="redis",
         redis_url=cluster.url,
         redis_failure_policy="closed",  # a backend error would be a refusal: none is allowed
+        redis_timeout=0.5,  # as the module's other clients: a loaded machine is no outage
         redis_prefix="spread",
         max_active=2,
         tools={tool: {"rate": 1, "rate_per": 60} for tool in tools},
@@ -106,6 +112,7 @@ async def test_budgets_in_two_slots_refuse_without_spending_either(cluster: Clus
         await backend.aclose()
 
 
+@pytest.mark.slow  # a fleet of processes on the real clock: once, in make test
 def test_three_processes_seeded_by_different_nodes_share_one_rate_limit(
     cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -124,6 +131,7 @@ def test_three_processes_seeded_by_different_nodes_share_one_rate_limit(
     assert abs(len(stamps) - allowed) <= 1, (len(stamps), allowed)
 
 
+@pytest.mark.slow  # a fleet of processes on the real clock: once, in make test
 def test_three_processes_share_one_fleet_limit_exactly(
     cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -26,6 +26,10 @@ HOLD = 0.3
 REDIS_TIMEOUT = 0.1  # a dead shard is an outage; a loaded two-core machine is not
 SECONDS = 1.5 + 6.0 + 2.5  # full load, room for the failover, then the recovery watched
 
+# Failovers on the real clock, seconds each: once, in make test (the lowest-version runs check
+# the cluster and Sentinel clients on the healthy topologies, test_cluster.py, test_sentinel.py).
+pytestmark = pytest.mark.slow
+
 
 def _under_load(
     spawn: Callable[..., subprocess.Popen[str]], url: str, fail: Callable[[], float]
@@ -53,7 +57,6 @@ def _under_load(
     return steps, promoted
 
 
-@pytest.mark.slow
 def test_a_killed_cluster_primary_is_replaced_within_a_second_of_promotion(
     fresh_cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:
@@ -69,7 +72,6 @@ def test_a_killed_cluster_primary_is_replaced_within_a_second_of_promotion(
     assert full_again(steps, promoted, LIMIT) <= 1.0, full_again(steps, promoted, LIMIT)
 
 
-@pytest.mark.slow
 def test_a_sentinel_failover_is_followed_within_a_second(
     fresh_sentinel: SentinelSet, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

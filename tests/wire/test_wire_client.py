@@ -3,6 +3,7 @@ them."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -266,6 +267,16 @@ def _measured(parse: Callable[[], object]) -> tuple[float, int, BaseException | 
     return seconds, peak, raised
 
 
+def _best_seconds(work: Callable[[], object], runs: int = 3) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        with contextlib.suppress(ValueError):  # the refusal is the work timed
+            work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def test_fifty_megabytes_are_refused_at_once_without_copying() -> None:
     text = _details(50 * 1024 * 1024 // 26)
     seconds, peak, raised = _measured(lambda: parse_tool_error(text))
@@ -274,8 +285,11 @@ def test_fifty_megabytes_are_refused_at_once_without_copying() -> None:
         f"refusing to parse a tool result of {len(text):,} characters: an envelope is at most"
         f" {MAX_ENVELOPE_CHARS:,} (MAX_ENVELOPE_CHARS)"
     )
-    assert seconds < 0.01
-    assert peak < 64 * 1024
+    assert peak < 64 * 1024  # never copied
+    # Never read either: the best of a few refusals against one pass over the text (a C loop,
+    # ~10 ms), timed alike, so that a loaded machine slows both and a stall hits one run only.
+    refusal = _best_seconds(lambda: parse_tool_error(text))
+    assert refusal < _best_seconds(lambda: text.count("<")) / 10, (seconds, refusal)
 
 
 def test_raise_for_tool_error_refuses_it_too_and_never_parses_a_success() -> None:
