@@ -160,6 +160,8 @@ def test_the_command_exits_1_when_the_helper_misses_a_target(
 def test_a_short_real_run_prints_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
     # The command as a user runs it, in real time: the later phases scale with --duration, so
     # this is under 2 s (the blip stays 1 s); too short for the targets to mean anything.
+    import mcp  # noqa: F401  # without the SDK the command says so and exits 2: a left-out extra
+
     args = ["--scenario", "agents", "--duration", "0.1", "--retry-policies", "naive,helper"]
     assert main(["demo", *args, "--no-check"]) == 0
     out = capsys.readouterr().out
