@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bench_support import async_batch
+from bench_support import StandingQueue, async_batch
 
 OPS = 20_000
 TOOL = "billing.process_invoice"
@@ -73,54 +73,7 @@ def _shed(fg: ModuleType) -> Callable[[], Awaitable[object]]:
     return section
 
 
-class _Circulating:
-    """``queued`` callers circulating through one slot (of a guard, or of a bare semaphore) in
-    an event loop of their own; one batch operation is one hand-off."""
-
-    def __init__(self, queued: int, guard: Any = None) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.guard = guard
-        self.semaphore = asyncio.Semaphore(1) if guard is None else None
-        self.tasks: list[asyncio.Task[None]] = []
-        self.loop.run_until_complete(self._start(queued))
-
-    async def _caller(self) -> None:
-        while True:
-            if self.guard is not None:
-                async with self.guard.slot():
-                    pass
-            else:
-                assert self.semaphore is not None
-                async with self.semaphore:
-                    pass
-
-    async def _start(self, queued: int) -> None:
-        if self.guard is None:
-            assert self.semaphore is not None
-            await self.semaphore.acquire()
-        else:
-            held = self.guard.acquire_nowait()
-        self.tasks = [asyncio.create_task(self._caller()) for _ in range(queued)]
-        await asyncio.sleep(0)  # every caller finds the slot held and queues
-        if self.guard is None:
-            self.semaphore.release()  # type: ignore[union-attr]
-        else:
-            held.release()
-
-    async def _step(self) -> None:
-        await asyncio.sleep(0)
-
-    def batch(self) -> Callable[[int], float]:
-        return async_batch(self._step, event_loop=self.loop)
-
-    def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        self.loop.run_until_complete(asyncio.gather(*self.tasks, return_exceptions=True))
-        self.loop.close()
-
-
-def _figures(fg: ModuleType, hand_off: _Circulating) -> dict[str, Callable[[int], float]]:
+def _figures(fg: ModuleType, hand_off: StandingQueue) -> dict[str, Callable[[int], float]]:
     """Each figure's batch runner for the package ``fg``, named with its target."""
     metrics = fg.PrometheusObserver(CollectorRegistry()).for_tool(TOOL, max_active=1)
     return {
@@ -150,11 +103,11 @@ def main() -> int:
         parser.error("BASE is this tree's own package: give the other tree's")
     base = load_as("fusion_guard_base", args.base.resolve())
     circulating = [
-        _Circulating(100, base.ConcurrencyGuard(1, 100, 600.0, standing_limit=100,
+        StandingQueue(100, base.ConcurrencyGuard(1, 100, 600.0, standing_limit=100,
                                                 predictive=False)),
-        _Circulating(100, head.ConcurrencyGuard(1, 100, 600.0, standing_limit=100,
+        StandingQueue(100, head.ConcurrencyGuard(1, 100, 600.0, standing_limit=100,
                                                 predictive=False)),
-        _Circulating(100),
+        StandingQueue(100),
     ]  # fmt: skip
     before, after = _figures(base, circulating[0]), _figures(head, circulating[1])
     semaphore = async_batch(_semaphore_section())

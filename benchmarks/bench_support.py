@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GROSS_REGRESSION_MARGIN = 3.0
 #: The smoke run's rounds: only this many of a figure's batches (the best of each side is kept:
@@ -171,3 +172,59 @@ def summary(figures: Sequence[Figure], strict: bool) -> tuple[str, list[str]]:
         missed = sum(not f.met for f in figures)
         lines.append(f"{missed} of {len(figures)} targets missed")
     return title, lines
+
+
+class StandingQueue:
+    """``queued`` callers circulating through one slot in their own event loop: the slot of
+    ``guard`` (a ``ConcurrencyGuard`` of any tree), or of a bare ``asyncio.Semaphore(1)`` when
+    ``guard`` is None (fair since Python 3.11.1: a release hands on to the first waiter, as the
+    guard does).
+
+    Each caller loops ``async with slot: pass``: handed the slot, it releases it (handing it to
+    the head of the queue) and queues again at the tail, so the queue stays ``queued`` long.
+    One batch operation (a yield of the driving task) lets exactly one acquire + release happen.
+    """
+
+    def __init__(self, queued: int, guard: Any = None) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.guard = guard
+        self.semaphore = asyncio.Semaphore(1) if guard is None else None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.loop.run_until_complete(self._start(queued))
+
+    async def _caller(self) -> None:
+        while True:
+            async with self.guard.slot():
+                pass
+
+    async def _semaphore_caller(self) -> None:
+        assert self.semaphore is not None
+        while True:
+            async with self.semaphore:
+                pass
+
+    async def _start(self, queued: int) -> None:
+        if self.semaphore is not None:
+            await self.semaphore.acquire()
+            self.tasks = [asyncio.create_task(self._semaphore_caller()) for _ in range(queued)]
+            await asyncio.sleep(0)
+            self.semaphore.release()
+            return
+        held = self.guard.acquire_nowait()
+        self.tasks = [asyncio.create_task(self._caller()) for _ in range(queued)]
+        await asyncio.sleep(0)  # every new task runs once: each finds the slot held and queues
+        assert self.guard.queued == queued
+        held.release()  # the circulation starts: the head is handed the slot
+
+    @staticmethod
+    async def _step() -> None:
+        await asyncio.sleep(0)
+
+    def batch(self) -> Callable[[int], float]:
+        return async_batch(self._step, event_loop=self.loop)
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*self.tasks, return_exceptions=True))
+        self.loop.close()

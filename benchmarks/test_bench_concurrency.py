@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from trio.testing import MockClock
 
-from bench_support import Figures, async_batch
+from bench_support import Figures, StandingQueue, async_batch
 from fusion_guard import ConcurrencyGuard, GradientLimit, PrometheusObserver, ServerBusy
 
 T = TypeVar("T")
@@ -133,67 +133,20 @@ def test_shed_path_vs_semaphore(benchmark: pytest.FixtureRequest, figures: Figur
     _record(benchmark, _shed_section())
 
 
-class _StandingQueue:
-    """``queued`` callers circulating through one slot in their own event loop.
-
-    Each caller loops ``async with guard.slot(): pass``: handed the slot, it releases it (handing
-    it to the head of the queue) and queues again at the tail, so the queue stays ``queued`` long.
-    One ``step()`` (a yield of the driving task) lets exactly one such acquire + release happen.
-    """
-
-    def __init__(self, queued: int, *, semaphore: bool = False) -> None:
-        self.loop = asyncio.new_event_loop()
-        # A realistic finite queue_timeout (every waiter arms a timer, as in production); no
-        # early shedding and no standing-queue limit: this figure is about the queue itself.
-        self.guard = ConcurrencyGuard(
+def _standing_queue(queued: int) -> StandingQueue:
+    # A realistic finite queue_timeout (every waiter arms a timer, as in production); no
+    # early shedding and no standing-queue limit: this figure is about the queue itself.
+    return StandingQueue(
+        queued,
+        ConcurrencyGuard(
             1, max_queue=queued, queue_timeout=600.0, standing_limit=queued, predictive=False
-        )
-        # The baseline: the same circulation through a bare asyncio.Semaphore (fair since
-        # Python 3.11.1: a release hands on to the first waiter, as the guard does).
-        self.semaphore = asyncio.Semaphore(1) if semaphore else None
-        self.tasks: list[asyncio.Task[None]] = []
-        self.loop.run_until_complete(self._start(queued))
-
-    async def _caller(self) -> None:
-        while True:
-            async with self.guard.slot():
-                pass
-
-    async def _semaphore_caller(self) -> None:
-        assert self.semaphore is not None
-        while True:
-            async with self.semaphore:
-                pass
-
-    async def _start(self, queued: int) -> None:
-        if self.semaphore is not None:
-            await self.semaphore.acquire()
-            self.tasks = [asyncio.create_task(self._semaphore_caller()) for _ in range(queued)]
-            await asyncio.sleep(0)
-            self.semaphore.release()
-            return
-        held = self.guard.acquire_nowait()
-        self.tasks = [asyncio.create_task(self._caller()) for _ in range(queued)]
-        await asyncio.sleep(0)  # every new task runs once: each finds the slot held and queues
-        assert self.guard.queued == queued
-        held.release()  # the circulation starts: the head is handed the slot
-
-    async def step(self) -> None:
-        await asyncio.sleep(0)
-
-    def batch(self) -> Callable[[int], float]:
-        return async_batch(self.step, event_loop=self.loop)
-
-    def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        self.loop.run_until_complete(asyncio.gather(*self.tasks, return_exceptions=True))
-        self.loop.close()
+        ),
+    )
 
 
 @pytest.fixture
-def queues() -> Iterator[tuple[_StandingQueue, _StandingQueue]]:
-    long, short = _StandingQueue(10_000), _StandingQueue(10)
+def queues() -> Iterator[tuple[StandingQueue, StandingQueue]]:
+    long, short = _standing_queue(10_000), _standing_queue(10)
     yield long, short
     long.close()
     short.close()
@@ -202,7 +155,7 @@ def queues() -> Iterator[tuple[_StandingQueue, _StandingQueue]]:
 def test_acquire_release_with_10000_queued(
     benchmark: pytest.FixtureRequest,
     figures: Figures,
-    queues: tuple[_StandingQueue, _StandingQueue],
+    queues: tuple[StandingQueue, StandingQueue],
 ) -> None:
     long, short = queues
     candidate, baseline = figures.time_batches(long.batch(), short.batch(), ops=OPS, rounds=ROUNDS)
@@ -214,7 +167,7 @@ def test_acquire_release_with_10000_queued(
 def test_hand_off_with_100_queued_vs_semaphore(
     benchmark: pytest.FixtureRequest, figures: Figures
 ) -> None:
-    guarded, bare = _StandingQueue(100), _StandingQueue(100, semaphore=True)
+    guarded, bare = _standing_queue(100), StandingQueue(100)
     try:
         candidate, baseline = figures.time_batches(
             guarded.batch(), bare.batch(), ops=OPS, rounds=ROUNDS
