@@ -22,9 +22,9 @@ from ._policy import ToolLimits
 from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard
 from .admission._context import CallContext
-from .admission._deadline import Timeouts
 from .admission._distributed import DistributedConcurrencyGuard
 from .admission._rate import RateLimit, RateLimiter
+from .admission._slot import Unbounded
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 
@@ -69,8 +69,8 @@ class Gate:
     apply the tool's failure policy when the rate backend fails)."""
 
     __slots__ = (
+        "admission",
         "context",
-        "deadline",
         "limits",
         "observer",
         "rates",
@@ -92,10 +92,10 @@ class Gate:
         self.observer = observer
         self.slots = slots
         self.rates = rates
-        # Without slots the ticket keeps the deadline, with slots the Slot does; what its
-        # expiry raises is decided in one place either way (``Timeouts``).
-        self.deadline = (
-            Timeouts(limits.tool) if slots is None and limits.timeout is not None else None
+        # Where every call takes its slot, the one owner of its deadline and reporter of its
+        # end: the tool's slots, or slots that are always free when it has no concurrency limit.
+        self.admission: Slots | Unbounded = (
+            Unbounded(limits.tool, observer) if slots is None else slots
         )
 
 
@@ -170,10 +170,6 @@ class GateAssembly:
             "fair": limits.fair_queueing,
             "max_active_per_client": limits.max_active_per_client,
             "observer": observer,
-            # The tool's tickets report how each call ended, knowing how the handler answered
-            # (an error envelope is no exception): the slots do not, so each call is reported
-            # once.
-            "reports_finished": False,
         }
         if settings.backend != "redis" or settings.redis_url is None:
             if adaptive is not None:

@@ -22,12 +22,11 @@ import dataclasses
 import functools
 import inspect
 import logging
-import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
@@ -40,12 +39,11 @@ from ._exceptions import (
 from ._gates import Gate, GateAssembly, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, outcome_of, response_outcome
+from ._observer import GuardObserver, Outcome, observer_failed, response_outcome
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
 from .admission._concurrency import Slot
 from .admission._context import CallContext
-from .admission._deadline import Deadline
 from .admission._rate import RateLimiter
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
@@ -58,7 +56,7 @@ if TYPE_CHECKING:
 
     from .config._settings import GuardSettings
 
-__all__ = ["Guard", "Ticket"]
+__all__ = ["Guard", "Ticket", "admitted_call"]
 
 P = ParamSpec("P")
 
@@ -79,28 +77,18 @@ class Ticket:
     instead: cancellation is ``cancelled``, the deadline ``timeout``, a raised error envelope
     ``error``, anything else ``internal_error``. ``queue_wait``: seconds spent queued.
     ``complete(outcome)`` reports the end early; completion is idempotent (reported once).
+
+    The call's slot (the tool's, or an always free one for a tool without a concurrency limit)
+    owns its deadline and reports its end: the ticket hands it the outcome when it leaves.
     """
 
-    __slots__ = (
-        "_client",
-        "_deadline",
-        "_done",
-        "_gate",
-        "_request",
-        "_slot",
-        "_start",
-        "outcome",
-        "queue_wait",
-    )
+    __slots__ = ("_client", "_gate", "_request", "_slot", "outcome", "queue_wait")
 
     def __init__(self, gate: Gate, client: str | None, request: object | None) -> None:
         self._gate = gate
         self._client = client
         self._request = request
-        self._slot: Slot | None = None
-        self._deadline: Deadline | None = None
-        self._start = 0.0
-        self._done = False
+        self._slot: Slot | None = None  # made once the rate limits let the call through
         self.outcome: Outcome | str = "ok"
         self.queue_wait = 0.0
 
@@ -109,58 +97,23 @@ class Ticket:
         return self._gate.tool
 
     async def __aenter__(self) -> Ticket:
-        gate = self._gate
-        try:
+        slot = self._slot
+        if slot is None:  # not entered part-way by _enter_at_once (rates decided, slot made)
+            gate = self._gate
             rates = gate.rates
             if rates is not None:
                 if rates.is_sync:  # in memory: decided without a coroutine
                     self._refused(gate, rates.check(self._context(gate)))
                 else:  # a shared backend's decision may be cancelled too
                     await self._check_rates(gate, rates)
-            if gate.slots is not None:
-                slot = gate.slots.slot(gate.limits.timeout, self._client)
-                if not slot.take_free():
-                    await slot.__aenter__()  # reports admitted, or shed (raising ServerBusy)
-                self._slot = slot
-        except Exception:  # a refusal: reported where it was decided
-            raise
-        except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
-            self._done = True
-            gate.observer.finished("cancelled", None)
-            raise
-        self._admitted(gate)
+            slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client)
+            if slot.take_free():
+                self.queue_wait = slot.queue_wait
+                return self
+        # Reports admitted, or shed (raising ServerBusy), or a cancellation while queued.
+        await slot.__aenter__()
+        self.queue_wait = slot.queue_wait
         return self
-
-    def _enter_at_once(self) -> bool:
-        """``__aenter__`` without a coroutine, when nothing needs awaiting (no shared rate
-        backend; a free local slot, or no slots): True when admitted, as after ``async with``;
-        False when nothing was done and the caller enters with ``await ticket.__aenter__()``.
-        Raises ``RateLimited`` as ``__aenter__`` would. Adapters use it to keep the usual call
-        one coroutine shorter."""
-        gate = self._gate
-        rates = gate.rates
-        slots = gate.slots
-        if (rates is not None and not rates.is_sync) or (
-            slots is not None and not slots._free_at_once()
-        ):
-            return False
-        if rates is not None:
-            self._refused(gate, rates.check(self._context(gate)))
-        if slots is not None:
-            slot = slots.slot(gate.limits.timeout, self._client)
-            slot.take_free()  # _free_at_once: taken (ServerBusy over the client's cap)
-            self._slot = slot
-        self._admitted(gate)
-        return True
-
-    def _admitted(self, gate: Gate) -> None:
-        if self._slot is not None:
-            self.queue_wait = self._slot.queue_wait
-        else:
-            gate.observer.admitted(0.0)
-            if gate.deadline is not None:  # without slots the deadline is the ticket's own
-                self._deadline = Deadline(gate.limits.timeout or math.inf)
-        self._start = time.perf_counter()
 
     async def __aexit__(
         self,
@@ -168,43 +121,13 @@ class Ticket:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        slot = self._slot
-        if slot is None or slot.leaves_at_once:
-            return self._leave(exc_type, exc, tb)
-        try:
-            swallowed = await slot.__aexit__(exc_type, exc, tb)
-        except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
-            self.complete(outcome_of(raised))
-            raise
-        self.complete(self.outcome if exc is None else outcome_of(exc))
-        return swallowed
-
-    @property
-    def _leaves_at_once(self) -> bool:
-        """Whether ``_leave`` can end the call (a fleet slot's lease is given back, awaited)."""
-        return self._slot is None or self._slot.leaves_at_once
-
-    def _leave(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        """``__aexit__`` without a coroutine, when ``_leaves_at_once``: frees the slot, reports
-        the end; raises ``HandlerTimeout`` when the deadline cancelled the body."""
-        try:
-            slot = self._slot
-            if slot is not None:  # frees the slot; HandlerTimeout past the deadline
-                swallowed = slot.leave(exc_type, exc, tb)
-            elif self._deadline is not None:
-                swallowed = self._leave_deadline(self._deadline, exc_type, exc, tb)
-            else:
-                swallowed = False
-        except BaseException as raised:  # HandlerTimeout, or the body's exception re-raised
-            self.complete(outcome_of(raised))
-            raise
-        self.complete(self.outcome if exc is None else outcome_of(exc))
-        return swallowed
+        # The slot frees itself, tells its deadline's expiry apart (raising HandlerTimeout) and
+        # reports the end: the ticket's outcome, or what the block's exception says.
+        slot: Slot = self._slot  # type: ignore[assignment]  # entered
+        outcome: Outcome = self.outcome  # type: ignore[assignment]  # an Outcome, or the caller's word
+        if slot.leaves_at_once:
+            return slot.leave(exc_type, exc, tb, outcome)
+        return await slot.aleave(exc_type, exc, tb, outcome)
 
     def answered(self, response: ToolResponse) -> None:
         """Say that the call answered ``response`` (returned, or made of what the handler
@@ -219,12 +142,35 @@ class Ticket:
         if self._slot is not None:
             self._slot.invalid_arguments()
 
+    def retried(self) -> None:
+        """Say that the call is a client's retry (the SDK adapters read its attempt number):
+        the tool's observer hears it, if it counts retries (its optional ``retried()``)."""
+        observer = self._gate.observer
+        retried = getattr(observer, "retried", None)  # optional: not every observer
+        if retried is not None:
+            try:
+                retried()
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "retried", failure)
+
     def complete(self, outcome: Outcome | str | None = None) -> None:
         """Report how the call ended (``outcome`` or the ticket's ``outcome``), once."""
-        if not self._done:
-            self._done = True
-            end = outcome or self.outcome
-            self._gate.observer.finished(end, time.perf_counter() - self._start)  # type: ignore[arg-type]
+        if self._slot is not None:
+            self._slot.report(outcome or self.outcome)  # type: ignore[arg-type]
+
+    def _enter_at_once(self) -> bool:
+        """``__aenter__`` without a coroutine, as far as nothing needs awaiting: True when
+        admitted (a free slot, no shared rate backend); False when the caller must still
+        ``await ticket.__aenter__()``, which carries on from where this stopped. Raises
+        ``RateLimited`` or ``ServerBusy`` as ``__aenter__`` would."""
+        gate = self._gate
+        rates = gate.rates
+        if rates is not None:
+            if not rates.is_sync:
+                return False
+            self._refused(gate, rates.check(self._context(gate)))
+        slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client)
+        return slot.take_free()
 
     def _context(self, gate: Gate) -> CallContext:
         if self._client is None and self._request is None:
@@ -234,27 +180,71 @@ class Ticket:
     async def _check_rates(self, gate: Gate, rates: RateLimiter) -> None:
         # A failing backend: the limiter applies the tool's failure policy (admit, or raise
         # SERVER_BUSY backend_unavailable).
-        self._refused(gate, await rates.acheck(self._context(gate)))
+        try:
+            refusal = await rates.acheck(self._context(gate))
+        except Exception:  # a refusal: reported where it was decided
+            raise
+        except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
+            # Cancelled before it reached a slot: the one end no slot can report.
+            gate.observer.finished("cancelled", None)
+            raise
+        self._refused(gate, refusal)
 
     def _refused(self, gate: Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:
             gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
             raise refusal
 
-    def _leave_deadline(
-        self,
-        deadline: Deadline,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        self._deadline = None
-        if deadline.expired(exc_type, exc, tb):
-            timeouts = self._gate.deadline
-            if timeouts is None:  # pragma: no cover (a deadline is entered only with one)
-                raise TimeoutError
-            raise timeouts.refusal(self._gate.limits.timeout or math.inf) from None
-        return False
+
+R = TypeVar("R")
+
+
+async def admitted_call(
+    ticket: Ticket,
+    call: Callable[[], Awaitable[R]],
+    failed: Callable[[Any], bool],
+    passthrough: tuple[type[BaseException], ...],
+    current: ContextVar[Ticket | None],
+) -> R:
+    """``async with ticket: result = await call()`` spelled out for the SDK adapters, so that
+    the usual call (admitted at once, left at once) costs no coroutine for the ticket.
+
+    What the call returned sets the ticket's outcome, unless decided inside the call already
+    (``answered``): a ``ToolResponse`` by ``answered``, anything else ``error`` when ``failed``
+    says so (an SDK's error result). An exception of ``passthrough`` (the SDK's own errors) ends
+    the call as ``error`` and is raised once the slot is free; ``current`` holds the ticket while
+    the call runs (for code the SDK runs inside it)."""
+    if not ticket._enter_at_once():
+        await ticket.__aenter__()
+    slot: Slot = ticket._slot  # type: ignore[assignment]  # entered
+    deferred: BaseException | None = None
+    try:
+        token = current.set(ticket)
+        try:
+            result = await call()
+        except passthrough as exc:
+            ticket.outcome = "error"
+            deferred = exc  # re-raised once the slot is free, reported as an error
+        finally:
+            current.reset(token)
+        if deferred is None and ticket.outcome == "ok":
+            if isinstance(result, ToolResponse):
+                ticket.answered(result)
+            elif failed(result):
+                ticket.outcome = "error"
+    except BaseException as exc:
+        if slot.leaves_at_once:
+            slot.leave(type(exc), exc, exc.__traceback__, ticket.outcome)  # type: ignore[arg-type]
+        else:
+            await slot.aleave(type(exc), exc, exc.__traceback__, ticket.outcome)  # type: ignore[arg-type]
+        raise
+    if slot.leaves_at_once:
+        slot.leave(None, None, None, ticket.outcome)  # type: ignore[arg-type]
+    else:
+        await slot.aleave(None, None, None, ticket.outcome)  # type: ignore[arg-type]
+    if deferred is not None:
+        raise deferred
+    return result
 
 
 class Guard:

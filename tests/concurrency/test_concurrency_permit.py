@@ -76,7 +76,7 @@ async def test_the_permit_is_taken_after_the_slot_and_given_back_before_it() -> 
     permit = CountingPermit(5)
     guard = ConcurrencyGuard(2, name="t", permit=permit)
     assert guard.permit is permit
-    assert not guard._free_at_once()  # a permit is awaited: never taken without a coroutine
+    assert not guard.slot().take_free()  # a permit is awaited: never taken without a coroutine
     async with guard.slot():
         assert (guard.active, len(permit.out)) == (1, 1)
     assert (guard.active, permit.out, permit.given_back) == (0, set(), [0])

@@ -51,18 +51,10 @@ def test_only_a_believable_integer_is_an_attempt_number(sent: object, attempt: i
     assert attempt_of(sent) == attempt
 
 
-class _Gate:
-    """What ``RetryWindows.arrived`` reads of a guard's gate."""
-
-    def __init__(self, tool: str) -> None:
-        self.tool = tool
-        self.observer = object()  # no ``retried``: an observer that does not count retries
-
-
 def test_a_storm_is_more_than_half_retries_over_enough_arrivals() -> None:
     clock = FakeClock()
     windows = RetryWindows(clock)
-    gate = _Gate("t")
+    gate = "t"
     for _ in range(RETRY_STORM_ARRIVALS // 2):
         windows.arrived(gate, 1)
         windows.arrived(gate, 2)
@@ -75,14 +67,14 @@ def test_a_storm_is_more_than_half_retries_over_enough_arrivals() -> None:
 def test_a_few_retries_are_no_storm() -> None:
     windows = RetryWindows(FakeClock())
     for _ in range(RETRY_STORM_ARRIVALS - 1):
-        windows.arrived(_Gate("t"), 2)
+        windows.arrived("t", 2)
     assert not windows.storming("t")
 
 
 def test_the_window_slides_and_forgets() -> None:
     clock = FakeClock()
     windows = RetryWindows(clock)
-    gate = _Gate("t")
+    gate = "t"
     for _ in range(2 * RETRY_STORM_ARRIVALS):
         windows.arrived(gate, 2)
     clock.advance(RETRY_WINDOW * 1.5)  # half the last window still counts: 10 retries
@@ -101,23 +93,32 @@ def test_the_window_slides_and_forgets() -> None:
 def test_memory_is_per_tool_not_per_call() -> None:
     clock = FakeClock()
     windows = RetryWindows(clock)
-    gate = _Gate("t")
+    gate = "t"
     for step in range(5000):
         clock.advance(0.001)
         windows.arrived(gate, 1 + step % 3)
     assert len(windows._tools) == 1
 
 
-class _Failing:
-    def retried(self) -> None:
-        raise RuntimeError("observer bug")
+async def test_a_failing_observer_does_not_fail_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    class FailingRetries:
+        """An observer whose ``retried`` raises (a class of each run's own: its failure is
+        logged once per class), and which hears every other event quietly."""
 
+        def for_tool(self, tool: str, *, max_active: int | None) -> FailingRetries:
+            return self
 
-def test_a_failing_observer_does_not_fail_the_call(caplog: pytest.LogCaptureFixture) -> None:
-    gate = _Gate("t")
-    gate.observer = _Failing()
-    RetryWindows(FakeClock()).arrived(gate, 2)
+        def __getattr__(self, event: str) -> Any:
+            return lambda *args, **kwargs: None
+
+        def retried(self) -> None:
+            raise RuntimeError("observer bug")
+
+    guard = Guard(metrics=False, observer=FailingRetries())  # type: ignore[arg-type]
+    async with guard.admit("t") as ticket:
+        ticket.retried()
     assert "observer_failed" in caplog.text
+    assert "retried" in caplog.text
 
 
 async def _refused(guard: Guard, windows: RetryWindows, attempt: int) -> Any:

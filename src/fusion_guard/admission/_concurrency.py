@@ -57,6 +57,7 @@ core (``docs/admission-core.md``) and keeps the public figures. The parts: the s
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -145,9 +146,11 @@ class ConcurrencyGuard:
     ``observer`` (a ``ToolObserver``) hears of every call: ``shed``, or ``admitted`` then
     ``finished(outcome, duration)`` (``ok``; ``timeout``; ``cancelled``; ``error`` for a raised
     envelope or refusal, ``internal_error`` for another exception), a caller cancelled while
-    queued ``finished("cancelled", None)``; with ``reports_finished=False`` it hears no
-    ``finished`` from the guard, for a caller that reports the ends itself. What it raises is
-    logged once and never changes an outcome.
+    queued ``finished("cancelled", None)``. Each call's slot is the one reporter of its end
+    (the Guard's tickets hand their slot how the call answered). What the observer raises is
+    logged once and never changes an outcome. ``reports_finished=False`` (deprecated: a
+    ``DeprecationWarning``) keeps the ``finished`` reports from the observer, for a caller that
+    reports the ends itself.
     """
 
     __slots__ = (
@@ -181,7 +184,7 @@ class ConcurrencyGuard:
         permit: Permit | None = None,
         fair: bool = True,
         max_active_per_client: int | None = None,
-        reports_finished: bool = True,
+        reports_finished: bool | None = None,
     ) -> None:
         adaptive, slots = _limit_of(max_active, limit)
         self._adaptive = adaptive
@@ -216,7 +219,15 @@ class ConcurrencyGuard:
         retry_cap = check_seconds("max_retry_after", max_retry_after)
         if not callable(clock):
             raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
-        self._reports_finished = check_bool("reports_finished", reports_finished)
+        self._reports_finished = True
+        if reports_finished is not None:
+            warnings.warn(
+                "ConcurrencyGuard(reports_finished=...) is deprecated: each call's slot reports"
+                " its end, with the outcome its leaver hands it (Slot.leave(..., outcome))",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self._reports_finished = check_bool("reports_finished", reports_finished)
         # Who is refused at arrival, judged late, or served next: decided there, enforced here.
         discipline = QueueDiscipline(
             queue_timeout=timeout,
@@ -265,7 +276,9 @@ class ConcurrencyGuard:
         ``client``: the caller's key, for fair shares and ``max_active_per_client`` (never
         shown anywhere; a key over ``MAX_KEY_CHARS`` characters is kept as its digest).
         """
-        if timeout is not None:
+        # check_seconds, skipped for a positive float (every call of a Guard's tool passes its
+        # checked timeout): NaN and anything else are checked, and refused there.
+        if timeout is not None and not (timeout.__class__ is float and timeout > 0.0):
             timeout = check_seconds("timeout", timeout, allow_inf=True)
         core = self._core
         if (client is not None and self._keyed) or core.fair is not None:
@@ -308,12 +321,6 @@ class ConcurrencyGuard:
             raise anyio.WouldBlock
         core.active += 1
         return Slot(core, None)._hold(0.0)
-
-    def _free_at_once(self) -> bool:
-        """Whether ``slot().take_free()`` would take a slot now (a free local slot, and no
-        permit to await besides)."""
-        core = self._core
-        return core.active < core.max_active and self._permit is None
 
     # -- public figures -------------------------------------------------------------------------
 
@@ -386,10 +393,10 @@ class ConcurrencyGuard:
 
     @property
     def reports_finished(self) -> bool:
-        """Whether the observer hears how each call ended (``finished(outcome, duration)``) from
-        the slots: true unless the guard was made with ``reports_finished=False``, for a caller
-        that reports the ends itself, knowing more of them (the Guard's tickets tell an error
-        envelope from a success), so that no call is counted twice."""
+        """Whether the observer hears how each call ended (``finished(outcome, duration)``)
+        from the slots: true unless the guard was made with the deprecated
+        ``reports_finished=False``. (A caller that knows more of a call's answer than its
+        exception hands the outcome to the slot instead: ``Slot.leave(..., outcome)``.)"""
         return self._reports_finished
 
     def statistics(self) -> ConcurrencyStatistics:

@@ -269,10 +269,6 @@ class DistributedConcurrencyGuard:
             " await (a fleet lease): use `await guard.acquire()` or `async with guard.slot()`"
         )
 
-    def _free_at_once(self) -> bool:
-        """Never: a fleet lease is awaited."""
-        return False
-
     def statistics(self) -> ConcurrencyStatistics:
         return self._guard.statistics()
 

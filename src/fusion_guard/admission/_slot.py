@@ -2,29 +2,37 @@
 
 ``Slot`` is the listener of Netflix's concurrency-limits: every admitted call ends through it,
 once (``_end``), and its end is what the rest learns from: the service time, the adaptive limit
-(through the core's ``learn``), the next waiter (``Core.release``), the observer. The free path
+(through the core's ``learn``), the next waiter (``Core.release``), the observer. The slot is
+also the one owner of the call's deadline and the one reporter of its end, with the outcome its
+leaver hands it (``leave(..., outcome)``: the Guard's ticket knows an error envelope from a
+success; a bare guard's caller gets ``ok``, or what its exception says). The free path
 (a slot free at arrival: ``__aenter__``, ``_hold``, ``__aexit__``, ``_end``) is written out in
 full, without a call it could spare: it is what nearly every call of a guard not overloaded
 costs.
 
 Variants compose what a call holds besides a local slot: ``_ClientSlot`` a client's record
 (fair shares, the per-client cap), ``_PermitSlot`` a :class:`Permit` such as a fleet lease.
+A tool without a concurrency limit has slots too (``Unbounded``): always free, holding nothing,
+they keep its calls' deadlines and report their ends the same way.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import ClassVar, Protocol, Self, runtime_checkable
 
 import anyio
 
-from .._observer import Outcome, observer_failed, outcome_of
+from .._exceptions import HandlerTimeout
+from .._observer import Outcome, ToolObserver, observer_failed, outcome_of
 from ._core import Core
-from ._deadline import Deadline
+from ._deadline import Deadline, Timeouts
 from ._feedback import Seat
 from ._refusal import Refusals
 
-__all__ = ["Permit", "Slot"]
+__all__ = ["Permit", "Slot", "Unbounded", "UnboundedSlot"]
 
 
 class Slot:
@@ -39,6 +47,7 @@ class Slot:
         "_client",
         "_core",
         "_deadline",
+        "_ends",
         "_held",
         "_inflight",
         "_rank",
@@ -94,6 +103,7 @@ class Slot:
             except Exception as failure:  # observers never change an outcome
                 observer_failed(observer, "admitted", failure)
         self._held = True
+        self._ends = core.ends  # who hears the call's end, once (``report`` may tell it early)
         self._reached_tool = True
         capacity = core.capacity
         if capacity is not None:
@@ -121,9 +131,12 @@ class Slot:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
+        outcome: Outcome = "ok",
     ) -> bool:
         """``__aexit__`` without a coroutine, for slots that ``leaves_at_once``: end the hold
-        and the deadline; raises ``HandlerTimeout`` when the deadline cancelled the body."""
+        and the deadline, and report the call's end: ``outcome`` when the body raised nothing
+        (the Guard's ticket passes how the call answered), else what its exception says.
+        Raises ``HandlerTimeout`` when the deadline cancelled the body."""
         deadline = self._deadline
         if deadline is not None:
             self._deadline = None
@@ -134,9 +147,33 @@ class Slot:
                 raise
             if expired:  # our deadline cancelled the body
                 self._end("timeout")  # freed before the envelope is even built
-                raise self._core.timed_out(self._timeout or 0.0) from None
-        self._end("ok" if exc is None else outcome_of(exc))
+                raise self._timed_out() from None
+        self._end(outcome if exc is None else outcome_of(exc))
         return False
+
+    async def aleave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        outcome: Outcome = "ok",
+    ) -> bool:
+        """``leave`` for any slot, awaited: a fleet slot gives its permit back first."""
+        return self.leave(exc_type, exc, tb, outcome)
+
+    def _timed_out(self) -> HandlerTimeout:
+        return self._core.timed_out(self._timeout or 0.0)
+
+    def report(self, outcome: Outcome) -> None:
+        """Report now that the call ended with ``outcome`` (``Ticket.complete``), while the
+        slot is still held; its end then reports nothing more. Once at most."""
+        ends = self._ends
+        if ends is not None and self._held:
+            self._ends = None
+            try:
+                ends.finished(outcome, self._core.clock() - self._start)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(ends, "finished", failure)
 
     def release(self) -> None:
         """Give the slot back (to the next waiter, if any), the call reported ``ok``. Safe to
@@ -154,6 +191,9 @@ class Slot:
         if self._held:
             self._held = False
             core = self._core
+            client = self._client
+            if client is not None:  # FairQueue.ended: its client's record counts one fewer
+                core.fair.ended(client)  # type: ignore[union-attr]  # kept from the first key
             held = core.clock() - self._start
             reached_tool = self._reached_tool
             if reached_tool:
@@ -180,7 +220,7 @@ class Slot:
                 core.hand_off()
             else:
                 core.active -= 1
-            ends = core.ends
+            ends = self._ends
             if ends is not None:
                 try:
                     ends.finished(outcome, held)
@@ -208,20 +248,6 @@ class _ClientSlot(Slot):
             self._hold(0.0)
             return True
         return False
-
-    def _end(self, outcome: Outcome) -> None:
-        client = self._client
-        if self._held and client is not None:  # FairQueue.ended, inlined: the keyed hot path
-            fair = self._core.fair
-            assert fair is not None  # kept from the first arrival with a key
-            running = fair.running
-            left = running[client] - 1
-            if left:
-                running[client] = left
-            else:
-                del running[client]
-            fair.keyed_active -= 1
-        Slot._end(self, outcome)
 
 
 @runtime_checkable
@@ -280,8 +306,15 @@ class _PermitSlot(_ClientSlot):
             busy = refusals.refuse("queue_timeout", len(core.waiters), refusals.busy)
             self._give_back_local()
             raise busy from None
-        except BaseException:
+        except BaseException as failure:
             self._give_back_local()
+            ends = core.ends
+            if ends is not None and isinstance(failure, anyio.get_cancelled_exc_class()):
+                # Cancelled waiting for its permit: the call's end (no duration, never run).
+                try:
+                    ends.finished("cancelled", None)
+                except Exception as broken:  # observers never change an outcome
+                    observer_failed(ends, "finished", broken)
             raise
         return self._hold(core.clock() - arrival)
 
@@ -301,6 +334,15 @@ class _PermitSlot(_ClientSlot):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        return await self.aleave(exc_type, exc, tb)
+
+    async def aleave(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        outcome: Outcome = "ok",
+    ) -> bool:
         token, self._token = self._token, None
         if token is not None:
             clock = self._core.clock
@@ -311,8 +353,75 @@ class _PermitSlot(_ClientSlot):
             # The hold an adaptive limit learns from is the call's, not the permit's round trip
             # (a Redis that stalls is not a tool that slowed down).
             self._start += clock() - giving
-        return self.leave(exc_type, exc, tb)
+        return self.leave(exc_type, exc, tb, outcome)
 
     async def arelease(self) -> None:
         """Give the permit and the local slot back (for slots taken with ``acquire()``)."""
         await self.__aexit__(None, None, None)
+
+
+class Unbounded:
+    """The slots of a tool without a concurrency limit (the Guard's gate of such a tool): every
+    call takes one at once and waits for nothing. Its slots hold nothing but what every call's
+    slot owns, the call's deadline and the report of its end, so that a tool with slots and one
+    without end their calls the same way. ``observer`` hears ``admitted`` and ``finished``;
+    ``clock``: monotonic seconds, for the durations reported."""
+
+    __slots__ = ("clock", "observer", "timeouts")
+
+    def __init__(
+        self, tool: str, observer: ToolObserver, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.observer = observer
+        self.timeouts = Timeouts(tool)  # what a deadline's expiry raises, kept rendered
+        self.clock = clock
+
+    def slot(self, timeout: float | None = None, client: str | None = None) -> UnboundedSlot:
+        """A slot under ``timeout`` (None: no deadline); ``client`` changes nothing here."""
+        return UnboundedSlot(self, timeout)
+
+
+class UnboundedSlot(Slot):
+    """One call's slot of ``Unbounded``: always free, taken without a coroutine. ``Slot``'s way
+    of leaving (the deadline told apart, the end reported once) is inherited; nothing is given
+    back."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, slots: Unbounded, timeout: float | None) -> None:
+        # No core to hold a place in: only what leaving needs (Slot.__init__ is not called).
+        self._slots = slots
+        self._timeout = timeout
+        self._client = None
+        self._deadline: Deadline | None = None
+        self._held = False
+        self.queue_wait = 0.0
+
+    async def __aenter__(self) -> UnboundedSlot:
+        self.take_free()
+        return self
+
+    def take_free(self) -> bool:
+        slots = self._slots
+        observer = slots.observer
+        observer.admitted(0.0)  # the gate's observer: contained fan-out, or the null one
+        self._held = True
+        self._ends = observer
+        self._start = slots.clock()
+        if self._timeout is not None:
+            self._deadline = Deadline(self._timeout)
+        return True
+
+    def _timed_out(self) -> HandlerTimeout:
+        return self._slots.timeouts.refusal(self._timeout or 0.0)
+
+    def report(self, outcome: Outcome) -> None:
+        ends = self._ends
+        if ends is not None and self._held:
+            self._ends = None
+            ends.finished(outcome, self._slots.clock() - self._start)
+
+    def _end(self, outcome: Outcome) -> None:
+        if self._held:
+            self.report(outcome)
+            self._held = False

@@ -20,8 +20,8 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError
 
 from .._exceptions import ConfigurationError, Rejected
+from .._guard import Ticket, admitted_call
 from .._log import is_enabled, log_event
-from .._observer import observer_failed
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
 from .._setting_names import LIMIT_FIELDS
@@ -34,8 +34,7 @@ from ..wire._validation import format_validation_error
 from ._otel import mark_span
 
 if TYPE_CHECKING:
-    from .._gates import Gate
-    from .._guard import Guard, Ticket
+    from .._guard import Guard
     from ..contract._awareness import ContractAwareness
 
 __all__ = [
@@ -228,10 +227,12 @@ class _Arrivals:
 class RetryWindows:
     """Counts each tool's arrivals and retries (``attempt_of`` > 1) over a sliding window of
     ``RETRY_WINDOW`` seconds (this window's counts plus the last one's, weighted by how much of
-    it the sliding window still covers), and reports each retry to the tool's observer.
+    it the sliding window still covers); ``admit_call`` reports each retry to the tool's
+    observer (``Ticket.retried``).
 
-    One entry per gate the guard made: the gates are bounded (unknown names share one), so is
-    this. ``clock``: seconds, monotonic (a test passes a fake one)."""
+    One entry per name the adapters admit: the server's tools, unknown names sharing one
+    (``UNKNOWN_TOOLS``), so it is bounded. ``clock``: seconds, monotonic (a test passes a fake
+    one)."""
 
     __slots__ = ("_clock", "_tools")
 
@@ -239,23 +240,17 @@ class RetryWindows:
         self._clock = clock
         self._tools: dict[str, _Arrivals] = {}
 
-    def arrived(self, gate: Gate, attempt: int) -> None:
-        """A call to ``gate`` arrived; ``attempt`` > 1 is a retry."""
+    def arrived(self, tool: str, attempt: int) -> None:
+        """A call to ``tool`` arrived; ``attempt`` > 1 is a retry."""
         now = self._clock()
-        counts = self._tools.get(gate.tool)
+        counts = self._tools.get(tool)
         if counts is None:
-            counts = self._tools[gate.tool] = _Arrivals(now)
+            counts = self._tools[tool] = _Arrivals(now)
         elif now - counts.start >= RETRY_WINDOW:
             counts.roll(now)
         counts.arrivals += 1
         if attempt > 1:
             counts.retries += 1
-            retried = getattr(gate.observer, "retried", None)  # optional: not every observer
-            if retried is not None:
-                try:
-                    retried()
-                except Exception as failure:
-                    observer_failed(gate.observer, "retried", failure)
 
     def storming(self, tool: str) -> bool:
         """Whether retries are more than half of ``tool``'s arrivals over the sliding window."""
@@ -303,55 +298,33 @@ async def admit_call(
     and a refused retry while retries make most of the tool's arrivals says so
     (``retry_storm``).
     """
-    deferred: BaseException | None = None
+    name = gate or tool
     try:
         client = None if client_key is None else await _client_of(client_key, request)
-        # ``async with guard.admit(...)`` spelled out, so that the usual call (admitted at once,
-        # left at once) costs no coroutine for the ticket; a ticket never swallows.
-        ticket = guard.admit(gate or tool, client=client, request=request)
+        ticket = guard.admit(name, client=client, request=request)
         if retries is not None:
-            retries.arrived(ticket._gate, attempt)
-        if not ticket._enter_at_once():
-            await ticket.__aenter__()
-        try:
-            token = _current_ticket.set(ticket)
-            try:
-                result = await call()
-            except passthrough as exc:
-                ticket.outcome = "error"
-                deferred = exc  # re-raised once the slot is free, reported as an error
-            finally:
-                _current_ticket.reset(token)
-            if deferred is None:
-                _record(ticket, result, failed)
-        except BaseException as exc:
-            if ticket._leaves_at_once:
-                ticket._leave(type(exc), exc, exc.__traceback__)
-            else:
-                await ticket.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        if ticket._leaves_at_once:
-            ticket._leave(None, None, None)
-        else:
-            await ticket.__aexit__(None, None, None)
+            retries.arrived(name, attempt)
+            if attempt > 1:
+                ticket.retried()
+        result = await admitted_call(ticket, call, failed, passthrough, _current_ticket)
     except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
         response, retry_after = exc.response, exc.retry_after
         if (
             attempt > 1
             and retries is not None
             and response.code in _STORM_CODES
-            and retries.storming(ticket._gate.tool)
+            and retries.storming(name)
         ):
             response = retry_storm(response)
             retry_after = (response.facts or {}).get("retry_after", retry_after)
         mark_span(response, retry_after, tool=tool)
         return response
+    except passthrough:  # the SDK's own errors: it answers them (reported as an error)
+        raise
     except Exception as exc:
         response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
         mark_span(response, tool=tool)
         return response
-    if deferred is not None:
-        raise deferred
     if isinstance(result, ToolResponse):
         mark_span(result)
     return result
@@ -367,15 +340,6 @@ async def _client_of(client_key: ClientKey, request: object) -> str | None:
     if key is None or isinstance(key, str):
         return key
     raise TypeError(f"client_key returned a {type(key).__name__}; expected a str or None")
-
-
-def _record(ticket: Ticket, result: Any, failed: Callable[[Any], bool]) -> None:
-    if ticket.outcome != "ok":  # already decided inside the call (crash_response)
-        return
-    if isinstance(result, ToolResponse):
-        ticket.answered(result)
-    elif failed(result):
-        ticket.outcome = "error"
 
 
 def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolResponse:
