@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from bench_support import Figures, sync_batch
-from fusion_guard import ToolResponse, error, parse_tool_error, tool_error
-from fusion_guard.integrations._common import result_parts
+from bench_support import Figures, async_batch, sync_batch
+from fusion_guard import Guard, ToolResponse, error, parse_tool_error, tool_error
+from fusion_guard.integrations._common import RetryWindows, admit_call, result_parts
 from fusion_guard.wire._client import parsed_facts
 from fusion_guard.wire._shedding import RateLimitedTemplate, ServerBusyTemplate
 
@@ -148,6 +148,48 @@ def test_figure_meta_from_the_record_vs_parsed_back(
     )
     name = "SERVER_BUSY with its _meta from the record vs parsed back from the text"
     figures.faster_by(name, ours, parsed, 5)
+
+
+#: The library's whole refusal (the guard's, its envelope and its _meta), per call: issue 40's
+#: target for the path most calls take under overload.
+WHOLE_REFUSAL_BUDGET_S = 4e-6
+
+
+def _whole_refusal() -> Any:
+    """A refusal through ``admit_call`` as both adapters make it, from the full tool's gate to
+    the result's _meta (the SDK's own result class is not the library's), metrics off."""
+    guard = Guard(metrics=False, max_active=1, max_queue=0)
+    guard.concurrency("search").acquire_nowait()  # type: ignore[union-attr]  # one slot, held
+    retries = RetryWindows()
+
+    async def never() -> ToolResponse:
+        raise AssertionError("a refused call never reaches the tool")
+
+    async def refusal() -> object:
+        response = await admit_call(
+            guard,
+            "search",
+            never,
+            request=None,
+            client_key=None,
+            failed=bool,
+            retries=retries,
+        )
+        return result_parts(response, None)[3]  # type: ignore[arg-type]
+
+    return refusal
+
+
+def test_figure_the_whole_refusal_through_admit_call(
+    figures: Figures, benchmark: BenchmarkFixture
+) -> None:
+    refusal = _whole_refusal()
+    batch = async_batch(refusal)
+    batch(50)  # the gate, the templates and the log observer's window, made once
+    ours, _ = figures.time_batches(batch, sync_batch(busy), ops=OPS, rounds=ROUNDS)
+    benchmark.pedantic(batch, args=(OPS,), rounds=1, iterations=1)
+    name = "a refusal through admit_call: guard + envelope + _meta vs a 4 us budget"
+    figures.at_most(name, ours, WHOLE_REFUSAL_BUDGET_S, 1.0)
 
 
 def test_bench_render_seed(benchmark: BenchmarkFixture) -> None:

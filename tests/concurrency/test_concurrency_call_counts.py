@@ -23,8 +23,9 @@ from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
 #: ``async with guard.slot():`` with a free slot and no client key: slot(), the Slot, its
 #: __aenter__ and _hold, its __aexit__ and _end, and the service-time sample.
 FREE_PATH = 7
-#: ... with a client key: the client's arrival counted, its end uncounted (10 before the
-#: admission core was split: a short key is no longer passed through a function to bound it).
+#: ... with a client key: the client's arrival counted, its end uncounted (``FairQueue.ended``,
+#: called from the slot's end, which the client's slot no longer overrides). 10 before the
+#: admission core was split: a short key is no longer passed through a function to bound it.
 FREE_PATH_KEYED = 9
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
@@ -33,18 +34,22 @@ FREE_PATH_KEYED = 9
 FREE_PATH_ADAPTIVE = 22
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
 #: built (no observer). 10 before the admission core was split: the hold to advise with, whether
-#: it is a guess, and the exception are no longer made by functions of their own.
-SHED_AT_ARRIVAL = 7
+#: it is a guess, and the exception are no longer made by functions of their own; 7 until the
+#: sub-second advice was rounded inline and the envelope's text read by a C getter.
+SHED_AT_ARRIVAL = 5
 #: A full queue refusing a keyed call: its client's record is made, it finds no lighter
-#: client's place to take, and its record goes when it is refused.
-SHED_KEYED = 20
+#: client's place to take, and its record goes when it is refused (20 before the rounding
+#: inline and the C getter, as above).
+SHED_KEYED = 18
 #: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
-#: overload detector and the discipline look first.
-SHED_PREDICTED = 22
+#: overload detector and the discipline look first (22 before the C getter of the envelope's
+#: text).
+SHED_PREDICTED = 21
 #: ``async with guard.admit(tool):`` through the Guard with metrics off, free slot, the default
 #: 50 s deadline: the ticket, the slot, the deadline and the default observers. At most: the
-#: Guard's own part may shrink.
-GUARD_FREE_PATH = 25
+#: Guard's own part may shrink. 25 before the slot became the one reporter of the call's end
+#: (the ticket no longer reports it, nor asks the slots whether one is free first).
+GUARD_FREE_PATH = 21
 
 
 def _calls(

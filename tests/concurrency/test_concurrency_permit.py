@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, Permit, ServerBusy
+from fusion_guard.testing import RecordingObserver
 
 pytestmark = pytest.mark.anyio
 
@@ -177,3 +178,30 @@ def test_a_guard_used_on_a_second_event_loop_times_its_queue_out_there_too() -> 
     assert anyio.run(one_round, backend="asyncio") == "queue_timeout"
     assert anyio.run(one_round, backend="asyncio") == "queue_timeout"  # a second loop
     assert (guard.active, guard.queued) == (0, 0)
+
+
+class NeverPermit(CountingPermit):
+    """A permit store that never answers."""
+
+    async def take(self, deadline: float) -> object | None:
+        await anyio.sleep_forever()
+        raise AssertionError("never answered")
+
+
+async def test_a_call_cancelled_waiting_for_its_permit_is_reported_once_by_its_slot() -> None:
+    observer = RecordingObserver()
+    guard = ConcurrencyGuard(
+        2, name="t", permit=NeverPermit(1), observer=observer.for_tool("t", max_active=2)
+    )
+
+    async def call() -> None:
+        async with guard.slot():
+            raise AssertionError("no permit came")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        assert guard.active == 1  # its local slot, held while it waits for the permit
+        tg.cancel_scope.cancel()
+    assert guard.active == 0
+    assert observer.events["t"] == [("finished", "cancelled", None)]

@@ -25,16 +25,25 @@ from fusion_guard.wire._meta import META_KEY
 PACKAGE = str(Path(fusion_guard.__file__).parent)
 
 #: The refusal of a call at a full tool, the guard's log observer counting it in its open
-#: sampling window (metrics off): the adapter's hook and its tool look-up (3), admit_call, the
-#: retry window's count of the arrival and the ticket (made, tried at once, entered: 6), the
-#: slots' refusal (advice, observer and its sampled log, envelope, exception: 15), the span (2),
-#: the result's parts and its _meta from the envelope's record (6). Measured 29 with the retry
-#: window (28 before it): the pin kept its slack. Was 61 (MCP; 60 FastMCP) with the _meta
+#: sampling window (metrics off): the adapter's hook and its tool look-up (2), admit_call, the
+#: ticket made (2), the retry window's count of the arrival, the ticket run and tried at once
+#: (2), the slots' refusal (the slots, the advice, the observer and its sampled log, the
+#: envelope: 7), the span (1), the result's parts and its _meta from the envelope's record
+#: (4). Measured 21 on both adapters. Issue 40's target is 25 at most; it was 29 before the
+#: ticket entered in one step (no separate free-slot test, no coroutine for a full guard), the
+#: timeout was checked only when it is no positive float, the response's fields were read by C
+#: getters and the sub-second advice was rounded inline; 61 (MCP; 60 FastMCP) with the _meta
 #: parsed back from the text and the output schema looked up on every refusal.
-MCP_REFUSAL_CALLS = 31
-FASTMCP_REFUSAL_CALLS = 31
-#: fusion_guard's modules on that path (each one more file a reader opens to follow it; was 15).
-REFUSAL_MODULES = 13
+TARGET_REFUSAL_CALLS = 25
+MCP_REFUSAL_CALLS = 21
+FASTMCP_REFUSAL_CALLS = 21
+#: fusion_guard's modules on that path (each one more file a reader opens to follow it): the
+#: adapter, _common, _otel, _guard, the limiter, the refusals, the retry promises
+#: (_service_time), the observers' fan-out (_observer) and the log observer (_events), the
+#: envelope (_shedding) and the response (_response). 13 before (_checks and _render left the
+#: path); issue 40's target of 8 is not met: the promises, the fan-out and the log observer are
+#: each a part of its own.
+REFUSAL_MODULES = 11
 
 
 def _profile(answer: Callable[[], Awaitable[Any]], warm: int = 50) -> Counter[str]:
@@ -86,7 +95,7 @@ def test_a_refusal_through_the_mcp_adapter() -> None:
         return result
 
     calls = _profile(answer)
-    assert sum(calls.values()) <= MCP_REFUSAL_CALLS, calls
+    assert sum(calls.values()) <= min(MCP_REFUSAL_CALLS, TARGET_REFUSAL_CALLS), calls
     assert len(calls) <= REFUSAL_MODULES, calls
 
 
@@ -109,5 +118,5 @@ def test_a_refusal_through_the_fastmcp_middleware() -> None:
         return result
 
     calls = _profile(answer)
-    assert sum(calls.values()) <= FASTMCP_REFUSAL_CALLS, calls
+    assert sum(calls.values()) <= min(FASTMCP_REFUSAL_CALLS, TARGET_REFUSAL_CALLS), calls
     assert len(calls) <= REFUSAL_MODULES, calls

@@ -44,3 +44,9 @@ def test_decimals_are_read_as_written() -> None:
         "0.001",
     ]
     assert _shown(BUSY.render("queue_full", 2, 4, 0.29).text) == "0.29"
+
+
+@given(st.floats(min_value=0.001, max_value=0.999))
+def test_sub_second_advice_of_the_busy_envelope_is_rounded_alike(seconds: float) -> None:
+    # The SERVER_BUSY template rounds sub-second advice inline (its hot path): the same rule.
+    assert _shown(BUSY.render("queue_full", 2, 4, seconds).text) == format_retry_after(seconds)

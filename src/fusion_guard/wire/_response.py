@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._codes import Severity, check_severity
 from ._render import envelope_facts, render_tool_error
@@ -47,20 +48,29 @@ class ToolResponse(Exception):  # a result first; raising it is a convenience
         self._code = code
         self._facts: FactsRecord | None = None
 
-    @property
-    def text(self) -> str:
-        """The envelope (or the plain success text)."""
-        return self._text
+    if TYPE_CHECKING:  # what the checkers see; the getters below are the same, in C
 
-    @property
-    def is_error(self) -> bool:
-        """The MCP ``isError`` flag: true for ``error`` and ``critical`` envelopes."""
-        return self._is_error
+        @property
+        def text(self) -> str:
+            """The envelope (or the plain success text)."""
 
-    @property
-    def code(self) -> str | None:
-        """The envelope's code, or None for a success."""
-        return self._code
+        @property
+        def is_error(self) -> bool:
+            """The MCP ``isError`` flag: true for ``error`` and ``critical`` envelopes."""
+
+        @property
+        def code(self) -> str | None:
+            """The envelope's code, or None for a success."""
+
+    else:
+        # Read-only properties whose getter is C (no Python call): every refusal reads them
+        # several times on its way to the result (the outcome, the span, the SDK's result).
+        text = property(attrgetter("_text"), doc="The envelope (or the plain success text).")
+        is_error = property(
+            attrgetter("_is_error"),
+            doc="The MCP ``isError`` flag: true for ``error`` and ``critical`` envelopes.",
+        )
+        code = property(attrgetter("_code"), doc="The envelope's code, or None for a success.")
 
     @property
     def facts(self) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ as the record its facts are made of (``ToolResponse.facts``), made only when ask
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Any
 
 from ._render import (
@@ -132,7 +133,14 @@ class ServerBusyTemplate:
         """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
         # The common sub-second advice is looked up inline: this runs for most calls under load.
         if 0.001 <= retry_after < 0.999:
-            retry = _SUBSECOND_TEXT[ceil_millis(retry_after)]
+            # ceil_millis, inlined (a product under a second loses no millisecond to float
+            # steps): the whole refusal is a few microseconds, a call of its own a tenth of one.
+            millis = ceil(retry_after * 1000.0)
+            if (millis - 1) / 1000.0 >= retry_after:  # rounded up past a boundary (0.29)
+                millis -= 1
+            elif millis / 1000.0 < retry_after:  # ... or down below one
+                millis += 1
+            retry = _SUBSECOND_TEXT[millis]
         else:
             retry = _retry_after_text(retry_after)
         last = self._last
