@@ -12,8 +12,11 @@ from integrations_support import REFUSAL, Harness, envelope, texts
 from fusion_guard import (
     ContractAwareness,
     Guard,
+    ToolResponse,
     diff_contracts,
 )
+from fusion_guard.integrations._common import admit_call
+from fusion_guard.testing import RecordingObserver
 from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio
@@ -129,3 +132,46 @@ async def test_validation_failures_report_an_error_outcome(validating: Harness) 
     async with validating.connect(Gate(), Guard(observer=recorder)) as client:
         await client.call("add", {"a": 1})
     assert recorder.events == [("add", "finished", "error")]
+
+
+class _SdkError(Exception):
+    """An error type the SDK answers itself (``passthrough``)."""
+
+
+async def test_the_sdks_own_error_passes_through_only_from_the_call() -> None:
+    observer = RecordingObserver()
+    guard = Guard(metrics=False, max_active=1, observer=observer)
+
+    async def sdk_refuses() -> str:
+        raise _SdkError("unknown resource")
+
+    with pytest.raises(_SdkError):  # raised by the call: the SDK answers it, once the slot is free
+        await admit_call(
+            guard,
+            "t",
+            sdk_refuses,
+            request=None,
+            client_key=None,
+            failed=lambda _: False,
+            passthrough=(_SdkError,),
+        )
+    slots = guard.concurrency("t")
+    assert slots is not None
+    assert slots.active == 0
+    assert observer.ends("t") == ["error"]
+
+    def broken_key(request: object) -> str:
+        raise _SdkError("a client_key bug")
+
+    # Raised before the call was admitted (a failing client_key): a server bug, INTERNAL_ERROR.
+    answer = await admit_call(
+        guard,
+        "t",
+        sdk_refuses,
+        request=None,
+        client_key=broken_key,
+        failed=lambda _: False,
+        passthrough=(_SdkError,),
+    )
+    assert isinstance(answer, ToolResponse)
+    assert answer.code == "INTERNAL_ERROR"

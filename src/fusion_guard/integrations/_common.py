@@ -299,6 +299,7 @@ async def admit_call(
     (``retry_storm``).
     """
     name = gate or tool
+    ticket = None
     try:
         client = None if client_key is None else await _client_of(client_key, request)
         ticket = guard.admit(name, client=client, request=request)
@@ -319,9 +320,9 @@ async def admit_call(
             retry_after = (response.facts or {}).get("retry_after", retry_after)
         mark_span(response, retry_after, tool=tool)
         return response
-    except passthrough:  # the SDK's own errors: it answers them (reported as an error)
-        raise
     except Exception as exc:
+        if ticket is not None and isinstance(exc, passthrough):
+            raise  # the SDK's own error, raised by the call: the SDK answers it
         response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
         mark_span(response, tool=tool)
         return response
