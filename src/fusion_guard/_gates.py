@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._bounds import rate_problem
@@ -66,7 +67,8 @@ NULL_OBSERVER = _NullObserver()
 
 class Gate:
     """One tool's state, made on its first call: limits, observer, slots, and rate limits (which
-    apply the tool's failure policy when the rate backend fails)."""
+    apply the tool's failure policy when the rate backend fails). ``clock``: monotonic seconds,
+    for the durations the slots of a tool without a concurrency limit report."""
 
     __slots__ = (
         "admission",
@@ -84,6 +86,7 @@ class Gate:
         observer: ToolObserver,
         slots: Slots | None,
         rates: RateLimiter | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tool = limits.tool
         # The context of every call that names no client and no request, made once.
@@ -95,7 +98,7 @@ class Gate:
         # Where every call takes its slot, the one owner of its deadline and reporter of its
         # end: the tool's slots, or slots that are always free when it has no concurrency limit.
         self.admission: Slots | Unbounded = (
-            Unbounded(limits.tool, observer) if slots is None else slots
+            Unbounded(limits.tool, observer, clock) if slots is None else slots
         )
 
 
