@@ -231,3 +231,22 @@ def test_every_server_busy_variant_states_what_its_text_says(
     _agree(made.render("queue_full", 3, 5, 0.25))
     _agree(made.render_for_client("client_limit", 3, 5, 0.25, 2, 1, 2))
     _agree(made.render_for_client("fair_share", 3, 5, 1.5, 2, 1))
+
+
+def test_a_busy_templates_repeated_facts_are_each_a_readers_own() -> None:
+    # The template keeps its last refusal's facts to copy (under overload most repeat): no
+    # reader's change reaches the next refusal's, and each says what its own text says.
+    template = ServerBusyTemplate("t", 2, 4)
+    first = template.render("queue_full", 2, 4, 0.25)
+    facts = _agree(first)
+    facts["details"]["reason"] = "changed"
+    facts["message"] = "changed"
+    again = template.render("queue_full", 2, 4, 1.5)  # the same figures, another advice
+    assert _agree(again)["retry_after"] == 1.5
+    assert _agree(first) == _read_back(first)  # made again, as the first time
+    other = template.render("queue_timeout", 1, 0, 0.01)  # other figures: made afresh
+    assert _agree(other)["details"]["reason"] == "queue_timeout"
+    mine = again.facts
+    assert mine is not None
+    mine["details"]["active"] = "99"
+    assert _agree(again)["details"]["active"] == "2"

@@ -69,6 +69,7 @@ class ServerBusyTemplate:
         "_capacity_text",
         "_head",
         "_last",
+        "_last_facts",
         "_mid",
         "_said",
         "_tail",
@@ -87,6 +88,15 @@ class ServerBusyTemplate:
         # overload most refusals repeat them (the guard's slots and queue full), so the text is
         # joined once, not per call. One tuple, replaced whole: safe to share between threads.
         self._last: tuple[str, int, int, str] = ("", -1, -1, "")
+        # ... and the facts of that refusal and their details, which the adapters' _meta copies
+        # (kept apart from the text's: made only when a _meta asks for them).
+        self._last_facts: tuple[str, int, int, dict[str, Any], dict[str, str]] = (
+            "",
+            -1,
+            -1,
+            {},
+            {},
+        )
         # The facts' constant parts, as the text reads back (see ``_facts``).
         capacity = {"max_active": str(max_active), "max_queue": str(max_queue)}
         if flag is not None:
@@ -210,13 +220,22 @@ class ServerBusyTemplate:
         own: tuple[int, int, int | None] | None = None,
     ) -> dict[str, Any]:
         """The facts of the envelope rendered of the same values (``ToolResponse.facts``)."""
+        if own is None:
+            last = self._last_facts
+            if last[0] is reason and last[1] == active and last[2] == queued:
+                # The last refusal's facts, copied (every reader gets its own): under overload
+                # most refusals repeat them but for the advice's time.
+                facts = last[3].copy()
+                facts["retry_after"] = float(retry)
+                facts["details"] = last[4].copy()
+                return facts
         cap = None if own is None else own[2]
         advice = self._advice[1] if cap is None else self._own_advice(cap, 1)
         details = {"reason": reason, "active": str(active), "queued": str(queued), **self._capacity}
         if own is not None:
             details["client_active"] = str(own[0])
             details["client_queued"] = str(own[1])
-        return {
+        facts = {
             "code": "SERVER_BUSY",
             "severity": "error",
             "message": f"{self._said}{active} active, {queued} queued).",
@@ -224,6 +243,10 @@ class ServerBusyTemplate:
             "retry_after": float(retry),
             "details": details,
         }
+        if own is None:
+            self._last_facts = (reason, active, queued, facts, details)
+            return {**facts, "details": details.copy()}  # the kept ones stay unshared
+        return facts
 
 
 # The facts' makers as plain functions: a refusal's record holds the function, not a bound
