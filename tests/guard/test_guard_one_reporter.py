@@ -9,7 +9,7 @@ import warnings
 import anyio
 import pytest
 
-from fusion_guard import ConcurrencyGuard, ErrorCode, Guard, HandlerTimeout
+from fusion_guard import ConcurrencyGuard, ErrorCode, Guard, HandlerTimeout, ServerBusy
 from fusion_guard.admission._slot import Unbounded
 from fusion_guard.testing import RecordingObserver
 
@@ -83,3 +83,15 @@ async def test_reports_finished_false_is_deprecated_and_keeps_its_meaning(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not given: no warning
         assert _bare(RecordingObserver()).reports_finished
+
+
+async def test_completing_a_refused_ticket_reports_nothing_more(
+    observer: RecordingObserver,
+) -> None:
+    guard = Guard(metrics=False, max_active=2, max_active_per_client=1, observer=observer)
+    async with guard.admit("t", client="a"):
+        ticket = guard.admit("t", client="a")
+        with pytest.raises(ServerBusy):  # over its client's cap: refused as it takes its slot
+            await ticket.__aenter__()
+        ticket.complete("ok")  # its slot was never held: nothing to report
+    assert observer.ends("t") == ["shed", "ok"]

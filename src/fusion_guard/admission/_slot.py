@@ -167,8 +167,10 @@ class Slot:
     def report(self, outcome: Outcome) -> None:
         """Report now that the call ended with ``outcome`` (``Ticket.complete``), while the
         slot is still held; its end then reports nothing more. Once at most."""
+        if not self._held:  # not taken (refused, or never entered), or ended already
+            return
         ends = self._ends
-        if ends is not None and self._held:
+        if ends is not None:
             self._ends = None
             try:
                 ends.finished(outcome, self._core.clock() - self._start)
@@ -416,8 +418,10 @@ class UnboundedSlot(Slot):
         return self._slots.timeouts.refusal(self._timeout or 0.0)
 
     def report(self, outcome: Outcome) -> None:
+        if not self._held:
+            return
         ends = self._ends
-        if ends is not None and self._held:
+        if ends is not None:
             self._ends = None
             ends.finished(outcome, self._slots.clock() - self._start)
 
