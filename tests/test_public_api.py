@@ -15,7 +15,7 @@ PUBLIC_NAMES = {
     "FusionGuardError", "GradientLimit", "Guard", "GuardClosed", "GuardObserver", "GuardSettings",
     "HandlerTimeout", "InvalidSettings", "Lockfile",
     "Limit", "LogEventObserver", "MemoryBackend", "MetricsServer", "Outcome", "Permit",
-    "PrometheusObserver", "RateDecision",
+    "Priority", "PrometheusObserver", "RateDecision",
     "RateLimit", "RateLimited", "RateLimiter", "RateLimits", "RedisRateLimitBackend", "Rejected",
     "ServerBusy",
     "Severity", "ShedReason", "Slot", "Ticket", "ToolContract", "ToolLimits", "ToolObserver",

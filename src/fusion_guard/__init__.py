@@ -21,6 +21,7 @@ from ._guard import Guard, Ticket
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver
 from ._outcomes import internal_error
 from ._policy import ToolLimits
+from ._priority import Priority
 from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard, ConcurrencyStatistics, Permit, Slot
 from .admission._context import CallContext
@@ -103,6 +104,7 @@ __all__ = [
     "MetricsServer",
     "Outcome",
     "Permit",
+    "Priority",
     "PrometheusObserver",
     "RateDecision",
     "RateLimit",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._log import log_event
+from ._priority import DEFAULT_PRIORITY_SHARE, Priority
 from ._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class ToolLimits:
     max_active_per_client: int | None
     fair_queueing: bool
     failure_policy: FailurePolicy
+    priority: Priority = Priority.INTERACTIVE
+    """The priority of the tool's calls, unless a client's tier or the call lowers it."""
+    priority_share: float = DEFAULT_PRIORITY_SHARE
+    """The share of the slots calls below the highest priority waiting may hold."""
     patterns: tuple[str, ...] = ()
     rate_source: str = ""
 

@@ -47,6 +47,8 @@ LIMIT_FIELDS = (
     "max_active_per_client",
     "fair_queueing",
     "failure_policy",
+    "priority",
+    "priority_share",
 )
 """The fields a per-tool override may set, in the order they are printed."""
 

@@ -99,7 +99,7 @@ def test_a_bad_argument_is_named_as_an_argument() -> None:
 def test_the_key_is_listed_among_the_accepted_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     message = tools_error(monkeypatch, {"search": {"failure": "closed"}})
     assert "unknown key 'failure' (did you mean failure_policy?); accepted keys:" in message
-    assert message.endswith(", lifo, max_active_per_client, fair_queueing, failure_policy")
+    assert ", lifo, max_active_per_client, fair_queueing, failure_policy, priority" in message
 
 
 def test_config_cli_shows_it_per_pattern_with_its_source(

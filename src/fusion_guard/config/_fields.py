@@ -28,6 +28,7 @@ from .._bounds import (
     MAX_LEASE,
     MAX_SPAN,
 )
+from .._priority import Priority
 from .._redis_urls import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_multi_node_url
 from .._secrets import redact_url
 from .._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, SECRET_FIELDS, FailurePolicy
@@ -46,6 +47,8 @@ __all__ = [
     "MaxActive",
     "MaxQueue",
     "PerClient",
+    "PriorityLevel",
+    "PriorityShare",
     "Rate",
     "RatePer",
     "RateScope",
@@ -111,6 +114,15 @@ Lease = Annotated[Seconds, Le(MAX_LEASE)]
 RedisSeconds = Annotated[float, Ge(0.001), AllowInfNan(False)]
 Burst = Annotated[Annotated[int, Ge(1)] | None, BeforeValidator(_auto_to_none)]
 RateScope = Literal["global", "tool", "client"]
+
+
+def _lower(value: object) -> object:
+    """Priority names in any case, surrounding blanks ignored."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+PriorityLevel = Annotated[Priority, BeforeValidator(_lower)]
+PriorityShare = Annotated[float, Gt(0), Le(1), AllowInfNan(False)]
 Backend = Literal["memory", "redis"]
 RedisPrefix = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^{}]+$")]
 
@@ -217,6 +229,10 @@ ACCEPTED: dict[str, str] = {
     "fair_queueing": "a boolean: true/false, 1/0, yes/no, on/off (waiting calls served in turn"
     " across client keys)",
     "failure_policy": _FAILURE_POLICY,
+    "priority": "one of 'critical', 'interactive', 'background' or 'sheddable' (the priority of"
+    " the tool's calls; highest first, 'interactive' by default)",
+    "priority_share": "a number > 0 and <= 1 (the share of the tool's slots calls below the"
+    " highest priority waiting may hold; 1 for strict priority alone)",
     "metrics": "a boolean: true/false, 1/0, yes/no, on/off",
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
     "strict_tools": "a boolean: true/false, 1/0, yes/no, on/off (a TOOLS pattern that matches no"

@@ -36,6 +36,7 @@ from .._bounds import (
     lease_floor,
     rate_problem,
 )
+from .._priority import DEFAULT_PRIORITY_SHARE, Priority
 from .._setting_names import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -61,6 +62,8 @@ from ._fields import (
     MaxActive,
     MaxQueue,
     PerClient,
+    PriorityLevel,
+    PriorityShare,
     Rate,
     RatePer,
     RateScope,
@@ -109,6 +112,9 @@ class ToolPolicy(BaseModel):
     # Defaults to the global REDIS_FAILURE_POLICY; what this tool's rate limit and fleet slots
     # do when their shared state (Redis) cannot be reached.
     failure_policy: FailurePolicy | None = None
+    # The priority of these tools' calls, and the share of slots lower priorities may hold.
+    priority: PriorityLevel | None = None
+    priority_share: PriorityShare | None = None
 
     def __init__(self, /, **limits: Any) -> None:
         try:
@@ -134,7 +140,14 @@ class ToolPolicy(BaseModel):
         return data
 
     @field_validator(
-        "rate_per", "rate_scope", "lifo", "fair_queueing", "failure_policy", mode="after"
+        "rate_per",
+        "rate_scope",
+        "lifo",
+        "fair_queueing",
+        "failure_policy",
+        "priority",
+        "priority_share",
+        mode="after",
     )
     @classmethod
     def _not_off(cls, value: object) -> object:
@@ -187,6 +200,10 @@ class GuardSettings(BaseSettings):
     # Fair shares across client keys (on whenever calls carry one), and an optional cap.
     max_active_per_client: PerClient = None
     fair_queueing: bool = True
+    # The priority of a tool's calls unless set per tool, per client or per call, and the share
+    # of a tool's slots calls below the highest priority waiting may hold (docs/priorities.md).
+    priority: PriorityLevel = Priority.INTERACTIVE
+    priority_share: PriorityShare = DEFAULT_PRIORITY_SHARE
     metrics: bool = True
     expose_exceptions: bool = False
     # A per-tool pattern that matches none of the server's tools: a warning, or (strict) an error.
