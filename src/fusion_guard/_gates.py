@@ -172,6 +172,7 @@ class GateAssembly:
             "lifo": limits.lifo,
             "fair": limits.fair_queueing,
             "max_active_per_client": limits.max_active_per_client,
+            "priority_share": limits.priority_share,
             "observer": observer,
         }
         if settings.backend != "redis" or settings.redis_url is None:

@@ -42,6 +42,7 @@ from ._log import log_event
 from ._observer import GuardObserver, Outcome, observer_failed, response_outcome
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
+from ._priority import Priority, check_priority
 from .admission._concurrency import Slot
 from .admission._context import CallContext
 from .admission._rate import RateLimiter
@@ -82,11 +83,18 @@ class Ticket:
     owns its deadline and reports its end: the ticket hands it the outcome when it leaves.
     """
 
-    __slots__ = ("_client", "_gate", "_request", "_slot", "outcome", "queue_wait")
+    __slots__ = ("_client", "_gate", "_priority", "_request", "_slot", "outcome", "queue_wait")
 
-    def __init__(self, gate: Gate, client: str | None, request: object | None) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        client: str | None,
+        request: object | None,
+        priority: Priority | None = None,
+    ) -> None:
         self._gate = gate
         self._client = client
+        self._priority = priority  # None: interactive, the default
         self._request = request
         self._slot: Slot | None = None  # made once the rate limits let the call through
         self.outcome: Outcome | str = "ok"
@@ -106,7 +114,9 @@ class Ticket:
                     self._refused(gate, rates.check(self._context(gate)))
                 else:  # a shared backend's decision may be cancelled too
                     await self._check_rates(gate, rates)
-            slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client)
+            slot = self._slot = gate.admission.slot(
+                gate.limits.timeout, self._client, self._priority
+            )
             if slot.take_free():
                 self.queue_wait = slot.queue_wait
                 return self
@@ -169,7 +179,7 @@ class Ticket:
             if not rates.is_sync:
                 return False
             self._refused(gate, rates.check(self._context(gate)))
-        slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client)
+        slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client, self._priority)
         return slot.take_free()
 
     def _context(self, gate: Gate) -> CallContext:
@@ -352,14 +362,22 @@ class Guard:
         return self._gate(tool).slots
 
     def admit(
-        self, tool: str, *, client: str | None = None, request: object | None = None
+        self,
+        tool: str,
+        *,
+        client: str | None = None,
+        request: object | None = None,
+        priority: Priority | str | None = None,
     ) -> Ticket:
         """``async with guard.admit(tool) as ticket:`` runs the block as one admitted call.
 
         Raises ``RateLimited``, ``ServerBusy`` (on entry) or ``HandlerTimeout`` (on exit, the
         block cancelled at the deadline). ``client`` keys per-client limits (never shown; a
         key over ``MAX_KEY_CHARS`` characters is kept as its digest); ``request`` is the SDK's
-        request context, for custom key functions.
+        request context, for custom key functions. ``priority`` (a ``Priority`` or its name):
+        the call's, instead of the tool's (``ToolPolicy(priority=...)``, ``Guard(priority=...)``;
+        ``interactive`` unless set); the server's own code is trusted with it, so it may raise
+        a call above its tool's (the adapters only ever lower it: ``docs/priorities.md``).
         """
         if self._closed:
             raise self._closed_error()
@@ -368,7 +386,13 @@ class Guard:
             gate = self._gate(tool)
         if isinstance(client, str) and len(client) > MAX_KEY_CHARS:  # kept as a digest
             client = bounded_key(client)
-        return Ticket(gate, client, request)
+        if priority is None:
+            priority = gate.limits.priority
+            if priority is Priority.INTERACTIVE:  # the default: a call without priorities
+                return Ticket(gate, client, request)
+        else:
+            priority = check_priority("priority", priority)
+        return Ticket(gate, client, request, priority)
 
     async def call(
         self,
@@ -379,6 +403,7 @@ class Guard:
         **kwargs: P.kwargs,
     ) -> ToolResponse:
         """Run ``handler(*args, **kwargs)`` as a guarded call of ``tool``; always an envelope.
+        A ``priority=`` keyword is the call's priority (as for ``admit``), not the handler's.
 
         A returned ``ToolResponse`` (or builder) passes through, any other value becomes
         ``success(value)``; a raised envelope arrives intact; a refusal is its envelope; any
@@ -387,8 +412,10 @@ class Guard:
         """
         if self._closed:
             raise self._closed_error()
+        priority: Any = kwargs.pop("priority", None)  # checked by admit: a bad one raises
+        admission = self.admit(tool, priority=priority)
         try:
-            async with self.admit(tool) as ticket:
+            async with admission as ticket:
                 try:
                     response = as_response(await handler(*args, **kwargs))
                 except ToolResponse as raised:

@@ -63,10 +63,11 @@ from dataclasses import dataclass
 
 import anyio
 
-from .._checks import check_bool, check_int, check_name, check_seconds
+from .._checks import check_bool, check_int, check_name, check_number, check_seconds
 from .._exceptions import ConfigurationError
 from .._keys import MAX_KEY_CHARS, bounded_key
 from .._observer import ToolObserver
+from .._priority import DEFAULT_PRIORITY_SHARE, DEFAULT_RANK, Priority, check_priority
 from ._core import Core
 from ._discipline import QueueDiscipline
 from ._learning import (
@@ -80,7 +81,7 @@ from ._limit import FixedLimit, Limit
 from ._queue import Queue
 from ._refusal import Refusals
 from ._service_time import ServiceTimeEstimator
-from ._slot import Permit, Slot, _ClientSlot, _PermitSlot
+from ._slot import Permit, Slot, _ClientSlot, _LevelSlot, _PermitSlot
 from ._waiting import Waiting
 
 __all__ = [
@@ -142,6 +143,9 @@ class ConcurrencyGuard:
     Calls given a ``client`` key (``slot(client=...)``) get fair shares across keys (``fair``,
     on by default: waiting calls served in turn, the heaviest client giving way at a full queue,
     ``_fairness.py``); ``max_active_per_client`` caps one key's calls running or waiting.
+    Calls given a ``priority`` (``slot(priority=...)``) are served highest priority first, and
+    calls below ``interactive`` hold at most ``priority_share`` of the slots while calls above
+    them wait or arrived lately (``_levels.py``).
 
     ``observer`` (a ``ToolObserver``) hears of every call: ``shed``, or ``admitted`` then
     ``finished(outcome, duration)`` (``ok``; ``timeout``; ``cancelled``; ``error`` for a raised
@@ -185,6 +189,7 @@ class ConcurrencyGuard:
         fair: bool = True,
         max_active_per_client: int | None = None,
         reports_finished: bool | None = None,
+        priority_share: float = DEFAULT_PRIORITY_SHARE,
     ) -> None:
         adaptive, slots = _limit_of(max_active, limit)
         self._adaptive = adaptive
@@ -258,6 +263,7 @@ class ConcurrencyGuard:
             Queue(core, refusals),
             fair=self._fair_order,
             per_client=self._per_client,
+            share=_share(priority_share),
         )
         core.wait, core.arrive = waiting.wait, waiting.arrive
         core.wait_as_client = waiting.wait_as_client
@@ -268,14 +274,25 @@ class ConcurrencyGuard:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def slot(self, timeout: float | None = None, client: str | None = None) -> Slot:
+    def slot(
+        self,
+        timeout: float | None = None,
+        client: str | None = None,
+        priority: Priority | str | None = None,
+    ) -> Slot:
         """``async with guard.slot():`` runs the body holding a slot.
 
         Raises :class:`~fusion_guard.ServerBusy` when shed; with ``timeout`` (seconds), the body
         is cancelled past that deadline and :class:`~fusion_guard.HandlerTimeout` raised.
         ``client``: the caller's key, for fair shares and ``max_active_per_client`` (never
         shown anywhere; a key over ``MAX_KEY_CHARS`` characters is kept as its digest).
+        ``priority``: a :class:`~fusion_guard.Priority` or its name (None: ``interactive``);
+        waiting calls are served highest priority first (``docs/priorities.md``).
         """
+        if priority is not None:
+            level = check_priority("priority", priority).rank
+            if level != DEFAULT_RANK or self._core.levels is not None:
+                return self._level_slot(timeout, client, level)
         # check_seconds, skipped for a positive float (every call of a Guard's tool passes its
         # checked timeout): NaN and anything else are checked, and refused there.
         if timeout is not None and not (timeout.__class__ is float and timeout > 0.0):
@@ -301,6 +318,22 @@ class ConcurrencyGuard:
         if self._permit is None:
             return Slot(core, timeout)
         return _PermitSlot(core, timeout, None, self._permit, self._refusals)
+
+    def _level_slot(self, timeout: float | None, client: str | None, level: int) -> Slot:
+        """The slot of a call with a priority (the checks of ``slot``, then ``_LevelSlot``)."""
+        if timeout is not None:
+            timeout = check_seconds("timeout", timeout, allow_inf=True)
+        if client is not None:
+            if client.__class__ is not str:
+                raise TypeError(
+                    f"client={type(client).__name__} is invalid: expected a str or None"
+                )
+            if len(client) > MAX_KEY_CHARS:
+                client = bounded_key(client)
+        core = self._core
+        if self._permit is None:
+            return _LevelSlot(core, timeout, client, level)
+        return _PermitSlot(core, timeout, client, self._permit, self._refusals, level)
 
     async def acquire(self, client: str | None = None) -> Slot:
         """Wait for a slot like ``slot()`` does and return it held; call ``release()`` on it
@@ -434,6 +467,16 @@ def _statistics(core: Core) -> ConcurrencyStatistics:
         mean_service_time=core.service.mean,
         service_samples=core.service.samples,
     )
+
+
+def _share(share: object) -> float:
+    value = check_number("priority_share", share, 0.0, "a share of the slots, at most 1")
+    if value > 1.0:
+        raise ConfigurationError(
+            f"priority_share={share!r} is invalid: expected a finite number > 0 (a share of the"
+            " slots, at most 1)"
+        )
+    return value
 
 
 def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int | None:

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from typing import Literal
+from typing import Literal, Protocol
 
 import anyio
 
@@ -27,6 +27,7 @@ from .._observer import ToolObserver
 from ._discipline import QueueDiscipline
 from ._fairness import FairQueue, Tenant
 from ._feedback import CapacityFeedback, Seat
+from ._levels import Levels
 from ._service_time import ServiceTimeEstimator
 
 __all__ = ["Core", "Learn", "Waiter"]
@@ -36,11 +37,25 @@ Learn = Callable[[Seat, float, float, int, float | None, bool, int, bool], None]
 timed_out, overtook, reached_tool)`` (``_learning.LimitLearning.learn``)."""
 
 
+class Arrive(Protocol):
+    """``arrive(client, rank)``: a keyed call of priority ``rank`` (default: the default one)
+    arrives; True when it took a free slot."""
+
+    def __call__(self, client: str | None, rank: int = ..., /) -> bool: ...
+
+
+class WaitAsClient(Protocol):
+    """``await wait_as_client(client, rank)``: queue a keyed call; the seconds waited."""
+
+    def __call__(self, client: str | None, rank: int = ..., /) -> Coroutine[None, None, float]: ...
+
+
 class Waiter:
     """One queued caller. ``granted`` is set when a release hands it the slot; ``left`` when the
     queue let it go unserved, ``"predicted"`` (a re-judgement), ``"expired"`` (its
-    ``queue_timeout`` passed) or ``"displaced"`` (a lighter client took its place): its own
-    task then raises the refusal. On asyncio it waits on a bare future (``due``: its deadline in
+    ``queue_timeout`` passed), ``"displaced"`` (a lighter client took its place) or
+    ``"outranked"`` (a call of a higher priority took it): its own task then raises the
+    refusal. On asyncio it waits on a bare future (``due``: its deadline in
     loop time, watched by one timer for the whole queue), elsewhere on an anyio ``Event`` under
     a cancel scope."""
 
@@ -56,7 +71,7 @@ class Waiter:
         self.future = future
         self.event = None if future is not None else anyio.Event()
         self.granted = False
-        self.left: Literal["predicted", "expired", "displaced"] | None = None
+        self.left: Literal["predicted", "expired", "displaced", "outranked"] | None = None
         self.since = since
         self.due = due
         self.tenant = tenant  # its client's record, once clients' records are kept
@@ -76,9 +91,9 @@ class Core:
     # The parts' entry points, wired once by the limiter (see the module).
     wait: Callable[[Tenant[Waiter] | None], Coroutine[None, None, float]]
     """Queue for a slot (``_waiting.Waiting.wait``): the seconds waited, or ServerBusy."""
-    arrive: Callable[[str | None], bool]
+    arrive: Arrive
     """A keyed call's arrival (``_waiting.Waiting.arrive``): True when it took a free slot."""
-    wait_as_client: Callable[[str | None], Coroutine[None, None, float]]
+    wait_as_client: WaitAsClient
     """Queue a keyed call (``_waiting.Waiting.wait_as_client``)."""
     timed_out: Callable[[float], HandlerTimeout]
     """The refusal of a body its deadline ended (``_refusal.Refusals.handler_timeout``)."""
@@ -97,6 +112,7 @@ class Core:
         "handler_timeouts",
         "latest_start",
         "learn",
+        "levels",
         "max_active",
         "max_queue",
         "name",
@@ -141,6 +157,8 @@ class Core:
         self.active = 0
         self.waiters: OrderedDict[Waiter, None] = OrderedDict()
         self.fair: FairQueue[Waiter] | None = None  # clients' records, from the first key
+        # The priorities of the waiting calls, from the first call not of the default one.
+        self.levels: Levels[Waiter] | None = None
         # The latest start of a slot hold: the youngest call's age bounds every hold in flight
         # from below (what a cold guard knows before any call finishes).
         self.latest_start = clock()
@@ -163,13 +181,23 @@ class Core:
         else:
             self.active -= 1
 
-    def hand_off(self) -> None:
-        """Give a released slot to the next waiter; ``active`` is unchanged (no barging)."""
+    def hand_off(self) -> bool:
+        """Give a released slot to the next waiter; ``active`` is unchanged (no barging). Under
+        priorities the slot may be kept for the calls above those waiting (``Levels.serve``):
+        then it is freed, and False returned."""
         waiters = self.waiters
         discipline = self.discipline
         newest = discipline.lifo and discipline.standing(self.clock(), len(waiters))
         fair = self.fair
-        if fair is None:
+        levels = self.levels
+        if levels is not None:
+            served = levels.serve(newest, self.max_active, self.clock(), self.service.mean)
+            if served is None:
+                self.active -= 1
+                return False
+            waiter = served
+            del waiters[waiter]
+        elif fair is None:
             waiter, _ = waiters.popitem(last=newest)
         elif fair.serves_in_turn:
             waiter = fair.serve(newest)
@@ -180,10 +208,13 @@ class Core:
         discipline.handoffs += 1
         waiter.granted = True
         waiter.wake()
+        return True
 
     def queued_by_others(self, client: str | None) -> int:
         """Calls waiting for a slot that are not ``client``'s (None: the keyless client's)."""
         fair = self.fair
         if fair is None:  # no client records: every waiter is keyless
             return 0 if client is None else len(self.waiters)
-        return len(self.waiters) - fair.queued(client)
+        levels = self.levels
+        own = fair.queued(client) if levels is None else levels.queued(client)
+        return len(self.waiters) - own

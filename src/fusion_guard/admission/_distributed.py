@@ -46,6 +46,7 @@ from .._checks import check_failure_policy, check_int, check_name, check_seconds
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._observer import ToolObserver
+from .._priority import Priority
 from ..backends._redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -254,9 +255,15 @@ class DistributedConcurrencyGuard:
 
     # -- the guard's surface, answered by the guard -----------------------------------------
 
-    def slot(self, timeout: float | None = None, client: str | None = None) -> Slot:
-        """``async with guard.slot():``: a local slot, then a fleet lease (see the module)."""
-        return self._guard.slot(timeout, client)
+    def slot(
+        self,
+        timeout: float | None = None,
+        client: str | None = None,
+        priority: Priority | str | None = None,
+    ) -> Slot:
+        """``async with guard.slot():``: a local slot, then a fleet lease (see the module).
+        ``priority`` orders this process's queue: priorities act per process."""
+        return self._guard.slot(timeout, client, priority)
 
     async def acquire(self, client: str | None = None) -> Slot:
         """A held slot and lease; give them back with ``await slot.arelease()``."""

@@ -45,6 +45,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
+from .._priority import DEFAULT_RANK
+
 __all__ = ["DECAY_EVERY", "MAX_REMEMBERED", "FairQueue", "Tenant"]
 
 #: A call's weight in the integer units weights are kept in (a served call's, halved, keeps
@@ -59,12 +61,14 @@ WaiterT = TypeVar("WaiterT")
 
 
 class Tenant(Generic[WaiterT]):
-    """One client's waiting calls, oldest first (``key`` None: the calls without a key)."""
+    """One client's waiting calls of one priority (``rank``, see ``_levels.py``), oldest first
+    (``key`` None: the calls without a key)."""
 
-    __slots__ = ("key", "waiters")
+    __slots__ = ("key", "rank", "waiters")
 
-    def __init__(self, key: str | None) -> None:
+    def __init__(self, key: str | None, rank: int = DEFAULT_RANK) -> None:
         self.key = key
+        self.rank = rank
         self.waiters: OrderedDict[WaiterT, None] = OrderedDict()
 
     def __repr__(self) -> str:  # never the key: it is the caller's identity
@@ -74,14 +78,28 @@ class Tenant(Generic[WaiterT]):
 class FairQueue(Generic[WaiterT]):
     """The per-client picture of one guard's calls (see the module). ``serves_in_turn``: the
     hand-off order and the displacement are fair; without it the guard keeps its global order
-    and only counts calls per client (for ``max_active_per_client``)."""
+    and only counts calls per client (for ``max_active_per_client``).
 
-    __slots__ = ("_buckets", "_decay_due", "_heaviest", "_ring", "_served", "_waiting",
-                 "anonymous", "keyed_active", "running", "serves_in_turn")  # fmt: skip
+    Under priorities (``_levels.py``) each priority has a queue of its own, ``rank``, whose
+    waiting clients take turns among themselves; the clients' running calls are counted once,
+    by the guard's first queue (``counts``: the queue that counts them, None for itself)."""
 
-    def __init__(self, *, serves_in_turn: bool, now: float) -> None:
+    __slots__ = ("_buckets", "_counts", "_decay_due", "_heaviest", "_ring", "_served",
+                 "_waiting", "anonymous", "keyed_active", "rank", "running",
+                 "serves_in_turn")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        serves_in_turn: bool,
+        now: float,
+        rank: int = DEFAULT_RANK,
+        counts: FairQueue[WaiterT] | None = None,
+    ) -> None:
         self.serves_in_turn = serves_in_turn
-        self.anonymous: Tenant[WaiterT] = Tenant(None)
+        self.rank = rank
+        self._counts = self if counts is None else counts
+        self.anonymous: Tenant[WaiterT] = Tenant(None, rank)
         #: Running calls by client key (keys with none are dropped), and their sum.
         self.running: dict[str, int] = {}
         self.keyed_active = 0
@@ -133,7 +151,7 @@ class FairQueue(Generic[WaiterT]):
             return self.anonymous
         tenant = self._waiting.get(key)
         if tenant is None:
-            tenant = self._waiting[key] = Tenant(key)
+            tenant = self._waiting[key] = Tenant(key, self.rank)
         return tenant
 
     def forget_if_idle(self, tenant: Tenant[WaiterT]) -> None:
@@ -172,7 +190,7 @@ class FairQueue(Generic[WaiterT]):
             ring = self._ring
             ring[tenant] = None
             if (
-                not self.active(tenant.key, running)
+                not self._counts.active(tenant.key, running)
                 and tenant.key not in self._served
                 and self.weight(next(iter(ring))) > CALL
             ):
@@ -204,7 +222,7 @@ class FairQueue(Generic[WaiterT]):
         return waiter
 
     def _count_served(self, key: str | None) -> None:
-        self.started(key)
+        self._counts.started(key)
         served = self._served
         served[key] = served.get(key, 0) + CALL
 
@@ -272,7 +290,7 @@ class FairQueue(Generic[WaiterT]):
         """Where a newcomer of ``tenant`` would stand among ``queued`` + 1 waiting calls, served
         in turn: first when its client holds nothing, otherwise after one call of each waiting
         client per call of its own ahead of it."""
-        if not tenant.waiters and not self.active(tenant.key, running):
+        if not tenant.waiters and not self._counts.active(tenant.key, running):
             return 1
         ring = len(self._ring) + (not tenant.waiters)
         return min(queued + 1, (len(tenant.waiters) + 1) * ring)

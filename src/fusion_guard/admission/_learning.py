@@ -185,7 +185,8 @@ class LimitLearning:
         waiters = core.waiters
         while waiters and core.active < limit:
             core.active += 1
-            core.hand_off()
+            if not core.hand_off():  # kept for calls of a higher priority (``_levels.py``)
+                break
 
 
 def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:

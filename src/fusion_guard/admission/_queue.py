@@ -68,11 +68,19 @@ class Queue:
         del core.waiters[waiter]
         tenant = waiter.tenant
         if tenant is not None:
-            core.fair.remove(tenant, waiter)  # type: ignore[union-attr]  # kept with tenants
+            levels = core.levels
+            if levels is None:
+                core.fair.remove(tenant, waiter)  # type: ignore[union-attr]  # kept with tenants
+            else:
+                levels.remove(waiter)
 
     def last_served(self) -> Waiter:
         """The waiter to be served last (the queue is not empty): the tail, or with fair
-        shares the heaviest client's newest call."""
+        shares the heaviest client's newest call, or under priorities the lowest priority's
+        last (``Levels.last_served``)."""
+        levels = self._core.levels
+        if levels is not None:
+            return levels.last_served()
         fair = self._core.fair
         if fair is not None and fair.serves_in_turn:
             last = fair.last_served()
@@ -119,7 +127,11 @@ class Queue:
         core = self._core
         core.waiters[waiter] = None
         if waiter.tenant is not None:
-            core.fair.push(waiter.tenant, waiter, core.active, now)  # type: ignore[union-attr]
+            levels = core.levels
+            if levels is None:
+                core.fair.push(waiter.tenant, waiter, core.active, now)  # type: ignore[union-attr]
+            else:
+                levels.push(waiter, core.active, now)
 
     def _abandon(self, waiter: Waiter, exc: BaseException) -> None:
         """The waiter was cancelled: leave the queue, or pass on a slot handed to it meanwhile;
@@ -127,8 +139,11 @@ class Queue:
         core = self._core
         core.cancelled_queued += 1
         if waiter.granted:
-            if waiter.tenant is not None:
-                core.fair.ended(waiter.tenant.key)  # type: ignore[union-attr]  # kept
+            tenant = waiter.tenant
+            if tenant is not None:
+                core.fair.ended(tenant.key)  # type: ignore[union-attr]  # kept
+                if core.levels is not None:
+                    core.levels.ended(tenant.rank)
             core.release()
         elif not waiter.left:  # a re-judged or expired waiter has left the queue already
             self.drop(waiter)
@@ -145,16 +160,22 @@ class Queue:
         core = self._core
         refusals = self._refusals
         queued = len(core.waiters)
-        caller = key_of(waiter.tenant)
+        tenant = waiter.tenant
+        caller = key_of(tenant)
+        rank = None if tenant is None else tenant.rank
         if waiter.left == "predicted":  # re-judged: it would not be served in time
-            return refusals.refuse("queue_timeout", queued, refusals.predicted_busy, None, caller)
+            return refusals.refuse(
+                "queue_timeout", queued, refusals.predicted_busy, None, caller, rank
+            )
+        if waiter.left == "outranked":  # a call of a higher priority took its place
+            return refusals.refuse("queue_full", queued, refusals.busy, None, caller, rank)
         if waiter.left == "displaced":  # a lighter client's call took its place
             tenant = waiter.tenant
             assert tenant is not None  # displaced: a client's call
             assert core.fair is not None
             own = (core.fair.active(tenant.key, core.active), len(tenant.waiters))
-            return refusals.refuse("fair_share", queued, refusals.busy, own, caller)
-        return refusals.refuse("queue_timeout", queued, refusals.busy, None, caller)
+            return refusals.refuse("fair_share", queued, refusals.busy, own, caller, rank)
+        return refusals.refuse("queue_timeout", queued, refusals.busy, None, caller, rank)
 
     # -- asyncio: a future per waiter, two timers per queue ---------------------------------
 

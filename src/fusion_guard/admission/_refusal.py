@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .._exceptions import HandlerTimeout, ServerBusy
 from .._observer import ShedReason, observer_failed
+from .._priority import DEFAULT_RANK, PRIORITY_NAMES
 from ..wire._shedding import ServerBusyTemplate
 from ._core import Core
 from ._deadline import Timeouts
@@ -45,9 +46,11 @@ class Refusals:
 
     __slots__ = (
         "_by_limit",
+        "_by_priority",
         "_core",
         "_per_client",
         "_promises",
+        "_ranked",
         "_standing",
         "_timeouts",
         "busy",
@@ -57,12 +60,21 @@ class Refusals:
     def __init__(self, core: Core, max_retry_after: float, per_client: int | None) -> None:
         self._core = core
         self._promises = RetryPromises(max_retry_after)
+        # Under priorities, each priority's promises (the default's are the guard's own): the
+        # openings a priority is promised are not taken by the retries of those below it.
+        self._ranked = [
+            self._promises if rank == DEFAULT_RANK else RetryPromises(max_retry_after)
+            for rank in range(len(PRIORITY_NAMES))
+        ]
         self._per_client = per_client
         self.busy, self.predicted_busy = self._templates(core.max_active)
         self._standing = FlaggedBusyTemplate(
             core.name, core.max_active, core.discipline.standing_limit, "standing"
         )
         self._by_limit: dict[int, tuple[ServerBusyTemplate, FlaggedBusyTemplate]] = {}
+        # Under priorities, each template's variant for a refused call's priority (the
+        # admission level after the standard details), made on first use, remade with them.
+        self._by_priority: dict[tuple[ServerBusyTemplate, int], ServerBusyTemplate] = {}
         self._timeouts = Timeouts(core.name)
 
     def on_limit(self, limit: int) -> None:
@@ -73,10 +85,12 @@ class Refusals:
                 self._by_limit.clear()
             templates = self._by_limit[limit] = self._templates(limit)
         self.busy, self.predicted_busy = templates
+        self._by_priority.clear()
 
     def on_queue(self) -> None:
         """The queue in force moved: the envelopes report it."""
         self._by_limit.clear()
+        self._by_priority.clear()
         self.busy, self.predicted_busy = self._templates(self._core.max_active)
 
     def _templates(self, limit: int) -> tuple[ServerBusyTemplate, FlaggedBusyTemplate]:
@@ -100,6 +114,22 @@ class Refusals:
             )
         return template
 
+    def _at_priority(self, template: ServerBusyTemplate, rank: int) -> ServerBusyTemplate:
+        """``template`` for a call of priority ``rank``: its details then say the call's
+        priority and the priorities admitted now (those above it, which are served first and
+        may displace it), so that a client can hold back its lower-priority work locally."""
+        variant = self._by_priority.get((template, rank))
+        if variant is None:
+            if len(self._by_priority) >= MAX_LIMIT_TEMPLATES:
+                self._by_priority.clear()
+            admitting = ",".join(p.value for p in PRIORITY_NAMES[:rank]) or "none"
+            extra = (("priority", PRIORITY_NAMES[rank].value), ("admitting", admitting))
+            variant = self._by_priority[(template, rank)] = ServerBusyTemplate(
+                self._core.name, template.max_active, template.max_queue,
+                flag=template.flag, extra=extra,
+            )  # fmt: skip
+        return variant
+
     def refuse(
         self,
         reason: ShedReason,
@@ -107,12 +137,21 @@ class Refusals:
         template: ServerBusyTemplate,
         own: tuple[int, int] | None = None,
         caller: str | None = None,
+        rank: int | None = None,
     ) -> ServerBusy:
         """Count, report and advise one refusal (one function: under overload most calls take
         it); ``own``: the refused call's client's calls running and waiting, which the envelope
         then reports (``fair_share``, ``client_limit``); ``caller``: its client key, when known
-        (one promise per caller, see ``RetryPromises``)."""
+        (one promise per caller, see ``RetryPromises``); ``rank``: its priority, once the guard
+        keeps priorities (its advice then waits out only the calls served before it, and its
+        envelope says the admission level)."""
         core = self._core
+        levels = core.levels
+        counted = template  # the counters below tell the guard's own templates apart
+        promises = self._promises
+        if levels is not None and rank is not None:
+            template = self._at_priority(template, rank)
+            promises = self._ranked[rank]
         active = core.active
         now = core.clock()
         service = core.service
@@ -137,19 +176,23 @@ class Refusals:
             # all, a prior too short sends them back to the queue that refused them. Once
             # measured, the whole queue ahead.
             guessing = not service.samples and in_flight <= mean
-            ahead = int(queued * in_flight / hold) if guessing else queued
+            if levels is not None and rank is not None:  # only the calls served before it
+                queued_ahead = min(queued, levels.ahead(rank))
+            else:
+                queued_ahead = queued
+            ahead = int(queued_ahead * in_flight / hold) if guessing else queued_ahead
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = core.max_active + core.max_queue
-            retry_after = self._promises.promise(now, ahead, hold / core.max_active, crowd, caller)
+            retry_after = promises.promise(now, ahead, hold / core.max_active, crowd, caller)
             if reason == "queue_full":
                 core.shed_full += 1
-                core.shed_standing += template is self._standing
+                core.shed_standing += counted is self._standing
             elif reason == "fair_share":
                 core.shed_fair += 1
             else:
                 core.shed_timeout += 1
-                core.predicted += template is self.predicted_busy
+                core.predicted += counted is self.predicted_busy
         observer = core.observer
         if observer is not None:
             try:

@@ -27,6 +27,7 @@ import anyio
 
 from .._exceptions import HandlerTimeout
 from .._observer import Outcome, ToolObserver, observer_failed, outcome_of
+from .._priority import DEFAULT_RANK
 from ._core import Core
 from ._deadline import Deadline, Timeouts
 from ._feedback import Seat
@@ -252,6 +253,38 @@ class _ClientSlot(Slot):
         return False
 
 
+class _LevelSlot(_ClientSlot):
+    """A slot of a call with a priority (``level``, its rank: see ``_levels.py``) in a guard
+    that keeps clients' records. Its own type, so that calls without a priority pay nothing for
+    priorities."""
+
+    __slots__ = ("_level",)
+
+    def __init__(self, core: Core, timeout: float | None, client: str | None, level: int) -> None:
+        super().__init__(core, timeout, client)
+        self._level = level
+
+    async def __aenter__(self) -> Slot:
+        core = self._core
+        if core.arrive(self._client, self._level):
+            return self._hold(0.0)
+        return self._hold(await core.wait_as_client(self._client, self._level))
+
+    def take_free(self) -> bool:
+        core = self._core
+        if core.active < core.max_active and core.arrive(self._client, self._level):
+            self._hold(0.0)
+            return True
+        return False
+
+    def _end(self, outcome: Outcome) -> None:
+        if self._held:
+            levels = self._core.levels
+            if levels is not None:  # before the slot is handed on: the share counts it gone
+                levels.ended(self._level)
+        super()._end(outcome)
+
+
 @runtime_checkable
 class Permit(Protocol):
     """Something a call must hold besides its local slot, composed into a guard with
@@ -268,7 +301,7 @@ class Permit(Protocol):
     async def give_back(self, token: object) -> None: ...
 
 
-class _PermitSlot(_ClientSlot):
+class _PermitSlot(_LevelSlot):
     """A slot of a guard with a permit: the local slot, then the permit (awaited), given back in
     the opposite order. The permit sees nothing of the guard: only its deadline."""
 
@@ -282,8 +315,9 @@ class _PermitSlot(_ClientSlot):
         client: str | None,
         permit: Permit,
         refusals: Refusals,
+        level: int = DEFAULT_RANK,
     ) -> None:
-        super().__init__(core, timeout, client)
+        super().__init__(core, timeout, client, level)
         self._permit = permit
         self._refusals = refusals
         self._token: object | None = None
@@ -294,8 +328,8 @@ class _PermitSlot(_ClientSlot):
         core = self._core
         arrival = core.clock()
         if self._client is not None or core.fair is not None:
-            if not core.arrive(self._client):
-                await core.wait_as_client(self._client)
+            if not core.arrive(self._client, self._level):
+                await core.wait_as_client(self._client, self._level)
         elif core.active < core.max_active:  # a free local slot, taken without yielding
             core.active += 1
         else:
@@ -325,6 +359,8 @@ class _PermitSlot(_ClientSlot):
         core = self._core
         if self._client is not None:
             core.fair.ended(self._client)  # type: ignore[union-attr]  # kept
+        if core.levels is not None:
+            core.levels.ended(self._level)
         core.release()
 
     def take_free(self) -> bool:
@@ -378,8 +414,14 @@ class Unbounded:
         self.timeouts = Timeouts(tool)  # what a deadline's expiry raises, kept rendered
         self.clock = clock
 
-    def slot(self, timeout: float | None = None, client: str | None = None) -> UnboundedSlot:
-        """A slot under ``timeout`` (None: no deadline); ``client`` changes nothing here."""
+    def slot(
+        self,
+        timeout: float | None = None,
+        client: str | None = None,
+        priority: object = None,
+    ) -> UnboundedSlot:
+        """A slot under ``timeout`` (None: no deadline); ``client`` and ``priority`` change
+        nothing here (nothing waits)."""
         return UnboundedSlot(self, timeout)
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 
+from .._priority import DEFAULT_RANK
 from ._core import Core, Waiter
 from ._discipline import LOOK_EVERY
 from ._fairness import FairQueue, Tenant
+from ._levels import Levels
 from ._queue import Queue, key_of
 from ._refusal import Refusals
 
@@ -25,9 +27,10 @@ __all__ = ["Waiting"]
 class Waiting:
     """The arrival of one guard's calls at its queue (see the module). ``fair``: serve waiting
     calls in turn across client keys; ``per_client``: the cap on one key's calls running or
-    waiting (None: no cap)."""
+    waiting (None: no cap); ``share``: of the slots, what calls below ``interactive`` may hold
+    while calls above them wait or arrived lately (``_levels.py``)."""
 
-    __slots__ = ("_core", "_fair_order", "_per_client", "_queue", "_refusals")
+    __slots__ = ("_core", "_fair_order", "_per_client", "_queue", "_refusals", "_share")
 
     def __init__(
         self,
@@ -37,12 +40,14 @@ class Waiting:
         *,
         fair: bool,
         per_client: int | None,
+        share: float = 1.0,
     ) -> None:
         self._core = core
         self._refusals = refusals
         self._queue = queue
         self._fair_order = fair
         self._per_client = per_client
+        self._share = share  # of the slots below-interactive calls may hold (``_levels.py``)
 
     def wait(self, tenant: Tenant[Waiter] | None = None) -> Coroutine[None, None, float]:
         """``await wait()``: queue for a slot and return the time waited; ``tenant``: the
@@ -58,7 +63,14 @@ class Waiting:
         displaced = False
         if queued >= core.max_queue:
             if not self._displace_for(tenant):
-                raise refusals.refuse("queue_full", queued, refusals.busy, None, key_of(tenant))
+                raise refusals.refuse(
+                    "queue_full",
+                    queued,
+                    refusals.busy,
+                    None,
+                    key_of(tenant),
+                    None if tenant is None else tenant.rank,
+                )
             queued -= 1
             displaced = True
         now = core.clock()
@@ -80,20 +92,34 @@ class Waiting:
         ):
             if not self._displace_for(tenant):
                 standing = refusals.standing()
-                raise refusals.refuse("queue_full", queued, standing, None, key_of(tenant))
+                raise refusals.refuse(
+                    "queue_full",
+                    queued,
+                    standing,
+                    None,
+                    key_of(tenant),
+                    None if tenant is None else tenant.rank,
+                )
             queued -= 1
         if discipline.predictive:
             fair = core.fair
-            position = (
-                queued + 1
-                if tenant is None or fair is None or not fair.serves_in_turn
-                else fair.position(tenant, queued, core.active)
-            )
+            levels = core.levels
+            if levels is not None:  # each priority judged by the wait it faces
+                position = levels.position(tenant, core.active)  # type: ignore[arg-type]  # kept
+            elif tenant is None or fair is None or not fair.serves_in_turn:
+                position = queued + 1
+            else:
+                position = fair.position(tenant, queued, core.active)
             if discipline.would_time_out(
                 position, now, core.max_active, core.service, core.latest_start
             ):
                 raise refusals.refuse(
-                    "queue_timeout", queued, refusals.predicted_busy, None, key_of(tenant)
+                    "queue_timeout",
+                    queued,
+                    refusals.predicted_busy,
+                    None,
+                    key_of(tenant),
+                    None if tenant is None else tenant.rank,
                 )
         return self._queue.join(now, tenant)
 
@@ -104,13 +130,20 @@ class Waiting:
         fair = core.fair
         if tenant is None or fair is None:
             return False
-        displaced = fair.displaced_by(tenant, core.clock())
-        if displaced is None:
-            return False
-        waiter = displaced[1]
+        levels = core.levels
+        if levels is not None:  # the lowest priority gives way first (``Levels.displaced_by``)
+            given_way = levels.displaced_by(tenant, core.clock())
+            if given_way is None:
+                return False
+            waiter, outranked = given_way
+        else:
+            displaced = fair.displaced_by(tenant, core.clock())
+            if displaced is None:
+                return False
+            waiter, outranked = displaced[1], False
         del core.waiters[waiter]
-        waiter.left = "displaced"
-        waiter.wake()  # its own task raises the refusal (fair_share)
+        waiter.left = "outranked" if outranked else "displaced"
+        waiter.wake()  # its own task raises the refusal (queue_full, or fair_share)
         return True
 
     def _look_at_rates(self, now: float) -> None:
@@ -134,19 +167,37 @@ class Waiting:
 
     # -- clients (fair shares, the per-client cap) --------------------------------------------
 
-    def arrive(self, client: str | None) -> bool:
-        """A call of ``client`` arrives (None: without a key): refuse it over its client's cap,
-        else take a free slot for it if there is one (True), or leave it to queue (False)."""
+    def arrive(self, client: str | None, rank: int = DEFAULT_RANK) -> bool:
+        """A call of ``client`` (None: without a key) and priority ``rank`` arrives: refuse it
+        over its client's cap, else take a free slot for it if there is one and its priority
+        may (``Levels.may_take``) (True), or leave it to queue (False)."""
         core = self._core
         fair = core.fair
         if fair is None:
             fair = self._keep_clients()
+        levels = core.levels
+        if levels is None and rank != DEFAULT_RANK:
+            levels = self._keep_levels(fair)
         cap = self._per_client
         if cap is not None and client is not None:
-            own = (fair.running.get(client, 0), fair.queued(client))
+            queued = fair.queued(client) if levels is None else levels.queued(client)
+            own = (fair.running.get(client, 0), queued)
             if own[0] + own[1] >= cap:
                 refusals = self._refusals
-                raise refusals.refuse("client_limit", len(core.waiters), refusals.busy, own)
+                raise refusals.refuse(
+                    "client_limit", len(core.waiters), refusals.busy, own, None, rank
+                )
+        if levels is not None:
+            now = core.clock()
+            levels.seen[rank] = now
+            if core.active >= core.max_active or not levels.may_take(
+                rank, core.max_active, now, core.service.mean
+            ):
+                return False
+            core.active += 1
+            levels.started(rank)
+            fair.started(client)
+            return True
         if core.active < core.max_active:
             core.active += 1
             if client is not None:  # FairQueue.started, inlined: the keyed hot path
@@ -156,15 +207,21 @@ class Waiting:
             return True
         return False
 
-    async def wait_as_client(self, client: str | None) -> float:
-        """Queue a keyed call (its client's records are kept): ``wait`` as its client."""
-        fair = self._core.fair
+    async def wait_as_client(self, client: str | None, rank: int = DEFAULT_RANK) -> float:
+        """Queue a keyed call (its client's records are kept): ``wait`` as its client, at its
+        priority ``rank``."""
+        core = self._core
+        fair = core.fair
         assert fair is not None  # kept from the first arrival with a key
-        tenant = fair.tenant(client)
+        levels = core.levels
+        records = fair if levels is None else levels
+        tenant = (
+            fair.tenant(client) if levels is None else levels.tenant(client, rank, core.clock())
+        )
         try:
             return await self.wait(tenant)
         except BaseException:
-            fair.forget_if_idle(tenant)  # a refused newcomer leaves no record behind
+            records.forget_if_idle(tenant)  # a refused newcomer leaves no record behind
             raise
 
     def _keep_clients(self) -> FairQueue[Waiter]:
@@ -176,3 +233,14 @@ class Waiting:
             waiter.tenant = fair.anonymous
             fair.push(fair.anonymous, waiter, core.active, waiter.since)
         return fair
+
+    def _keep_levels(self, fair: FairQueue[Waiter]) -> Levels[Waiter]:
+        """Start keeping priorities (the first call not of the default one): the calls waiting
+        are of the default priority, their clients' queue becomes that priority's."""
+        core = self._core
+        levels = core.levels = Levels(fair, self._share)
+        if core.active:  # the calls in flight arrived lately, of the default priority
+            levels.seen[DEFAULT_RANK] = core.clock()
+        for waiter in core.waiters:
+            levels.adopt(waiter)
+        return levels

@@ -58,8 +58,9 @@ class ServerBusyTemplate:
     """SERVER_BUSY for one tool: ``render(reason, active, queued, retry_after)``.
 
     ``flag``: one more detail, ``flag`` = ``true``, after the standard ones (the guard marks a
-    call shed on its predicted wait, or by the standing-queue limit, so). ``max_active`` and
-    ``max_queue`` are the figures its envelopes report.
+    call shed on its predicted wait, or by the standing-queue limit, so); ``extra``: more
+    details after those (a refusal under priorities: the call's ``priority`` and the priorities
+    ``admitting`` now). ``max_active`` and ``max_queue`` are the figures its envelopes report.
     """
 
     __slots__ = (
@@ -79,7 +80,13 @@ class ServerBusyTemplate:
     )
 
     def __init__(
-        self, tool: str, max_active: int, max_queue: int, *, flag: str | None = None
+        self,
+        tool: str,
+        max_active: int,
+        max_queue: int,
+        *,
+        flag: str | None = None,
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.max_active = max_active
         self.max_queue = max_queue
@@ -101,6 +108,8 @@ class ServerBusyTemplate:
         capacity = {"max_active": str(max_active), "max_queue": str(max_queue)}
         if flag is not None:
             capacity[plain(flag)] = "true"
+        for key, value in extra:
+            capacity[plain(key)] = plain(value)
         self._capacity = capacity
         self._capacity_text = "".join(
             f'    <detail key="{escape_attr(key)}">{value}</detail>\n'

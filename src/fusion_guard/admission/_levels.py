@@ -1,0 +1,226 @@
+"""Priorities in the queue: who of the waiting calls is served first, who gives way.
+
+Part of the queue discipline (see ``_discipline.py``), as fair shares are (``_fairness.py``).
+A guard keeps no priorities until its first call whose priority is not the default
+(``interactive``): until then its calls are all of one priority and it behaves, and costs, as
+before. From then on the waiting calls of each priority (its *rank*: 0 for ``critical``, 3 for
+``sheddable``) form a queue of their own, a ``FairQueue`` whose clients take turns among
+themselves; the clients' running calls are still counted once, by the guard's first queue.
+
+The rules:
+
+- **Highest priority first.** A released slot goes to the highest priority with calls waiting
+  (inside it: in turn between clients, or in arrival order with ``fair=False``).
+- **The lowest priority gives way.** At a full queue a newcomer of a higher priority than the
+  lowest waiting takes the place of that priority's last call to be served (its heaviest
+  client's newest); one of the same priority displaces as fair shares say; one of a lower
+  priority is refused. ``critical`` calls are never displaced.
+- **A share for the lower priorities.** A ``background`` or ``sheddable`` call may take a slot
+  while fewer than ``share`` of the slots are held by calls of its priority or lower, or when no
+  call above it waits or arrived within the last mean hold: the rest are kept for the calls a
+  person is waiting for, so that lower-priority calls cannot fill the tool's own inner queue
+  ahead of them. A slot so kept is taken by the next higher-priority arrival; the lower calls
+  waiting are handed one as their own priority's calls end (one of them holds a slot).
+
+Each step is O(1) in the calls waiting (O(priorities) at most: four).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Generic, Protocol, TypeVar
+
+from .._priority import DEFAULT_RANK, PRIORITY_NAMES
+from ._fairness import FairQueue, Tenant
+
+__all__ = ["CAPPED_FROM", "Levels"]
+
+#: The ranks from which calls hold at most a share of the slots (``background`` and below).
+CAPPED_FROM = 2
+
+
+class _Queued(Protocol):
+    """What the levels read of a waiter: its client's record (always kept under priorities)."""
+
+    tenant: Any
+
+
+WaiterT = TypeVar("WaiterT", bound=_Queued)
+
+
+class Levels(Generic[WaiterT]):
+    """The priorities of one guard's waiting calls (see the module). ``first``: the guard's
+    queue of clients so far, which becomes the default priority's and keeps counting every
+    client's running calls; ``share``: the share of the slots below-interactive calls may hold
+    while calls above them wait or arrived lately."""
+
+    __slots__ = ("_first", "_order", "_queues", "running", "seen", "share")
+
+    def __init__(self, first: FairQueue[WaiterT], share: float) -> None:
+        self._first = first
+        self.share = share
+        ranks = len(PRIORITY_NAMES)
+        # Each priority's queue of clients (made at its first waiting call), and its waiting
+        # calls in arrival order (what ``fair=False`` serves by, and the count of each).
+        self._queues: list[FairQueue[WaiterT] | None] = [None] * ranks
+        self._queues[DEFAULT_RANK] = first
+        self._order: list[OrderedDict[WaiterT, None]] = [OrderedDict() for _ in range(ranks)]
+        #: Calls of each priority holding a slot (counted for the capped ranks only).
+        self.running = [0] * ranks
+        #: When a call of each priority last arrived (on the guard's clock).
+        self.seen = [-float("inf")] * ranks
+
+    # -- the queues --------------------------------------------------------------------------------
+
+    def queue(self, rank: int, now: float) -> FairQueue[WaiterT]:
+        """The queue of clients of priority ``rank``, made at its first waiting call."""
+        queue = self._queues[rank]
+        if queue is None:
+            first = self._first
+            queue = self._queues[rank] = FairQueue(
+                serves_in_turn=first.serves_in_turn, now=now, rank=rank, counts=first
+            )
+        return queue
+
+    def tenant(self, key: str | None, rank: int, now: float) -> Tenant[WaiterT]:
+        """The record of client ``key``'s waiting calls of priority ``rank`` (see
+        ``FairQueue.tenant``)."""
+        return self.queue(rank, now).tenant(key)
+
+    def forget_if_idle(self, tenant: Tenant[WaiterT]) -> None:
+        queue = self._queues[tenant.rank]
+        if queue is not None:
+            queue.forget_if_idle(tenant)
+
+    def adopt(self, waiter: WaiterT) -> None:
+        """``waiter`` was queued (in its client's queue of the default priority) before the
+        guard kept priorities: it keeps its place."""
+        self._order[DEFAULT_RANK][waiter] = None
+
+    def push(self, waiter: WaiterT, running: int, now: float) -> None:
+        """``waiter`` starts waiting (its client's record says its priority)."""
+        tenant: Tenant[WaiterT] = waiter.tenant  # kept
+        self._order[tenant.rank][waiter] = None
+        self.queue(tenant.rank, now).push(tenant, waiter, running, now)
+
+    def remove(self, waiter: WaiterT) -> None:
+        """``waiter`` leaves the queue unserved."""
+        tenant: Tenant[WaiterT] = waiter.tenant  # kept
+        del self._order[tenant.rank][waiter]
+        self._queues[tenant.rank].remove(tenant, waiter)  # type: ignore[union-attr]  # made
+
+    def waiting(self, rank: int) -> int:
+        """Calls of priority ``rank`` waiting now."""
+        return len(self._order[rank])
+
+    def ahead(self, rank: int) -> int:
+        """Calls waiting that are served before a newcomer of priority ``rank`` would be: those
+        of its priority and above."""
+        order = self._order
+        return sum(len(order[above]) for above in range(rank + 1))
+
+    def queued(self, key: str | None) -> int:
+        """Calls of client ``key`` waiting now, at every priority."""
+        return sum(queue.queued(key) for queue in self._queues if queue is not None)
+
+    def _top(self) -> int:
+        """The highest priority with calls waiting (some wait)."""
+        order = self._order
+        rank = 0
+        while not order[rank]:
+            rank += 1
+        return rank
+
+    def _bottom(self) -> int:
+        """The lowest priority with calls waiting (some wait)."""
+        order = self._order
+        rank = len(order) - 1
+        while not order[rank]:
+            rank -= 1
+        return rank
+
+    # -- serving -----------------------------------------------------------------------------------
+
+    def may_take(self, rank: int, slots: int, now: float, hold: float) -> bool:
+        """Whether a call of priority ``rank`` may take a slot of ``slots``: always from
+        ``interactive`` up; below it while its priority and those below hold less than the
+        share of the slots, or when no call above it waits or arrived within ``hold`` seconds."""
+        if rank < CAPPED_FROM:
+            return True
+        running = self.running
+        held = sum(running[rank:])
+        if held < max(1, int(self.share * slots)):
+            return True
+        order, seen = self._order, self.seen
+        return not any(order[above] or now - seen[above] < hold for above in range(rank))
+
+    def serve(self, newest: bool, slots: int, now: float, hold: float) -> WaiterT | None:
+        """The waiting call a released slot goes to, taken out of the queue and counted as
+        started; None when the only calls waiting must leave it to the calls above them
+        (``may_take``)."""
+        rank = self._top()
+        if not self.may_take(rank, slots, now, hold):
+            return None
+        queue: FairQueue[WaiterT] = self._queues[rank]  # type: ignore[assignment]  # made
+        if queue.serves_in_turn:
+            waiter = queue.serve(newest)
+            del self._order[rank][waiter]
+        else:  # the priority's own arrival order; the client's records follow
+            waiter, _ = self._order[rank].popitem(last=newest)
+            queue.remove(waiter.tenant, waiter, served=True)  # kept
+        if rank >= CAPPED_FROM:
+            self.running[rank] += 1
+        return waiter
+
+    def started(self, rank: int) -> None:
+        """A call of priority ``rank`` took a free slot."""
+        if rank >= CAPPED_FROM:
+            self.running[rank] += 1
+
+    def ended(self, rank: int) -> None:
+        """A call of priority ``rank`` gave its slot back."""
+        if rank >= CAPPED_FROM:
+            self.running[rank] -= 1
+
+    def last_served(self) -> WaiterT:
+        """The waiting call to go last (some wait): of the lowest priority waiting, its last
+        in turn (or its newest, with ``fair=False``)."""
+        rank = self._bottom()
+        queue: FairQueue[WaiterT] = self._queues[rank]  # type: ignore[assignment]  # made
+        if queue.serves_in_turn:
+            return queue.last_served()  # type: ignore[return-value]  # it has waiters
+        return next(reversed(self._order[rank]))
+
+    def position(self, tenant: Tenant[WaiterT], running: int) -> int:
+        """Where a newcomer of ``tenant`` would stand in the queue: after every call of a higher
+        priority, and among its own as fair shares place it."""
+        rank = tenant.rank
+        above = self.ahead(rank - 1) if rank else 0
+        own = len(self._order[rank])
+        queue = self._queues[rank]
+        if queue is None or not queue.serves_in_turn:
+            return above + own + 1
+        return above + queue.position(tenant, own, running)
+
+    def displaced_by(self, tenant: Tenant[WaiterT], now: float) -> tuple[WaiterT, bool] | None:
+        """At a full queue: the waiting call that gives its place to a call of ``tenant``
+        (taken out of the queue), and whether it gave way to a higher priority (else to a
+        lighter client of its own); None when none does. ``critical`` calls never give way."""
+        bottom = self._bottom()
+        rank = tenant.rank
+        if bottom == 0 or bottom < rank:
+            return None
+        if bottom > rank:
+            waiter = self.last_served()
+            self.remove(waiter)
+            return waiter, True
+        displaced = self.queue(rank, now).displaced_by(tenant, now)
+        if displaced is None:
+            return None
+        del self._order[rank][displaced[1]]
+        return displaced[1], False
+
+    def admitted_above(self, rank: int) -> str:
+        """The admission level a refusal at priority ``rank`` reports: the priorities still let
+        in, those above it (``"none"`` for a refused ``critical`` call)."""
+        return ",".join(PRIORITY_NAMES[above].value for above in range(rank)) or "none"
