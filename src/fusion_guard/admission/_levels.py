@@ -16,7 +16,7 @@ The rules:
   client's newest); one of the same priority displaces as fair shares say; one of a lower
   priority is refused. ``critical`` calls are never displaced.
 - **A share for the lower priorities.** A ``background`` or ``sheddable`` call may take a slot
-  while fewer than ``share`` of the slots are held by calls of its priority or lower, or when no
+  while fewer than ``share`` of the slots (at least one) are held by such calls, or when no
   call above it waits or arrived within the last mean hold: the rest are kept for the calls a
   person is waiting for, so that lower-priority calls cannot fill the tool's own inner queue
   ahead of them. A slot so kept is taken by the next higher-priority arrival; the lower calls
@@ -143,12 +143,14 @@ class Levels(Generic[WaiterT]):
 
     def may_take(self, rank: int, slots: int, now: float, hold: float) -> bool:
         """Whether a call of priority ``rank`` may take a slot of ``slots``: always from
-        ``interactive`` up; below it while its priority and those below hold less than the
-        share of the slots, or when no call above it waits or arrived within ``hold`` seconds."""
+        ``interactive`` up; below it while the calls below ``interactive`` hold less than the
+        share of the slots (together: a ``sheddable`` call never takes the place a waiting
+        ``background`` one is kept from), or when no call above it waits or arrived within
+        ``hold`` seconds."""
         if rank < CAPPED_FROM:
             return True
         running = self.running
-        held = sum(running[rank:])
+        held = sum(running[CAPPED_FROM:])
         if held < max(1, int(self.share * slots)):
             return True
         order, seen = self._order, self.seen
