@@ -155,13 +155,22 @@ class Ticket:
     def retried(self) -> None:
         """Say that the call is a client's retry (the SDK adapters read its attempt number):
         the tool's observer hears it, if it counts retries (its optional ``retried()``)."""
+        self._tell("retried")
+
+    def hint_ignored(self) -> None:
+        """Say that the call's request carried a priority hint naming no priority (the SDK
+        adapters ignore it): the tool's observer hears it, if it counts them (its optional
+        ``priority_hint_ignored()``)."""
+        self._tell("priority_hint_ignored")
+
+    def _tell(self, event: str) -> None:
         observer = self._gate.observer
-        retried = getattr(observer, "retried", None)  # optional: not every observer
-        if retried is not None:
+        heard = getattr(observer, event, None)  # optional: not every observer
+        if heard is not None:
             try:
-                retried()
+                heard()
             except Exception as failure:  # observers never change an outcome
-                observer_failed(observer, "retried", failure)
+                observer_failed(observer, event, failure)
 
     def complete(self, outcome: Outcome | str | None = None) -> None:
         """Report how the call ended (``outcome`` or the ticket's ``outcome``), once."""

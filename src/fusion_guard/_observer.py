@@ -162,13 +162,21 @@ class ToolObservers:
     def retried(self) -> None:
         """A call arrived as a client's retry: told to the observers that count retries (those
         with a ``retried`` method; the method is optional, as ``watch`` is)."""
+        self._optional("retried")
+
+    def priority_hint_ignored(self) -> None:
+        """A call's request carried a priority hint naming no priority: told to the observers
+        that count them (an optional ``priority_hint_ignored`` method)."""
+        self._optional("priority_hint_ignored")
+
+    def _optional(self, event: str) -> None:
         for observer in self._observers:
-            retried = getattr(observer, "retried", None)
-            if callable(retried):
+            heard = getattr(observer, event, None)
+            if callable(heard):
                 try:
-                    retried()
+                    heard()
                 except Exception as failure:
-                    observer_failed(observer, "retried", failure)
+                    observer_failed(observer, event, failure)
 
     def watch(self, figures: object) -> None:
         """Hand ``figures`` (a guard's live ``active`` / ``queued``) to the observers that show

@@ -208,6 +208,8 @@ class Levels(Generic[WaiterT]):
         """At a full queue: the waiting call that gives its place to a call of ``tenant``
         (taken out of the queue), and whether it gave way to a higher priority (else to a
         lighter client of its own); None when none does. ``critical`` calls never give way."""
+        if not any(self._order):  # nothing waits: no place to give (a queue of none)
+            return None
         bottom = self._bottom()
         rank = tenant.rank
         if bottom == 0 or bottom < rank:

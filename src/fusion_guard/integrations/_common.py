@@ -24,6 +24,7 @@ from .._guard import Ticket, admitted_call
 from .._log import is_enabled, log_event
 from .._outcomes import response_from_exception
 from .._policy import unmatched_patterns
+from .._priority import PRIORITY_NAMES, Priority, check_priority, priority_rank
 from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error, parsed_facts
 from ..wire._codes import ErrorCode
@@ -41,6 +42,7 @@ __all__ = [
     "UNKNOWN_TOOLS",
     "ClientKey",
     "PatternCheck",
+    "PriorityOf",
     "RetryWindows",
     "admit_call",
     "answered",
@@ -64,6 +66,12 @@ It must return something stable for one caller across requests: an authenticated
 OAuth client id, an API-key id, a tenant. A transport session id is not: on 2026-07-28 MCP
 connections every request is its own connection with a fresh id, so per-client limits keyed on it
 would never trigger. The key is private: it never appears in an envelope."""
+
+PriorityOf = Callable[[Any], "str | Awaitable[str | None] | None"]
+"""A user function of the SDK's request context returning the caller's priority tier (a
+``Priority`` or its name, or None for no tier of its own), plain or ``async``, as a client key
+function is: a tier looked up from the API key, say. It can only lower a call's priority below
+its tool's (``ToolPolicy(priority=...)``), never raise it."""
 
 ResultT = TypeVar("ResultT")
 
@@ -283,6 +291,8 @@ async def admit_call(
     gate: str | None = None,
     attempt: int = 1,
     retries: RetryWindows | None = None,
+    priority_of: PriorityOf | None = None,
+    hint: object = None,
 ) -> ResultT | ToolResponse:
     """Run ``call`` as one admitted tool call; every refusal and failure becomes an envelope.
 
@@ -296,13 +306,20 @@ async def admit_call(
     ``gate``: the name whose limits apply, when it is not ``tool`` (``UNKNOWN_TOOLS``).
     ``attempt``: the client's attempt number (``attempt_of``); ``retries`` counts it per tool,
     and a refused retry while retries make most of the tool's arrivals says so
-    (``retry_storm``).
+    (``retry_storm``). ``priority_of``: the caller's tier (``PriorityOf``); ``hint``: what the
+    request's ``_meta`` said under ``PRIORITY_META_KEY``, which may only lower the priority.
     """
     name = gate or tool
     ticket = None
     try:
         client = None if client_key is None else await _client_of(client_key, request)
-        ticket = guard.admit(name, client=client, request=request)
+        if priority_of is None and hint is None:  # most calls: the tool's priority
+            ticket = guard.admit(name, client=client, request=request)
+        else:
+            priority, ignored = await _priority(guard, name, priority_of, request, hint)
+            ticket = guard.admit(name, client=client, request=request, priority=priority)
+            if ignored:
+                ticket.hint_ignored()
         if retries is not None:
             retries.arrived(name, attempt)
             if attempt > 1:
@@ -341,6 +358,31 @@ async def _client_of(client_key: ClientKey, request: object) -> str | None:
     if key is None or isinstance(key, str):
         return key
     raise TypeError(f"client_key returned a {type(key).__name__}; expected a str or None")
+
+
+async def _priority(
+    guard: Guard, tool: str, priority_of: PriorityOf | None, request: object, hint: object
+) -> tuple[Priority, bool]:
+    """A call's priority: its tool's, lowered by the caller's tier (``priority_of``), lowered by
+    the request's hint; and whether the hint named no priority (then ignored: the value is the
+    client's, never an error). Neither a tier nor a hint raises a call above its tool's."""
+    priority = guard.limits(tool).priority
+    if priority_of is not None:
+        tier = priority_of(request)
+        if inspect.isawaitable(tier):
+            tier = await tier
+        if tier is not None:
+            priority = max(priority, check_priority("priority_of", tier), key=_rank)
+    if hint is None:
+        return priority, False
+    rank = priority_rank(hint) if type(hint) is str else None
+    if rank is None:
+        return priority, True
+    return max(priority, PRIORITY_NAMES[rank], key=_rank), False
+
+
+def _rank(priority: Priority) -> int:
+    return priority.rank
 
 
 def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolResponse:

@@ -72,11 +72,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 from .._exceptions import ConfigurationError
 from .._guard import Guard
-from ..wire._meta import ATTEMPT_META_KEY
+from ..wire._meta import ATTEMPT_META_KEY, PRIORITY_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
     PatternCheck,
+    PriorityOf,
     RetryWindows,
     admit_call,
     answered,
@@ -142,6 +143,9 @@ class GuardMiddleware(Middleware):
     ``client_key`` is a plain or async function of the ``MiddlewareContext`` returning the
     caller's identity for per-client limits (see the module docstring), or None. ``awareness``
     (built from a contract lockfile) adds each tool's contract changes to its validation errors.
+    ``priority_of`` (plain or async, like ``client_key``) returns the caller's priority tier,
+    which may lower a call's priority below its tool's, as may a request's ``_meta`` hint under
+    ``fusion-guard/priority`` (``docs/priorities.md``).
     """
 
     def __init__(
@@ -150,10 +154,12 @@ class GuardMiddleware(Middleware):
         *,
         client_key: ClientKey | None = None,
         awareness: ContractAwareness | None = None,
+        priority_of: PriorityOf | None = None,
         **limits: Any,
     ) -> None:
         self._guard = _guard_of(guard, limits)
         self._client_key = client_key
+        self._priority_of = priority_of
         self._awareness = awareness
         self._tools: set[str] = set()
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
@@ -168,11 +174,17 @@ class GuardMiddleware(Middleware):
         *,
         client_key: ClientKey | None = None,
         awareness: ContractAwareness | None = None,
+        priority_of: PriorityOf | None = None,
         **overrides: Any,
     ) -> GuardMiddleware:
         """A middleware around ``Guard.from_env(**overrides)`` (``registry``, ``observer`` and
         ``rate_backend`` are passed to the guard; other overrides win over the variables)."""
-        return cls(Guard.from_env(**overrides), client_key=client_key, awareness=awareness)
+        return cls(
+            Guard.from_env(**overrides),
+            client_key=client_key,
+            awareness=awareness,
+            priority_of=priority_of,
+        )
 
     @property
     def guard(self) -> Guard:
@@ -206,7 +218,10 @@ class GuardMiddleware(Middleware):
         ctx = context.fastmcp_context
         request_ctx = None if ctx is None else ctx.request_context
         meta = None if request_ctx is None else request_ctx.meta
-        sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
+        if type(meta) is dict:
+            sent, hint = meta.get(ATTEMPT_META_KEY), meta.get(PRIORITY_META_KEY)
+        else:
+            sent = hint = None
         result = await admit_call(
             self._guard,
             tool,
@@ -217,6 +232,8 @@ class GuardMiddleware(Middleware):
             passthrough=_SDK_ANSWERS,
             attempt=1 if sent is None else attempt_of(sent),
             retries=self._retries,
+            priority_of=self._priority_of,
+            hint=hint,
         )
         if isinstance(result, ToolResponse):
             # An error is sent as text whatever the tool's output; only a success (a warning)
@@ -282,6 +299,7 @@ def install(
     *,
     client_key: ClientKey | None = None,
     awareness: ContractAwareness | None = None,
+    priority_of: PriorityOf | None = None,
     **limits: Any,
 ) -> GuardMiddleware:
     """Guard every tool call of ``app``: ``app.add_middleware(GuardMiddleware(guard, ...))``
@@ -299,7 +317,9 @@ def install(
             " installed fastmcp version is not supported (fastmcp>=4,<5 is): add"
             " GuardMiddleware(guard) with app.add_middleware and close the guard yourself"
         )
-    middleware = GuardMiddleware(guard, client_key=client_key, awareness=awareness, **limits)
+    middleware = GuardMiddleware(
+        guard, client_key=client_key, awareness=awareness, priority_of=priority_of, **limits
+    )
     guarded = middleware.guard
 
     # FastMCP keeps the lifespan it was given here, entered each time the server starts (it has

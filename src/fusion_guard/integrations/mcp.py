@@ -56,12 +56,13 @@ from pydantic import ValidationError
 from .._exceptions import ConfigurationError
 from .._log import log_event
 from ..wire._internal import as_response
-from ..wire._meta import ATTEMPT_META_KEY
+from ..wire._meta import ATTEMPT_META_KEY, PRIORITY_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
     PatternCheck,
+    PriorityOf,
     RetryWindows,
     admit_call,
     answered,
@@ -104,6 +105,7 @@ def install(
     *,
     client_key: ClientKey | None = None,
     awareness: ContractAwareness | None = None,
+    priority_of: PriorityOf | None = None,
 ) -> None:
     """Guard every ``tools/call`` of ``server`` (an ``MCPServer`` or a low-level ``Server``).
 
@@ -111,8 +113,11 @@ def install(
     ``on_call_tool`` to its constructor first). ``client_key`` is a function of the request
     context returning the caller's identity for per-client limits (see the module docstring).
     ``awareness`` (built from a contract lockfile) adds each tool's contract changes to its
-    validation errors. Raises ``ConfigurationError`` when there is no ``tools/call`` handler or
-    the server is guarded already.
+    validation errors. ``priority_of`` (plain or async, like ``client_key``) returns the caller's
+    priority tier, which may lower a call's priority below its tool's, as may a request's
+    ``_meta`` hint under ``fusion-guard/priority`` (``docs/priorities.md``). Raises
+    ``ConfigurationError`` when there is no ``tools/call`` handler or the server is guarded
+    already.
 
     A per-tool pattern of the guard that matches none of the server's tools is a
     ``tool_pattern_unmatched`` warning, or with ``strict_tools`` a ``ConfigurationError``: for an
@@ -135,7 +140,7 @@ def install(
         raise ConfigurationError("install(server, guard): this server is guarded already")
     patterns = PatternCheck(guard, "mcp")
     tools = _tool_names(server, lowlevel, sdk, patterns)
-    adapter = _Adapter(guard, client_key, awareness, sdk, tools)
+    adapter = _Adapter(guard, client_key, awareness, sdk, tools, priority_of)
     if isinstance(server, sdk.MCPServer):
         adapter.translate_call_tool(server)
     _wrap_lifespan(lowlevel, guard, server if isinstance(server, sdk.MCPServer) else None, patterns)
@@ -360,7 +365,15 @@ def _wrap_lifespan(
 class _Adapter:
     """What ``install`` puts around one server's ``tools/call``."""
 
-    __slots__ = ("_awareness", "_client_key", "_guard", "_retries", "_sdk", "_tools")
+    __slots__ = (
+        "_awareness",
+        "_client_key",
+        "_guard",
+        "_priority_of",
+        "_retries",
+        "_sdk",
+        "_tools",
+    )
 
     def __init__(
         self,
@@ -369,9 +382,11 @@ class _Adapter:
         awareness: ContractAwareness | None,
         sdk: _SDK,
         tools: _ToolNames,
+        priority_of: PriorityOf | None = None,
     ) -> None:
         self._guard = guard
         self._client_key = client_key
+        self._priority_of = priority_of
         self._awareness = awareness
         self._sdk = sdk
         self._tools = tools
@@ -389,7 +404,10 @@ class _Adapter:
                 return await handler(ctx, params)
             # The attempt number of a retrying client (fusion_guard.client); most calls have none.
             meta = params.meta
-            sent = meta.get(ATTEMPT_META_KEY) if type(meta) is dict else None
+            if type(meta) is dict:
+                sent, hint = meta.get(ATTEMPT_META_KEY), meta.get(PRIORITY_META_KEY)
+            else:
+                sent = hint = None
             result = await admit_call(
                 self._guard,
                 tool,
@@ -401,6 +419,8 @@ class _Adapter:
                 gate=gate,
                 attempt=1 if sent is None else attempt_of(sent),
                 retries=self._retries,
+                priority_of=self._priority_of,
+                hint=hint,
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).

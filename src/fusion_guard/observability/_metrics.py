@@ -105,6 +105,12 @@ METRICS: tuple[_Definition, ...] = (
         "Calls a client sent as a retry (attempt number above 1 in the request _meta).",
     ),
     _Definition(
+        "priority_hints_ignored_total",
+        "counter",
+        ("tool",),
+        "Calls whose request _meta priority hint named no priority (ignored).",
+    ),
+    _Definition(
         "queue_wait_seconds",
         "histogram",
         ("tool",),
@@ -200,6 +206,7 @@ class _LeanTool:
         "_backend",
         "calls",
         "duration",
+        "hints_ignored",
         "inflight",
         "limit",
         "live",
@@ -217,6 +224,7 @@ class _LeanTool:
         self.live: LiveFigures | None = None
         self.inflight = 0
         self.retries = 0
+        self.hints_ignored = 0
         self.calls = dict.fromkeys(OUTCOMES, 0)
         self.shed_counts = dict.fromkeys(SHED_REASONS, 0)
         self.wait = _Histogram(buckets.queue_wait)
@@ -260,6 +268,10 @@ class _LeanTool:
     def retried(self) -> None:
         """A call arrived as a client's retry (its attempt number above 1)."""
         self.retries += 1
+
+    def priority_hint_ignored(self) -> None:
+        """A call's request carried a priority hint that names no priority."""
+        self.hints_ignored += 1
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         try:
@@ -370,6 +382,7 @@ class _Families:
         self.calls = family("calls_total", CounterMetricFamily)
         self.shed = family("shed_total", CounterMetricFamily)
         self.retries = family("retries_total", CounterMetricFamily)
+        self.hints = family("priority_hints_ignored_total", CounterMetricFamily)
         self.wait = family("queue_wait_seconds", HistogramMetricFamily)
         self.duration = family("call_duration_seconds", HistogramMetricFamily)
         self.retry = family("retry_after_seconds", HistogramMetricFamily)
@@ -392,6 +405,7 @@ class _Families:
         for reason, count in list(bound.shed_counts.items()):
             self.shed.add_metric([name, reason], float(count))
         self.retries.add_metric([name], float(bound.retries))
+        self.hints.add_metric([name], float(bound.hints_ignored))
         _add_histogram(self.wait, [name], bound.wait)
         _add_histogram(self.duration, [name], bound.duration)
         _add_histogram(self.retry, [name, "SERVER_BUSY"], bound.retry_busy)
@@ -411,6 +425,7 @@ class _ClientTool:
         "_busy",
         "_calls",
         "_duration",
+        "_hints",
         "_inflight",
         "_limit",
         "_limited",
@@ -429,6 +444,7 @@ class _ClientTool:
         self._calls = {o: metrics.calls.labels(tool, o) for o in OUTCOMES}
         self._shed = {r: metrics.shed.labels(tool, r) for r in SHED_REASONS}
         self._retries = metrics.retries.labels(tool)
+        self._hints = metrics.hints.labels(tool)
         self._wait = metrics.wait.labels(tool)
         self._duration = metrics.duration.labels(tool)
         self._busy = metrics.retry.labels(tool, "SERVER_BUSY")
@@ -469,6 +485,9 @@ class _ClientTool:
 
     def retried(self) -> None:
         self._retries.inc()
+
+    def priority_hint_ignored(self) -> None:
+        self._hints.inc()
 
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         child = self._calls.get(outcome)
@@ -515,6 +534,7 @@ class _ClientMetrics:
         self.calls = counter("calls_total")
         self.shed = counter("shed_total")
         self.retries = counter("retries_total")
+        self.hints = counter("priority_hints_ignored_total")
         self.wait = histogram("queue_wait_seconds")
         self.duration = histogram("call_duration_seconds")
         self.retry = histogram("retry_after_seconds")

@@ -9,10 +9,15 @@ the same answer for agent frameworks, gateways and tests, with no XML to parse.
 
 from __future__ import annotations
 
-__all__ = ["ATTEMPT_META_KEY", "META_KEY"]
+__all__ = ["ATTEMPT_META_KEY", "META_KEY", "PRIORITY_META_KEY"]
 
 META_KEY = "fusion-guard/envelope"
 """The ``_meta`` key of an envelope's facts (a prefixed key, as MCP asks of ``_meta`` keys)."""
+
+PRIORITY_META_KEY = "fusion-guard/priority"
+"""The *request* ``_meta`` key of a priority hint (``"background"``, ``"sheddable"``...): it may
+only lower the call's priority below what its tool and its client are given, never raise it; a
+value that names no priority is ignored (and counted)."""
 
 ATTEMPT_META_KEY = "fusion-guard/attempt"
 """The *request* ``_meta`` key of the attempt number a retrying client sends (1 for the first
