@@ -48,8 +48,8 @@ samples it is fed (no clock of its own, no I/O), so it is tested with plain numb
 
 from __future__ import annotations
 
-import bisect
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from typing import ClassVar
 
@@ -57,6 +57,8 @@ from .._checks import check_int, check_number, check_seconds
 from .._exceptions import ConfigurationError
 
 __all__ = ["GradientLimit"]
+
+_INF = math.inf
 
 #: A gradient within [1 / DEAD_BAND, DEAD_BAND] holds the limit (noise of a small median).
 DEAD_BAND = 1.25
@@ -126,6 +128,7 @@ class GradientLimit:
         "_probe_taken",
         "_probing",
         "_quiet",
+        "_quiet_floor",
         "_quiet_sorted",
         "_samples",
         "_window",
@@ -175,6 +178,7 @@ class GradientLimit:
         self.probe_every = check_seconds("probe_every", probe_every)
         self.probe_samples = check_int("probe_samples", probe_samples, 1)
         self._estimate = float(initial)  # the limit as a real number; ``limit`` rounds it
+        self._quiet_floor = max(self.min_limit, math.ceil(self._estimate / 4))
         self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
@@ -186,7 +190,7 @@ class GradientLimit:
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
         self._window: list[float] = []
-        self._window_fastest = math.inf
+        self._window_fastest = _INF
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
@@ -217,23 +221,37 @@ class GradientLimit:
         *,
         overtook: int = 0,
     ) -> None:
-        if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
-            return  # no clock gives such a sample: nothing to learn from it
-        self._samples += 1
+        # Every finished call of a guard under max_active="auto" comes here, so the common case
+        # (a sample that closes no window) is written out without a call it could spare: the
+        # quiet bound's floor is kept by ``_set``, the baseline's median read in place.
+        if not (-_INF < start < _INF and 0.0 <= duration < _INF):
+            return  # no clock gives such a sample (NaN, infinite, negative): nothing to learn
+        samples = self._samples = self._samples + 1
         seen = self._overtaking
         if overtook > 0:
             at_once = int(overtook) + 1
             while seen and seen[-1][1] <= at_once:
                 seen.pop()
-            seen.append((self._samples, at_once))
-        if seen and seen[0][0] <= self._samples - OVERTAKING_MEMORY:
+            seen.append((samples, at_once))
+        if seen and seen[0][0] <= samples - OVERTAKING_MEMORY:
             seen.popleft()
         end = start + duration
         if dropped:
             self._set(self._estimate / 2)
             return
-        if inflight <= self._quiet_bound():  # a quiet call: it tells the uncrowded latency
-            self._learn_quiet(duration)
+        # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
+        if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
+            # A quiet call: it tells the uncrowded latency (the median of the last ones).
+            quiet, ordered = self._quiet, self._quiet_sorted
+            if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
+                del ordered[bisect_left(ordered, quiet[0])]
+            quiet.append(duration)
+            insort(ordered, duration)
+            count = len(ordered)
+            middle = count // 2  # _median_of_sorted, inlined
+            self._baseline = (
+                ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+            )
             self._probe_taken += 1
         elif not self._measured:
             self._crowded_unmeasured += 1
@@ -241,7 +259,7 @@ class GradientLimit:
             if self._probe_taken >= (self.probe_samples if self._measured else FIRST_SAMPLES):
                 self._probing = False
                 self._measured = True
-                spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self.baseline)
+                spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
                 self._next_probe = end + spacing
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
@@ -257,25 +275,27 @@ class GradientLimit:
             self._window_end = end + self.window
             self._window_peak = 0
             self._window_crowd = 0
-            self._window_fastest = math.inf
+            self._window_fastest = _INF
         window.append(duration)
-        if duration < self._window_fastest:
-            self._window_fastest = duration
-        self._window_peak = max(self._window_peak, inflight)
+        fastest = self._window_fastest
+        if duration < fastest:
+            fastest = self._window_fastest = duration
+        if inflight > self._window_peak:
+            self._window_peak = inflight
         self._window_crowd += inflight
-        if (end >= self._window_end and len(window) >= self.window_samples) or (
-            len(window) >= EARLY_SAMPLES
-            and self._window_fastest >= EARLY_FACTOR * self.tolerance * self.baseline
+        gathered = len(window)
+        if (end >= self._window_end and gathered >= self.window_samples) or (
+            gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
             self._decide(_median(window))
             window.clear()
         elif (
             end >= self._window_end
-            and len(window) >= GROWTH_SAMPLES_PER_SLOT * self._limit
+            and gathered >= GROWTH_SAMPLES_PER_SLOT * self._limit
             and self._window_peak >= self._limit
         ):
             latency = _median(window)
-            if self.tolerance * self.baseline >= GROWTH_GRADIENT * latency:
+            if self.tolerance * self._baseline >= GROWTH_GRADIENT * latency:
                 self._decide(latency)
                 window.clear()
 
@@ -290,7 +310,7 @@ class GradientLimit:
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
-        baseline = self.baseline
+        baseline = self._baseline
         if not (latency > 0 and baseline > 0):
             return
         crowd = self._window_crowd / len(self._window)
@@ -313,14 +333,6 @@ class GradientLimit:
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
 
-    def _learn_quiet(self, duration: float) -> None:
-        quiet, ordered = self._quiet, self._quiet_sorted
-        if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
-            del ordered[bisect.bisect_left(ordered, quiet[0])]
-        quiet.append(duration)
-        bisect.insort(ordered, duration)
-        self._baseline = _median_of_sorted(ordered)
-
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
         self._probing = True
@@ -333,7 +345,7 @@ class GradientLimit:
         at_once = self._seen_at_once()
         if not self._probing:
             at_once = min(at_once, self._limit)
-        return max(self.min_limit, math.ceil(self._estimate / 4), at_once)
+        return max(self._quiet_floor, at_once)
 
     def _seen_at_once(self) -> int:
         """The most calls the tool was seen serving at once within the last OVERTAKING_MEMORY
@@ -342,6 +354,8 @@ class GradientLimit:
 
     def _set(self, estimate: float) -> None:
         self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))
+        # The quiet bound's floor (``_quiet_bound``) moves with the estimate alone.
+        self._quiet_floor = max(self.min_limit, math.ceil(self._estimate / 4))
         if not self._probing:
             self._limit = min(self.max_limit, max(self.min_limit, round(self._estimate)))
 

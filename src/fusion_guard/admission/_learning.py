@@ -45,6 +45,9 @@ QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
 
+_NUMBER = (int, float)  # a tuple, not ``int | float``: that makes a union object per call
+_INF = math.inf
+
 
 class LimitLearning:
     """The lessons of one adaptive guard's finished calls (see the module). ``queue_follows``:
@@ -64,6 +67,9 @@ class LimitLearning:
         "_queue_floor",
         "_queue_follows",
         "_refusals",
+        "_standing_load",
+        "_standing_parallelism",
+        "_standing_slots",
     )
 
     def __init__(
@@ -87,6 +93,10 @@ class LimitLearning:
         self._queue_floor = core.max_queue  # a default queue never shrinks below its first
         self._limit_logged = core.max_active  # the limit last reported in the log
         self._log_due = -math.inf
+        # What the discipline's standing limit was last put in force for (``learn``): none yet.
+        self._standing_slots = 0
+        self._standing_parallelism: float | None = None
+        self._standing_load = math.nan
 
     def learn(
         self,
@@ -135,7 +145,7 @@ class LimitLearning:
             # parallelism_of, inlined: it runs for every call under an adaptive limit.
             parallelism = getattr(adaptive, "parallelism", None) if self._estimates else None
             if parallelism is not None:
-                if isinstance(parallelism, int | float) and 1 <= parallelism < math.inf:
+                if isinstance(parallelism, _NUMBER) and 1 <= parallelism < _INF:
                     parallelism = float(parallelism)
                 else:
                     parallelism = None
@@ -145,10 +155,10 @@ class LimitLearning:
             return
         discipline = core.discipline
         if isinstance(limit, int) and limit >= 1:
-            waiters = len(core.waiters)
+            waiters = core.waiters
             if waiters:  # (without waiters no queue stands: the limit is in force as it is)
                 # Under sustained overload, not above what the tool serves in parallel (and one).
-                limit = discipline.slots_in_force(limit, parallelism, start + held, waiters)
+                limit = discipline.slots_in_force(limit, parallelism, start + held, len(waiters))
             if limit != core.max_active:
                 self._set_limit(limit)
         # Only when the estimate moved: GradientLimit moves it once a window, not every call.
@@ -156,8 +166,20 @@ class LimitLearning:
             self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
-        # it, and the queue's wait, by as much. Without an estimate: held per slot.
-        discipline.on_limit(core.max_active, parallelism)
+        # it, and the queue's wait, by as much. Without an estimate: held per slot. Put anew
+        # only when what it rests on moved (the slots, the parallelism, the offered load; the
+        # queue in force moves only with the parallelism): mostly it did not. The load is held
+        # here, so the same object is the same figure (and NaN, before any, is the same).
+        slots, load = core.max_active, discipline.overload.offered_load
+        if (
+            slots != self._standing_slots
+            or parallelism != self._standing_parallelism
+            or load is not self._standing_load
+        ):
+            self._standing_slots = slots
+            self._standing_parallelism = parallelism
+            self._standing_load = load
+            discipline.on_limit(slots, parallelism)
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call
