@@ -64,6 +64,9 @@ _INF = math.inf
 DEAD_BAND = 1.25
 #: Uncrowded calls whose median is the baseline.
 QUIET_SAMPLES = 60
+# Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
+# once that many have come, the baseline is read there without working out the middle.
+_MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 #: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
 PROBE_SPACING_BASELINES = 200
 #: A window closes early, after this many calls, when even the fastest of them took
@@ -220,12 +223,15 @@ class GradientLimit:
         dropped: bool,
         *,
         overtook: int = 0,
-    ) -> None:
+    ) -> bool:
+        """Learn from one finished call (``Limit.on_sample``, and ``overtook``: see the class).
+        Returns False when neither ``limit`` nor ``parallelism`` moved (True: they may have)."""
         # Every finished call of a guard under max_active="auto" comes here, so the common case
         # (a sample that closes no window) is written out without a call it could spare: the
         # quiet bound's floor is kept by ``_set``, the baseline's median read in place.
-        if not (-_INF < start < _INF and 0.0 <= duration < _INF):
-            return  # no clock gives such a sample (NaN, infinite, negative): nothing to learn
+        end = start + duration
+        if end - end or not duration >= 0.0:  # NaN (truthy) unless both are finite
+            return False  # no clock gives such a sample (NaN, infinite, negative)
         samples = self._samples = self._samples + 1
         seen = self._overtaking
         if overtook > 0:
@@ -235,23 +241,22 @@ class GradientLimit:
             seen.append((samples, at_once))
         if seen and seen[0][0] <= samples - OVERTAKING_MEMORY:
             seen.popleft()
-        end = start + duration
         if dropped:
             self._set(self._estimate / 2)
-            return
+            return True
         # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
         if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
             if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
                 del ordered[bisect_left(ordered, quiet[0])]
-            quiet.append(duration)
-            insort(ordered, duration)
-            count = len(ordered)
-            middle = count // 2  # _median_of_sorted, inlined
-            self._baseline = (
-                ordered[middle] if count % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-            )
+                quiet.append(duration)
+                insort(ordered, duration)
+                self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
+            else:
+                quiet.append(duration)
+                insort(ordered, duration)
+                self._baseline = _median_of_sorted(ordered)
             self._probe_taken += 1
         elif not self._measured:
             self._crowded_unmeasured += 1
@@ -263,13 +268,15 @@ class GradientLimit:
                 self._next_probe = end + spacing
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
-            elif not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
+                return True
+            if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
                 self._start_probe()  # the quiet calls counted so far still count
-            return
+                return True
+            return False
         if end >= self._next_probe:
             self._probe_taken = 0
             self._start_probe()
-            return
+            return True
         window = self._window
         if not window:
             self._window_end = end + self.window
@@ -284,13 +291,15 @@ class GradientLimit:
             self._window_peak = inflight
         self._window_crowd += inflight
         gathered = len(window)
-        if (end >= self._window_end and gathered >= self.window_samples) or (
+        due = end >= self._window_end
+        if (due and gathered >= self.window_samples) or (
             gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
             self._decide(_median(window))
             window.clear()
-        elif (
-            end >= self._window_end
+            return True
+        if (
+            due
             and gathered >= GROWTH_SAMPLES_PER_SLOT * self._limit
             and self._window_peak >= self._limit
         ):
@@ -298,6 +307,8 @@ class GradientLimit:
             if self.tolerance * self._baseline >= GROWTH_GRADIENT * latency:
                 self._decide(latency)
                 window.clear()
+                return True
+        return False
 
     @property
     def parallelism(self) -> float:
