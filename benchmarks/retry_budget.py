@@ -49,6 +49,7 @@ from fusion_guard.client import (
     ThrottledLocally,
     TokenBucket,
     default_budget,
+    default_throttle,
 )
 
 PROCESSES = 4
@@ -150,7 +151,7 @@ class Naive:
 class Policy:
     name: str
     budget: Callable[[], Budget | None] | None  # None: no retries at all
-    throttle_k: float | None = None
+    throttle: Callable[[random.Random], AdaptiveThrottle] | None = None
     naive: bool = False
     max_attempts: int = 3
 
@@ -172,18 +173,24 @@ POLICIES = {
             lambda: RetryBudget(0.1, min_per_second=0, window=10, clock=_now),
             max_attempts=5,
         ),
-        Policy("helper (default)", lambda: default_budget(clock=_now), max_attempts=5),
-        Policy("helper timing, no budget", lambda: None, max_attempts=5),
         Policy(
-            "helper + throttle K=2",
+            "helper (default)",
             lambda: default_budget(clock=_now),
-            throttle_k=2.0,
+            lambda rng: default_throttle(clock=_now, rng=rng),
             max_attempts=5,
         ),
+        Policy("helper, budget only", lambda: default_budget(clock=_now), max_attempts=5),
+        Policy(
+            "helper + SRE throttle 2/2s",
+            lambda: default_budget(clock=_now),
+            lambda rng: AdaptiveThrottle(2.0, window=2.0, clock=_now, rng=rng),
+            max_attempts=5,
+        ),
+        Policy("helper timing, no budget", lambda: None, max_attempts=5),
     )
 }
 HELPER = "helper (default)"
-"""The helper's defaults (``Retrying`` as ``wrap`` makes it)."""
+"""The helper's defaults (``Retrying`` as ``wrap`` makes it: the default budget and throttle)."""
 TIMING = "helper timing, no budget"
 """The helper's waits alone: what the spread of retries is measured on (with the budget, a crowd
 at a cold start is mostly sent back at once, leaving too few retries to measure a spread)."""
@@ -198,9 +205,7 @@ class Process:
 
     def __init__(self, policy: Policy, rng: random.Random) -> None:
         self.naive = Naive() if policy.naive else None
-        throttle = None
-        if policy.throttle_k is not None:
-            throttle = AdaptiveThrottle(policy.throttle_k, window=2.0, clock=_now, rng=rng)
+        throttle = None if policy.throttle is None else policy.throttle(rng)
         self.retrying = Retrying(
             server="search",
             max_attempts=1 if policy.budget is None else policy.max_attempts,

@@ -36,8 +36,10 @@ __all__ = [
     "RetryBudget",
     "TokenBucket",
     "default_budget",
+    "default_throttle",
     "reset_shared_budgets",
     "shared_budget",
+    "shared_throttle",
 ]
 
 Clock = Callable[[], float]
@@ -106,33 +108,49 @@ class TokenBucket:
 
 class _Window:
     """Counts over the last ``span`` seconds in ``slices`` buckets: memory stays bounded
-    whatever the call rate, and a count leaves the window at most one slice late."""
+    whatever the call rate, and a count leaves the window at most one slice late. The total is
+    kept as counts come and go, so adding and reading cost a few steps however many slices (the
+    client asks on every call)."""
 
-    __slots__ = ("_counts", "_slice", "_starts")
+    __slots__ = ("_counts", "_head", "_slice", "_total")
 
     def __init__(self, span: float, slices: int = 10) -> None:
         self._slice = span / slices
         self._counts = [0.0] * slices
-        self._starts = [-math.inf] * slices
+        self._head = -math.inf  # the slice the latest count went to
+        self._total = 0.0
+
+    def _roll(self, index: float) -> None:
+        """Make ``index`` the newest slice: the slices it passed over leave the window."""
+        counts = self._counts
+        if index - self._head >= len(counts):
+            counts[:] = [0.0] * len(counts)
+        else:
+            for passed in range(int(self._head) + 1, int(index) + 1):
+                counts[passed % len(counts)] = 0.0
+        self._head = index
+        self._total = sum(counts)  # summed again, not decremented: no float drift
 
     def add(self, now: float, amount: float = 1.0) -> None:
-        index = math.floor(now / self._slice)
-        at = index % len(self._counts)
-        if self._starts[at] != index:
-            self._starts[at] = index
-            self._counts[at] = 0.0
-        self._counts[at] += amount
+        index = now // self._slice
+        if index > self._head:
+            self._roll(index)
+            self._counts[int(index) % len(self._counts)] += amount
+        else:  # a clock read a moment ago: counted in the newest slice
+            self._counts[int(self._head) % len(self._counts)] += amount
+        self._total += amount
 
     def total(self, now: float) -> float:
-        oldest = math.floor(now / self._slice) - len(self._counts) + 1
-        return sum(c for c, s in zip(self._counts, self._starts, strict=True) if s >= oldest)
+        if now // self._slice > self._head:
+            self._roll(now // self._slice)
+        return self._total
 
 
 class RetryBudget:
     """A ratio retry budget, Finagle-style (see the module): over the last ``window`` seconds,
     retries at most ``ratio`` x first attempts + ``min_per_second`` x ``window``.
 
-    ``RetryBudget()`` is the default every server gets (15 %, 0.1 a second, 30 s; see
+    ``RetryBudget()`` is the default every server gets (20 %, 0.1 a second, 30 s; see
     ``default_budget``); ``RetryBudget(0.2, min_per_second=10, window=10)`` is Finagle's and
     Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's."""
 
@@ -140,7 +158,7 @@ class RetryBudget:
 
     def __init__(
         self,
-        ratio: float = 0.15,
+        ratio: float = 0.2,
         *,
         min_per_second: float = 0.1,
         window: float = 30.0,
@@ -181,17 +199,20 @@ class RetryBudget:
 
 
 class AdaptiveThrottle:
-    """Google SRE client-side throttling (see the module): ``k`` >= 1 (2 by default: the
-    server may refuse up to half of what it is sent before the client holds back), over the
-    last ``window`` seconds (short, so the client trusts a recovered server again quickly)."""
+    """Google SRE client-side throttling (see the module): ``k`` >= 1 (the server may refuse up
+    to ``1 - 1/k`` of what it is sent before the client holds back), over the last ``window``
+    seconds (short, so the client trusts a recovered server again within seconds).
+
+    ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 5 s; see
+    ``default_throttle``); ``AdaptiveThrottle(2.0, window=2.0)`` is the SRE book's."""
 
     __slots__ = ("_accepts", "_clock", "_k", "_random", "_requests")
 
     def __init__(
         self,
-        k: float = 2.0,
+        k: float = 1.8,
         *,
-        window: float = 2.0,
+        window: float = 5.0,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -213,28 +234,52 @@ class AdaptiveThrottle:
     def admit(self) -> bool:
         """Whether to send a call now; counted as a request either way (a call refused here
         still tells the throttle how much is wanted)."""
-        rejected = self._random.random() < self.rejection_probability()
-        self._requests.add(self._clock())
-        return not rejected
+        now = self._clock()
+        requests = self._requests.total(now)
+        excess = requests - self._k * self._accepts.total(now)
+        self._requests.add(now)
+        # While the server accepts enough, no random draw: the path of every call.
+        return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
     def accepted(self) -> None:
         """The server accepted a call (any answer but a refusal)."""
         self._accepts.add(self._clock())
 
+    def __repr__(self) -> str:
+        return f"AdaptiveThrottle(k={self._k:g}, rejecting={self.rejection_probability():.0%})"
+
 
 def default_budget(clock: Clock = time.monotonic) -> RetryBudget:
     """The budget a server gets unless told otherwise, chosen by measurement
-    (``benchmarks/retry_budget.py``, docs/client.md): retries within 15 % of the first attempts
+    (``benchmarks/retry_budget.py``, docs/client.md): retries within 20 % of the first attempts
     of the last 30 s, plus 3 (0.1 a second) so a quiet client may still retry.
 
-    A ratio scales with the process's own traffic, so the fleet's retries stay within 15 % of
+    A ratio scales with the process's own traffic, so the fleet's retries stay within 20 % of
     its load however many processes share it (a token bucket's fixed size, or Finagle's floor
     of 10 a second in every process, does not); the 30 s of deposits let a 1 s blip's refusals
-    all be retried."""
+    all be retried, also soon after an overload whose retries the window still counts (15 %
+    left some of them unretried). At sustained overload the throttle (``default_throttle``),
+    not the budget, is what holds the attempts down."""
     return RetryBudget(clock=clock)
 
 
+def default_throttle(
+    clock: Clock = time.monotonic, rng: random.Random | None = None
+) -> AdaptiveThrottle:
+    """The client-side throttle a server gets unless told otherwise, chosen by measurement
+    (``benchmarks/retry_budget.py``, docs/client.md): ``k=1.8`` over the last 5 s.
+
+    Without a throttle, the first attempts alone at 3x overload are refused twice per
+    acceptance, whatever the retry policy. With ``k`` the client sends at most about ``k`` x
+    what the server accepts, so refusals settle near ``k - 1`` per acceptance: 1.8 keeps them
+    below 1 with room for chance (2, the SRE book's, sits on the bound). 5 s, not 2: a 1 s
+    blip moves a 5 s window too little to throttle it, and a server whose capacity returns is
+    trusted again within the window."""
+    return AdaptiveThrottle(clock=clock, rng=rng)
+
+
 _shared: dict[str, Budget] = {}
+_throttles: dict[str, AdaptiveThrottle] = {}
 _shared_lock = threading.Lock()
 
 
@@ -248,7 +293,53 @@ def shared_budget(server: str, factory: Callable[[], Budget] = default_budget) -
     return budget
 
 
+def shared_throttle(
+    server: str, factory: Callable[[], AdaptiveThrottle] = default_throttle
+) -> AdaptiveThrottle:
+    """The one client-side throttle of ``server`` in this process, made by ``factory`` the
+    first time (later factories are ignored: the first caller decides)."""
+    throttle = _throttles.get(server)
+    if throttle is None:
+        with _shared_lock:
+            throttle = _throttles.setdefault(server, factory())
+    return throttle
+
+
+class Pushback:
+    """What a server told this process's calls about retrying, kept for every call to it: the
+    time (the event loop's clock) before which no retry goes, set by a refusal carrying
+    ``retry_now`` = ``false``; and, per tool, the next free opening of its rate limit, so that
+    the process's own rate-limited retries come back one emission interval apart (see
+    ``Retrying``)."""
+
+    __slots__ = ("hold_until", "paced_until")
+
+    def __init__(self) -> None:
+        self.hold_until = -math.inf
+        self.paced_until: dict[str, float] = {}
+
+    def hold(self, until: float) -> None:
+        """No retry before ``until`` (a later hold wins)."""
+        if until > self.hold_until:
+            self.hold_until = until
+
+
+_holds: dict[str, Pushback] = {}
+
+
+def shared_pushback(server: str) -> Pushback:
+    """The one ``Pushback`` of ``server`` in this process."""
+    pushback = _holds.get(server)
+    if pushback is None:
+        with _shared_lock:
+            pushback = _holds.setdefault(server, Pushback())
+    return pushback
+
+
 def reset_shared_budgets() -> None:
-    """Forget every shared budget (for tests, and after a fork)."""
+    """Forget every shared budget, throttle and server pushback (for tests, and after a
+    fork)."""
     with _shared_lock:
         _shared.clear()
+        _throttles.clear()
+        _holds.clear()

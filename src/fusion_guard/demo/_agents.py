@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from ..client import Retrying, RetryingSession, default_budget
+from ..client import Retrying, RetryingSession, ThrottledLocally, default_budget, default_throttle
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -129,7 +129,7 @@ class LogicalCall:
     attempts: int = 0
     ok: bool = False
     budget: bool = False
-    """Sent back by the helper's retry budget."""
+    """Sent back by the helper itself: its retry budget or its client-side throttle."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +149,8 @@ class PhaseFigures:
     within_deadline: float
     """The share of the phase's logical calls done OK within their deadline."""
     budget_refusals: int
-    """The phase's logical calls the helper's retry budget sent back (0 for the others)."""
+    """The phase's logical calls the helper sent back itself, by its retry budget or its
+    throttle (0 for the others)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,11 +308,15 @@ async def _run_policy(
         helper = RetryingSession(
             counting,
             # As ``wrap(client)`` makes it, but for two things ``wrap`` does not take: the
-            # budget on the event loop's clock (the default reads time.monotonic, which a test
-            # clock does not move) and a seeded jitter, so that a seed repeats exactly.
+            # budget and the throttle on the event loop's clock (the defaults read
+            # time.monotonic, which a test clock does not move) and seeded random draws, so
+            # that a seed repeats exactly.
             Retrying(
                 server=_SERVER,
                 budget=default_budget(clock=anyio.current_time),
+                throttle=default_throttle(
+                    clock=anyio.current_time, rng=random.Random(f"{seed}:agents:throttle")
+                ),
                 rng=random.Random(f"{seed}:agents:helper"),
             ),
         )
@@ -320,10 +325,14 @@ async def _run_policy(
             return await counting.call_tool(TOOL, {})
 
         async def helped(deadline: float) -> bool:
-            outcome = await helper.call_tool_outcome(
-                TOOL, {}, deadline=deadline - anyio.current_time()
-            )
-            _current.get().budget = outcome.stopped == "budget"
+            try:
+                outcome = await helper.call_tool_outcome(
+                    TOOL, {}, deadline=deadline - anyio.current_time()
+                )
+            except ThrottledLocally:  # not sent: the server refuses most of what it gets
+                _current.get().budget = True
+                return False
+            _current.get().budget = outcome.stopped in ("budget", "throttled")
             return outcome.stopped == "ok"
 
         retry = {"no retry": _no_retry, "naive": _naive, "backoff": _backoff}.get(policy)
