@@ -33,6 +33,7 @@ anyio_backend = virtual_time_backends()
 def retrying(**options: Any) -> Retrying:
     options.setdefault("rng", random.Random(7))
     options.setdefault("budget", None)
+    options.setdefault("throttle", None)
     return Retrying(**options)
 
 
@@ -50,8 +51,18 @@ async def test_a_refusal_is_retried_after_its_advice_and_never_before(code: str,
     first, second, third = (t - start for t in script.times)
     assert first == 0
     assert 0.5 <= second - first <= 0.5 * 1.2
-    assert 0.25 <= third - second <= 0.25 * 1.2
+    # A SERVER_BUSY advice followed and refused again: the second retry waits twice as long.
+    stretch = 2.0 if code == "SERVER_BUSY" else 1.0
+    assert 0.25 * stretch <= third - second <= 0.25 * 1.2 * stretch
     assert outcome.waited == pytest.approx(third)
+
+
+@pytest.mark.anyio
+async def test_a_doubled_wait_that_would_pass_the_deadline_falls_back_to_the_advice() -> None:
+    script = Script(refusal(retry_after=0.5), refusal(retry_after=1.0), success())
+    outcome = await retrying(jitter=0.0).run(script, deadline=2.0)
+    # 0.5 s, then 1.0 s (doubled, 2.0 s, would end past the deadline at 2.0 s).
+    assert (outcome.stopped, outcome.attempts, outcome.waited) == ("ok", 3, 1.5)
 
 
 @pytest.mark.anyio
@@ -239,16 +250,51 @@ async def test_adaptive_throttling_refuses_locally_once_the_server_refuses_most(
     throttle = AdaptiveThrottle(2.0, window=1.0, clock=now, rng=Always())
     policy = retrying(throttle=throttle, max_attempts=1)
     script = Script(refusal(retry_after=0.1))
-    outcome = await policy.run(script)  # no history yet: sent
-    assert outcome.stopped == "attempts"
+    for _ in range(11):  # ten refusals more than its share are no evidence yet: all sent
+        outcome = await policy.run(script)
+        assert outcome.stopped == "attempts"
     with pytest.raises(ThrottledLocally, match="THROTTLED_LOCALLY"):
         await policy.run(script)
-    assert script.calls == 1
+    assert script.calls == 11
     await anyio.sleep(1.2)  # the window forgets
     assert throttle.rejection_probability() == 0
     policy = retrying(throttle=throttle, max_attempts=2)
-    outcome = await policy.run(script)
-    assert (outcome.stopped, outcome.attempts) == ("throttled", 1)
+    for _ in range(11):
+        await policy.run(Script(refusal(retry_after=0.1), success()))  # accepted on retry
+    # 11 refusals, 11 acceptances: within k - 1 per acceptance, nothing is held back.
+    assert throttle.rejection_probability() == 0
+
+
+@pytest.mark.anyio
+async def test_the_throttle_trusts_a_server_that_stops_refusing_at_once() -> None:
+    class Always(random.Random):
+        def random(self) -> float:
+            return 0.0
+
+    throttle = AdaptiveThrottle(1.8, window=5.0, clock=anyio.current_time, rng=Always())
+    policy = retrying(throttle=throttle, max_attempts=1)
+    refused = Script(refusal(retry_after=0.1))
+    for _ in range(30):
+        try:
+            await policy.run(refused)
+        except ThrottledLocally:
+            pass
+    assert throttle.rejection_probability() > 0.5
+    # The server accepts again, and the calls keep coming, 10 a second: while the refusals are
+    # in the window every call is held back (this rng rejects whenever it may); once they have
+    # left it, every call goes, though the window still holds some 50 calls held back and no
+    # acceptance (the SRE book's probability alone would be 50 / 51, and stay there).
+    ok = Script(success())
+    for _ in range(50):  # 5 s
+        with pytest.raises(ThrottledLocally):
+            await policy.run(ok)
+        await anyio.sleep(0.1)
+    await anyio.sleep(0.5)  # the last slice of refusals leaves the window
+    for _ in range(10):
+        await policy.run(ok)
+        await anyio.sleep(0.1)
+    assert ok.calls == 10
+    assert throttle.rejection_probability() == 0
 
 
 @pytest.mark.anyio

@@ -275,9 +275,13 @@ class Retrying:
         final = error is None or error.code not in RETRYABLE_CODES
         if self._budget is not None:
             self._budget.answered(refused=not final)
+        throttle = self._throttle
+        if throttle is not None:
+            if final:
+                throttle.accepted()
+            else:
+                throttle.refused()
         if final:
-            if self._throttle is not None:
-                self._throttle.accepted()
             return None
         if call is None:
             call = _Call(tool, math.inf)
