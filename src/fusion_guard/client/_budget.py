@@ -109,41 +109,49 @@ class TokenBucket:
 class _Window:
     """Counts over the last ``span`` seconds in ``slices`` buckets: memory stays bounded
     whatever the call rate, and a count leaves the window at most one slice late. The total is
-    kept as counts come and go, so adding and reading cost a few steps however many slices (the
-    client asks on every call)."""
+    kept as counts come and go: adding and reading cost one comparison while the newest slice
+    lasts (the client asks on every call)."""
 
-    __slots__ = ("_counts", "_head", "_slice", "_total")
+    __slots__ = ("_counts", "_end", "_head", "_index", "_slice", "_total")
 
     def __init__(self, span: float, slices: int = 10) -> None:
         self._slice = span / slices
         self._counts = [0.0] * slices
-        self._head = -math.inf  # the slice the latest count went to
+        self._index = -math.inf  # the newest slice's number (time // slice)
+        self._head = 0  # its place in ``_counts``
+        self._end = -math.inf  # when it ends
         self._total = 0.0
 
-    def _roll(self, index: float) -> None:
-        """Make ``index`` the newest slice: the slices it passed over leave the window."""
+    def _advance(self, now: float) -> None:
+        """Make the slice of ``now`` the newest: the slices passed over leave the window."""
         counts = self._counts
-        if index - self._head >= len(counts):
+        index = now // self._slice
+        if index - self._index >= len(counts):
             counts[:] = [0.0] * len(counts)
         else:
-            for passed in range(int(self._head) + 1, int(index) + 1):
+            for passed in range(int(self._index) + 1, int(index) + 1):
                 counts[passed % len(counts)] = 0.0
-        self._head = index
+        self._index = index
+        self._head = int(index) % len(counts)
+        self._end = (index + 1) * self._slice
         self._total = sum(counts)  # summed again, not decremented: no float drift
 
     def add(self, now: float, amount: float = 1.0) -> None:
-        index = now // self._slice
-        if index > self._head:
-            self._roll(index)
-            self._counts[int(index) % len(self._counts)] += amount
-        else:  # a clock read a moment ago: counted in the newest slice
-            self._counts[int(self._head) % len(self._counts)] += amount
+        if now >= self._end:
+            self._advance(now)
+        # (a clock read a moment before the newest slice began counts in it)
+        self._counts[self._head] += amount
         self._total += amount
 
     def total(self, now: float) -> float:
-        if now // self._slice > self._head:
-            self._roll(now // self._slice)
+        if now >= self._end:
+            self._advance(now)
         return self._total
+
+    @property
+    def newest_end(self) -> float:
+        """When the newest slice ends (as of the last count or reading)."""
+        return self._end
 
 
 class RetryBudget:
@@ -222,7 +230,7 @@ class AdaptiveThrottle:
     ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 5 s; see
     ``default_throttle``)."""
 
-    __slots__ = ("_accepts", "_clock", "_k", "_random", "_refusals", "_requests")
+    __slots__ = ("_accepts", "_clock", "_k", "_open_until", "_random", "_refusals", "_requests")
 
     def __init__(
         self,
@@ -242,27 +250,36 @@ class AdaptiveThrottle:
         self._refusals = _Window(window)
         self._clock = clock
         self._random = rng or random.Random()
+        # Until when the gate is known to be open: till the newest slice ends (a slice leaving
+        # the window may take acceptances with it) or the next refusal, whichever is first.
+        self._open_until = -math.inf
+
+    def _open(self, now: float) -> bool:
+        """Whether the server refuses within its share (then nothing is held back)."""
+        accepts = self._accepts.total(now)
+        if self._refusals.total(now) <= (self._k - 1) * accepts + _EVIDENCE:
+            self._open_until = self._accepts.newest_end
+            return True
+        return False
 
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
         now = self._clock()
-        accepts = self._accepts.total(now)
-        if self._refusals.total(now) <= (self._k - 1) * accepts + _EVIDENCE:
+        if self._open(now):
             return 0.0
         requests = self._requests.total(now)
-        return max(0.0, (requests - self._k * accepts) / (requests + 1))
+        return max(0.0, (requests - self._k * self._accepts.total(now)) / (requests + 1))
 
     def admit(self) -> bool:
         """Whether to send a call now; counted as a request either way (a call refused here
         still tells the throttle how much is wanted)."""
         now = self._clock()
-        accepts = self._accepts.total(now)
+        if now < self._open_until or self._open(now):  # the path of every call
+            self._requests.add(now)
+            return True
         requests = self._requests.total(now)
         self._requests.add(now)
-        # While the server refuses little, no random draw: the path of every call.
-        if self._refusals.total(now) <= (self._k - 1) * accepts + _EVIDENCE:
-            return True
-        excess = requests - self._k * accepts
+        excess = requests - self._k * self._accepts.total(now)
         return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
     def accepted(self) -> None:
@@ -272,6 +289,7 @@ class AdaptiveThrottle:
     def refused(self) -> None:
         """The server refused a call (SERVER_BUSY, RATE_LIMITED)."""
         self._refusals.add(self._clock())
+        self._open_until = -math.inf
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self._k:g}, rejecting={self.rejection_probability():.0%})"

@@ -19,7 +19,7 @@ import anyio
 
 from ..wire._client import FusionClientError
 from ..wire._shedding import RETRY_NOW
-from ._advice import RETRYABLE_CODES, refusal_of
+from ._advice import RETRYABLE_CODES, is_error, refusal_of
 from ._budget import (
     AdaptiveThrottle,
     Budget,
@@ -271,6 +271,12 @@ class Retrying:
     def _settle(self, call: _Call | None, result: object, tool: str) -> _Call | None:
         """Read an attempt's answer: None when it is the last (a success, or an error that is
         no refusal), else the call to ``_resume``."""
+        if not is_error(result):  # a success: the path of most calls
+            if self._budget is not None:
+                self._budget.answered(refused=False)
+            if self._throttle is not None:
+                self._throttle.accepted()
+            return None
         error = refusal_of(result)
         final = error is None or error.code not in RETRYABLE_CODES
         if self._budget is not None:
