@@ -207,9 +207,9 @@ class RetryBudget:
 
 
 _EVIDENCE = 10
-"""Refusals in a throttle's window beyond its share that are no evidence yet: a client's first
-refusal, before any acceptance, would otherwise hold back half of what follows it (the server's
-retry-storm rule waits for 10 arrivals likewise)."""
+"""Refusals in a throttle's window that are no evidence yet, whatever the acceptances: a
+client's first refusal, before any acceptance, would otherwise hold back half of what follows it
+(the server's retry-storm rule waits for 10 arrivals likewise)."""
 
 
 class AdaptiveThrottle:
@@ -217,8 +217,8 @@ class AdaptiveThrottle:
     seconds (short, so the client trusts a recovered server again within seconds).
 
     One change to the book's rule: calls are held back only while the server refuses more
-    than ``k - 1`` attempts per acceptance over the window (and 10 more: a few refusals are no
-    evidence). The book's probability counts the
+    than ``k - 1`` attempts per acceptance over the window (and more than 10: a few refusals
+    are no evidence). The book's probability counts the
     calls held back as demand, so once a crowd's refusals (say, agents starting together) have
     driven it up, the client sends about ``k`` x what the server accepts, and the server, now
     accepting all it is sent, is trusted again only by a factor of ``k`` a window: an idle
@@ -257,7 +257,7 @@ class AdaptiveThrottle:
     def _open(self, now: float) -> bool:
         """Whether the server refuses within its share (then nothing is held back)."""
         accepts = self._accepts.total(now)
-        if self._refusals.total(now) <= (self._k - 1) * accepts + _EVIDENCE:
+        if self._refusals.total(now) <= max((self._k - 1) * accepts, _EVIDENCE):
             self._open_until = self._accepts.newest_end
             return True
         return False
