@@ -444,6 +444,66 @@ async def test_a_refusal_saying_retry_now_false_goes_back_at_once(via: str) -> N
 
 
 @pytest.mark.anyio
+async def test_retry_now_false_holds_the_retries_of_every_call_sharing_the_budget() -> None:
+    # Three calls on one Retrying (one budget): the first is told "not now" for 2 s at 0.1 s;
+    # the second, refused at 0 s with 0.3 s of advice, was already waiting; the third is refused
+    # at 0.5 s with 0.3 s of advice. Both hold their retries until the 2 s have passed.
+    policy = retrying(jitter=0.0)
+    told = Script(
+        refusal("SERVER_BUSY", 0.1), refusal("SERVER_BUSY", 2.0, details={"retry_now": "false"})
+    )
+    waiting = Script(refusal("SERVER_BUSY", 0.3), success())
+    later = Script(refusal("SERVER_BUSY", 0.3), success())
+    start = anyio.current_time()
+    outcomes: dict[str, Any] = {}
+
+    async def run(name: str, script: Script, after: float) -> None:
+        await anyio.sleep(after)
+        outcomes[name] = await policy.run(script, deadline=5.0)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run, "told", told, 0.0)
+        tasks.start_soon(run, "waiting", waiting, 0.0)
+        tasks.start_soon(run, "later", later, 0.5)
+    assert outcomes["told"].stopped == "server_said_later"
+    assert told.times[1] - start == pytest.approx(0.1)
+    for name, script in (("waiting", waiting), ("later", later)):
+        assert outcomes[name].stopped == "ok", name
+        assert script.times[1] - start == pytest.approx(2.1), name  # the hold's end, not before
+
+
+@pytest.mark.anyio
+async def test_a_hold_that_ends_past_the_deadline_sends_the_refusal_back_at_once() -> None:
+    policy = retrying(jitter=0.0)
+    told = Script(refusal("SERVER_BUSY", 3.0, details={"retry_now": "false"}))
+    await policy.run(told)
+    start = anyio.current_time()
+    script = Script(refusal("SERVER_BUSY", 0.1), success())
+    outcome = await policy.run(script, deadline=1.0)
+    assert (outcome.stopped, outcome.attempts, outcome.waited) == ("server_said_later", 1, 0.0)
+    assert anyio.current_time() == start
+    # Another Retrying has a budget (and a hold) of its own: not held.
+    assert (await retrying().run(Script(refusal("SERVER_BUSY", 0.1), success()))).stopped == "ok"
+
+
+@pytest.mark.anyio
+async def test_a_processs_rate_limited_retries_come_one_emission_interval_apart() -> None:
+    # An anonymous crowd is told one opening (the server cannot tell its callers apart): the
+    # calls of one process told the same time take successive openings of the limit (10 a
+    # second: 0.1 s each) from the advised one, never before it.
+    details = {"limit": "10", "period_seconds": "1", "scope": "tool"}
+    policy = retrying()
+    scripts = [Script(refusal("RATE_LIMITED", 0.5, details=details), success()) for _ in range(5)]
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tasks:
+        for script in scripts:
+            tasks.start_soon(policy.run, script)
+    retries = sorted(script.times[1] - start for script in scripts)
+    for place, at in enumerate(retries):  # each within an opening of its own
+        assert 0.5 + 0.1 * place <= at < 0.5 + 0.1 * (place + 1) + 1e-9, retries
+
+
+@pytest.mark.anyio
 async def test_only_false_stops_the_retries() -> None:
     # Another value (a newer server's, or garbage) leaves the usual rules in force.
     script = Script(refusal("RATE_LIMITED", 0.5, details={"retry_now": "soon"}), success())

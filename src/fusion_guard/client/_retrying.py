@@ -160,12 +160,14 @@ class Retrying:
             raise ValueError(f"server must be a non-empty str naming the server, got {server!r}")
         self.server = server
         self._max_attempts = max_attempts
-        shared = isinstance(budget, _Shared)
-        self._budget = shared_budget(server) if shared else budget
-        self._throttle = shared_throttle(server) if isinstance(throttle, _Shared) else throttle
         # What the server said is shared as the budget is: by every caller of the server's
         # shared budget, else by this object's calls only.
-        self._pushback = shared_pushback(server) if shared else Pushback()
+        self._budget: Budget | None
+        if isinstance(budget, _Shared):
+            self._budget, self._pushback = shared_budget(server), shared_pushback(server)
+        else:
+            self._budget, self._pushback = budget, Pushback()
+        self._throttle = shared_throttle(server) if isinstance(throttle, _Shared) else throttle
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -311,16 +313,22 @@ class Retrying:
             error = call.error
             assert error is not None  # _settle keeps the refusal's envelope
             stop = self._stop(error, call.tool, call.attempt, waits_until, why)
+            if not isinstance(stop, str):
+                if observer is not None:
+                    notify(observer, "retrying", self.server, call.tool, error.code, stop)
+                log_retry(self.server, call.tool, call.attempt, error.code, stop)
+                await anyio.sleep(stop)
+                waited += stop
+                # Another call may have been told "not now" while this one slept: it holds too.
+                stop = self._held(waits_until) or 0.0
+                if not isinstance(stop, str) and stop > 0:
+                    await anyio.sleep(stop)
+                    waited += stop
             if isinstance(stop, str):
                 if observer is not None:
                     notify(observer, "gave_up", self.server, call.tool, stop, call.attempt)
                 log_gave_up(self.server, call.tool, stop, call.attempt, error.code)
                 return CallOutcome(result, stop, call.attempt, waited, error)
-            if observer is not None:
-                notify(observer, "retrying", self.server, call.tool, error.code, stop)
-            log_retry(self.server, call.tool, call.attempt, error.code, stop)
-            await anyio.sleep(stop)
-            waited += stop
             call.attempt += 1
             if call.deadline != math.inf:
                 call.remaining = call.deadline - anyio.current_time()
@@ -346,19 +354,23 @@ class Retrying:
         if error.retry_after is not None and error.retry_after > self._max_wait:
             return "advice_too_long"
         wait = self._wait(error, attempt, deadline - now)
-        held = pushback.hold_until - now
-        if held > wait:  # another call was told not to retry before then
-            wait = held * (1.0 + self._random.random() * self._jitter)
-            if now + wait >= deadline:
-                return "server_said_later"
+        if pushback.hold_until - now > wait:  # another call was told not to retry before then
+            held = self._held(deadline)
+            if isinstance(held, str):
+                return held
+            wait = held or wait
         paced = None
-        if error.code == "RATE_LIMITED":
-            interval = _interval(error)
-            if interval is not None:
-                opening = pushback.paced_until.get(tool, -math.inf)
-                if now + wait < opening:  # the process's retries come one interval apart
-                    wait = opening - now + self._random.random() * interval
-                paced = now + wait + interval
+        interval = _interval(error) if error.code == "RATE_LIMITED" else None
+        if interval is not None and error.retry_after is not None:
+            # The process's retries take successive openings, one interval each, from the
+            # advised one or the next one no other retry of the process has taken; each lands
+            # anywhere within its own.
+            opening = now + error.retry_after
+            taken = pushback.paced_until.get(tool, -math.inf)
+            if taken > opening:
+                opening = taken
+                wait = opening - now + self._random.random() * interval
+            paced = opening + interval
         if now + wait >= deadline:
             return bound
         if self._budget is not None and not self._budget.withdraw():
@@ -368,6 +380,17 @@ class Retrying:
         if paced is not None:
             pushback.paced_until[tool] = paced
         return wait
+
+    def _held(self, deadline: float) -> StopReason | float | None:
+        """How long a retry still holds for the server's "not now" told to a call sharing the
+        budget (spread by the jitter, so the held retries do not all come back at its end);
+        ``server_said_later`` when that ends past ``deadline``; None when nothing holds it."""
+        now = anyio.current_time()
+        held = self._pushback.hold_until - now
+        if held <= 0:
+            return None
+        wait = held * (1.0 + self._random.random() * self._jitter)
+        return "server_said_later" if now + wait >= deadline else wait
 
     def _wait(self, error: FusionClientError, retry: int, room: float) -> float:
         """The wait before retry number ``retry``. A SERVER_BUSY advice is an estimate (the
