@@ -4,6 +4,7 @@ errors for bad inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from typing import Any
@@ -275,10 +276,8 @@ async def test_the_throttle_trusts_a_server_that_stops_refusing_at_once() -> Non
     policy = retrying(throttle=throttle, max_attempts=1)
     refused = Script(refusal(retry_after=0.1))
     for _ in range(30):
-        try:
+        with contextlib.suppress(ThrottledLocally):
             await policy.run(refused)
-        except ThrottledLocally:
-            pass
     assert throttle.rejection_probability() > 0.5
     # The server accepts again, and the calls keep coming, 10 a second: while the refusals are
     # in the window every call is held back (this rng rejects whenever it may); once they have
