@@ -210,7 +210,7 @@ POLICIES = {
         ),
         Policy("helper, budget only", lambda: default_budget(clock=_now), max_attempts=5),
         Policy(
-            "helper + SRE throttle 2/2s",
+            "helper, throttle k=2 2 s",
             lambda: default_budget(clock=_now),
             lambda rng: AdaptiveThrottle(2.0, window=2.0, clock=_now, rng=rng),
             max_attempts=5,

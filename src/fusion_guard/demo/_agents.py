@@ -23,7 +23,7 @@ The policies, each with a server and a client of its own, run side by side in on
   ("full jitter", as tenacity's ``wait_random_exponential``), deaf to the advice, never past the
   deadline;
 * ``helper``: ``fusion_guard.client``'s ``RetryingSession`` as ``wrap`` makes it (its defaults,
-  its default budget), told each call's deadline.
+  its default budget and throttle), told each call's deadline.
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ class PhaseFigures:
     attempts: int
     """Attempts those calls sent."""
     attempts_per_call: float
+    retries: int
+    """Attempts those calls sent after their first."""
     refusals_per_accepted: float
     """Attempts the server refused over those it accepted, sent in the phase."""
     goodput: float
@@ -423,6 +425,7 @@ def _summarise(
                 offered=round(len(calls) / (end - start) / scenario.capacity_rps, 2),
                 attempts=sum(c.attempts for c in calls),
                 attempts_per_call=round(sum(c.attempts for c in calls) / max(1, len(calls)), 3),
+                retries=sum(max(0, c.attempts - 1) for c in calls),
                 refusals_per_accepted=round((len(sent) - accepted) / max(1, accepted), 3),
                 goodput=round(_done_between(trace, start, end) / (end - start), 2),
                 within_deadline=round(sum(c.ok for c in calls) / max(1, len(calls)), 4),
