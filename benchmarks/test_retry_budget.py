@@ -69,7 +69,8 @@ def test_the_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("the retry-storm rule on)")
     assert out[1].endswith("storm s/b/r")
-    assert out[2].startswith(HELPER) and out[2].endswith(" 0/0/0")
+    assert out[2].startswith(HELPER)
+    assert out[2].endswith(" 0/0/0")
     assert main(["--seeds", "3", "--models", "rate", "--policies", "no retry", HELPER]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "model rate, seed 3 (capacity 50/s, 4 processes)"
