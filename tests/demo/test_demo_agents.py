@@ -76,9 +76,9 @@ def test_the_helper_stays_within_its_retry_budget(result: AgentsResult) -> None:
     helper = result.run("helper")
     calls = sum(p.calls for p in helper.phases)
     retries = sum(p.retries for p in helper.phases)
-    # The default budget: 20 % of the first attempts of the last 30 s (the whole run here; the
+    # The default budget: 25 % of the first attempts of the last 30 s (the whole run here; the
     # calls the throttle held back sent none) plus 0.1 a second over those 30 s.
-    assert 0 < retries <= 0.2 * calls + 3
+    assert 0 < retries <= 0.25 * calls + 3
     # The budget or the throttle did hold calls back, and the overload's refusals stayed
     # below its acceptances.
     assert sum(p.budget_refusals for p in helper.phases) > 0
