@@ -323,10 +323,10 @@ def default_throttle(
 
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
-    server accepts, so refusals settle near ``k - 1`` per acceptance: 1.8 keeps them below 1
-    (2, the SRE book's, sits on the bound; 1.6 held back a few calls of a blip). 5 s, not 2:
-    a 1 s blip moves a 5 s window too little to throttle it (2 s held back up to 12 % of a
-    blip's calls), and a server that stops refusing is sent everything at once (see the
+    server accepts, so refusals settle below ``k - 1`` per acceptance (0.7-0.9 measured). The
+    book's ``k=2`` over 2 s let 1.2 through; ``k`` of 1.6 or 1.7 held back calls of the agents
+    demo's 1 s blip. 5 s, not 2: a 1 s blip moves a 5 s window too little to throttle it, and
+    a server that stops refusing is sent everything once its refusals leave the window (the
     gate in ``AdaptiveThrottle``)."""
     return AdaptiveThrottle(clock=clock, rng=rng)
 

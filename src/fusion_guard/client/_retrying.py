@@ -395,8 +395,9 @@ class Retrying:
     def _wait(self, error: FusionClientError, retry: int, room: float) -> float:
         """The wait before retry number ``retry``. A SERVER_BUSY advice is an estimate (the
         openings it foresaw may go to calls arriving meanwhile): doubled for each refusal of the
-        call after the first, while that stays within ``room`` seconds (the time left). A rate
-        limit's is the opening it holds for the caller: followed as it is."""
+        call after the first, while that leaves the retry, within ``room`` seconds (the time
+        left), as long as the plain wait to be answered. A rate limit's is the opening it holds
+        for the caller: followed as it is."""
         advice = error.retry_after
         if advice is None:
             ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
@@ -405,7 +406,8 @@ class Retrying:
         if error.code == "RATE_LIMITED":  # a promise: the opening is held until its time
             return wait
         stretched = wait * 2.0 ** (retry - 1)
-        return stretched if stretched < room else wait
+        # The doubled wait must leave the retry as long to be answered as the plain one would.
+        return stretched if stretched + wait < room else wait
 
 
 def _interval(error: FusionClientError) -> float | None:
