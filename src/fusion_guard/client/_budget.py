@@ -227,7 +227,7 @@ class AdaptiveThrottle:
     refusing gets everything at once, and under sustained overload the refusals stay near
     ``k - 1`` per acceptance.
 
-    ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 5 s; see
+    ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 4 s; see
     ``default_throttle``)."""
 
     __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_random", "_refusals",
@@ -237,7 +237,7 @@ class AdaptiveThrottle:
         self,
         k: float = 1.8,
         *,
-        window: float = 5.0,
+        window: float = 4.0,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -319,15 +319,17 @@ def default_throttle(
     clock: Clock = time.monotonic, rng: random.Random | None = None
 ) -> AdaptiveThrottle:
     """The client-side throttle a server gets unless told otherwise, chosen by measurement
-    (``benchmarks/retry_budget.py``, docs/client.md): ``k=1.8`` over the last 5 s.
+    (``benchmarks/retry_budget.py``, docs/client.md): ``k=1.8`` over the last 4 s.
 
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
     server accepts, so refusals settle below ``k - 1`` per acceptance (0.7-0.9 measured). The
     book's ``k=2`` over 2 s let 1.2 through; ``k`` of 1.6 or 1.7 held back calls of the agents
-    demo's 1 s blip. 5 s, not 2: a 1 s blip moves a 5 s window too little to throttle it, and
-    a server that stops refusing is sent everything once its refusals leave the window (the
-    gate in ``AdaptiveThrottle``)."""
+    demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it (over 2 or
+    3 s it held back up to 7 % of a blip's calls), and a server that stops refusing is sent
+    everything once its refusals leave the window (the gate in ``AdaptiveThrottle``); over 5 s
+    an overload's refusals, still in the window 2 s after capacity came back, cost the agents
+    demo's short run part of its second back."""
     return AdaptiveThrottle(clock=clock, rng=rng)
 
 
