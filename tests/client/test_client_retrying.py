@@ -25,6 +25,7 @@ from fusion_guard.client import (
     ThrottledLocally,
     TokenBucket,
     shared_budget,
+    shared_throttle,
 )
 from virtual_time import virtual_time_backends
 
@@ -239,6 +240,32 @@ async def test_the_shared_budget_is_one_per_server() -> None:
     assert first.budget is second.budget is shared_budget("billing")
     assert other.budget is not first.budget
     assert Retrying(server="billing", budget=None).budget is None
+
+
+@pytest.mark.anyio
+async def test_the_throttle_and_the_servers_pushback_are_shared_per_server_too() -> None:
+    class Always(random.Random):
+        def random(self) -> float:
+            return 0.0
+
+    shared_throttle("billing", lambda: AdaptiveThrottle(clock=anyio.current_time, rng=Always()))
+    shared_budget("billing", lambda: RetryBudget(clock=anyio.current_time))
+    first = Retrying(server="billing", max_attempts=1)
+    second = Retrying(server="billing", jitter=0.0)
+    assert first.throttle is second.throttle is shared_throttle("billing")
+    # One session is told "not now" for 1 s: the other's retry waits for it.
+    await first.run(Script(refusal("SERVER_BUSY", 1.0, details={"retry_now": "false"})))
+    start = anyio.current_time()
+    script = Script(refusal("SERVER_BUSY", 0.1), success())
+    assert (await second.run(script)).stopped == "ok"
+    assert script.times[1] - start >= 1.0
+    # One session's refusals hold back the other's calls (11 so far: more than 10 and more
+    # than 0.4 per acceptance, of which there was 1).
+    for _ in range(9):
+        await first.run(Script(refusal("SERVER_BUSY", 0.1)))
+    with pytest.raises(ThrottledLocally):
+        await second.run(Script(success()))
+    assert Retrying(server="billing", throttle=None).throttle is None
 
 
 @pytest.mark.anyio

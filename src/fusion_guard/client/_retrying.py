@@ -182,6 +182,11 @@ class Retrying:
         """The retry budget in use (None: only ``max_attempts`` bounds retries)."""
         return self._budget
 
+    @property
+    def throttle(self) -> AdaptiveThrottle | None:
+        """The client-side throttle in use (None: none)."""
+        return self._throttle
+
     async def call(
         self,
         fn: Callable[..., Awaitable[R]],
