@@ -348,14 +348,15 @@ class Retrying:
         """Why the refusal goes back now, or the seconds to wait before retrying it. The checks
         that cost the server nothing come first; the budget is drawn on only for a retry that
         will be sent."""
-        if attempt >= self._max_attempts:
-            return "attempts"
         now = anyio.current_time()
         pushback = self._pushback
         if error.details.get(RETRY_NOW) == "false":  # the server's pushback: no retry now
-            # Told to every call to the server: theirs hold until the advised time too.
+            # Told to every call sharing the budget, the last attempt's too: theirs hold until
+            # the advised time.
             pushback.hold(now + (error.retry_after or 0.0))
-            return "server_said_later"
+            return "attempts" if attempt >= self._max_attempts else "server_said_later"
+        if attempt >= self._max_attempts:
+            return "attempts"
         if error.retry_after is not None and error.retry_after > self._max_wait:
             return "advice_too_long"
         wait = self._wait(error, attempt, deadline - now)
