@@ -324,7 +324,7 @@ def default_throttle(
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
     server accepts, so refusals settle below ``k - 1`` per acceptance (0.7-0.9 measured). The
-    book's ``k=2`` over 2 s let 1.2 through; ``k`` of 1.6 or 1.7 held back calls of the agents
+    book's ``k=2`` over 2 s let up to 1.07 through; ``k`` of 1.6 or 1.7 held back calls of the agents
     demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it (over 2 or
     3 s it held back up to 7 % of a blip's calls), and a server that stops refusing is sent
     everything once its refusals leave the window (the gate in ``AdaptiveThrottle``); over 5 s
