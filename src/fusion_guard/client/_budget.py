@@ -323,10 +323,11 @@ def default_throttle(
 
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
-    server accepts, so refusals settle below ``k - 1`` per acceptance (0.7-0.9 measured). The
-    book's ``k=2`` over 2 s let up to 1.07 through; ``k`` of 1.6 or 1.7 held back calls of the agents
-    demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it (over 2 or
-    3 s it held back up to 7 % of a blip's calls), and a server that stops refusing is sent
+    server accepts, so refusals settle near ``k - 1`` per acceptance (0.71-1.00 measured). The
+    book's ``k=2`` over 2 s let up to 1.07 through; ``k`` of 1.6 or 1.7 held back calls of the
+    agents demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it
+    (over 3 s it held back 7 % of the demo's blip on seed 1), and a server that stops refusing
+    is sent
     everything once its refusals leave the window (the gate in ``AdaptiveThrottle``); over 5 s
     an overload's refusals, still in the window 2 s after capacity came back, cost the agents
     demo's short run part of its second back."""
