@@ -375,7 +375,8 @@ class Retrying:
             taken = pushback.paced_until.get(tool, -math.inf)
             if taken > opening:
                 opening = taken
-                wait = opening - now + self._random.random() * interval
+                # (never earlier than a hold the wait already includes)
+                wait = max(wait, opening - now + self._random.random() * interval)
             paced = opening + interval
         if now + wait >= deadline:
             return bound
