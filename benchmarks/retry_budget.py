@@ -68,11 +68,8 @@ class Attempt:
     attempt: int  # 1 for a call's first
 
 
-class _Gate:
-    """What ``RetryWindows`` reads of an adapter's gate: the tool, and no observer."""
-
-    tool = "search"
-    observer = None
+TOOL = "search"
+"""The one tool's name, as the adapters' ``RetryWindows`` count its arrivals."""
 
 
 class Server:
@@ -107,7 +104,7 @@ class Server:
                 slots,
                 max_queue=2 * slots,
                 queue_timeout=1.0,
-                name="search",
+                name=TOOL,
                 clock=anyio.current_time,
             )
 
@@ -119,12 +116,7 @@ class Server:
     async def call(self, attempt: int, caller: str) -> ToolResponse:
         response = await self._call(attempt, caller)
         retries = self.retries
-        if (
-            retries is not None
-            and response.is_error
-            and attempt > 1
-            and retries.storming(_Gate.tool)
-        ):
+        if retries is not None and response.is_error and attempt > 1 and retries.storming(TOOL):
             self.storm_refusals += 1
             response = retry_storm(response)
         return response
@@ -132,7 +124,7 @@ class Server:
     async def _call(self, attempt: int, caller: str) -> ToolResponse:
         now = anyio.current_time()
         if self.retries is not None:
-            self.retries.arrived(_Gate(), attempt)  # type: ignore[arg-type]  # a stand-in
+            self.retries.arrived(TOOL, attempt)
         if self.model.startswith("rate"):
             # "rate": each logical call is a known caller (a client key, as agents with their
             # own identity have), which the limit staggers; "rate-anon": no key at all.
