@@ -49,7 +49,10 @@ from fusion_guard.client import (
     ThrottledLocally,
     TokenBucket,
     default_budget,
+    default_throttle,
 )
+from fusion_guard.integrations._common import RetryWindows
+from fusion_guard.wire._shedding import retry_storm
 
 PROCESSES = 4
 DEADLINE_S = 5.0
@@ -65,13 +68,22 @@ class Attempt:
     attempt: int  # 1 for a call's first
 
 
-class Server:
-    """One tool behind the library's admission; records every attempt."""
+TOOL = "search"
+"""The one tool's name, as the adapters' ``RetryWindows`` count its arrivals."""
 
-    def __init__(self, model: str, rng: random.Random) -> None:
+
+class Server:
+    """One tool behind the library's admission; records every attempt. ``storm``: the adapters'
+    retry-storm rule on the refusals (``RetryWindows``: a refused retry, while retries are
+    more than half of the last second's arrivals, at least 10, says ``retry_now`` = ``false``
+    with twice the advice), as ``install`` applies it."""
+
+    def __init__(self, model: str, rng: random.Random, *, storm: bool = False) -> None:
         self.model = model
         self.rng = rng
         self.attempts: list[Attempt] = []
+        self.retries = RetryWindows(clock=anyio.current_time) if storm else None
+        self.storm_refusals = 0  # refusals that said retry_now = false
         self.slow_factor = 1.0  # service times are multiplied by it (2: half the capacity)
         if model.startswith("rate"):
             backend = MemoryBackend(clock=anyio.current_time)
@@ -92,7 +104,7 @@ class Server:
                 slots,
                 max_queue=2 * slots,
                 queue_timeout=1.0,
-                name="search",
+                name=TOOL,
                 clock=anyio.current_time,
             )
 
@@ -102,7 +114,17 @@ class Server:
         return self.rng.expovariate(1 / self.mean_service) * self.slow_factor
 
     async def call(self, attempt: int, caller: str) -> ToolResponse:
+        response = await self._call(attempt, caller)
+        retries = self.retries
+        if retries is not None and response.is_error and attempt > 1 and retries.storming(TOOL):
+            self.storm_refusals += 1
+            response = retry_storm(response)
+        return response
+
+    async def _call(self, attempt: int, caller: str) -> ToolResponse:
         now = anyio.current_time()
+        if self.retries is not None:
+            self.retries.arrived(TOOL, attempt)
         if self.model.startswith("rate"):
             # "rate": each logical call is a known caller (a client key, as agents with their
             # own identity have), which the limit staggers; "rate-anon": no key at all.
@@ -150,7 +172,7 @@ class Naive:
 class Policy:
     name: str
     budget: Callable[[], Budget | None] | None  # None: no retries at all
-    throttle_k: float | None = None
+    throttle: Callable[[random.Random], AdaptiveThrottle] | None = None
     naive: bool = False
     max_attempts: int = 3
 
@@ -172,18 +194,24 @@ POLICIES = {
             lambda: RetryBudget(0.1, min_per_second=0, window=10, clock=_now),
             max_attempts=5,
         ),
-        Policy("helper (default)", lambda: default_budget(clock=_now), max_attempts=5),
-        Policy("helper timing, no budget", lambda: None, max_attempts=5),
         Policy(
-            "helper + throttle K=2",
+            "helper (default)",
             lambda: default_budget(clock=_now),
-            throttle_k=2.0,
+            lambda rng: default_throttle(clock=_now, rng=rng),
             max_attempts=5,
         ),
+        Policy("helper, budget only", lambda: default_budget(clock=_now), max_attempts=5),
+        Policy(
+            "helper, throttle k=2 2 s",
+            lambda: default_budget(clock=_now),
+            lambda rng: AdaptiveThrottle(2.0, window=2.0, clock=_now, rng=rng),
+            max_attempts=5,
+        ),
+        Policy("helper timing, no budget", lambda: None, max_attempts=5),
     )
 }
 HELPER = "helper (default)"
-"""The helper's defaults (``Retrying`` as ``wrap`` makes it)."""
+"""The helper's defaults (``Retrying`` as ``wrap`` makes it: the default budget and throttle)."""
 TIMING = "helper timing, no budget"
 """The helper's waits alone: what the spread of retries is measured on (with the budget, a crowd
 at a cold start is mostly sent back at once, leaving too few retries to measure a spread)."""
@@ -198,9 +226,7 @@ class Process:
 
     def __init__(self, policy: Policy, rng: random.Random) -> None:
         self.naive = Naive() if policy.naive else None
-        throttle = None
-        if policy.throttle_k is not None:
-            throttle = AdaptiveThrottle(policy.throttle_k, window=2.0, clock=_now, rng=rng)
+        throttle = None if policy.throttle is None else policy.throttle(rng)
         self.retrying = Retrying(
             server="search",
             max_attempts=1 if policy.budget is None else policy.max_attempts,
@@ -279,6 +305,7 @@ class Run:
     seed: int
     calls: list[Call] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    storm_refusals: int = 0  # refusals saying retry_now = false (with the storm rule)
 
     def window(self, start: float, end: float) -> list[Call]:
         return [c for c in self.calls if start <= c.arrived < end]
@@ -317,14 +344,20 @@ class Run:
 
 
 def simulate(
-    model: str, scenario: Scenario, policy: Policy, seed: int, processes: int = PROCESSES
+    model: str,
+    scenario: Scenario,
+    policy: Policy,
+    seed: int,
+    processes: int = PROCESSES,
+    *,
+    storm: bool = False,
 ) -> Run:
-    """One run in virtual time on trio."""
+    """One run in virtual time on trio (``storm``: with the retry-storm rule, see ``Server``)."""
     run = Run(model, scenario.name, policy.name, seed)
 
     async def main() -> None:
         rng = random.Random(seed)
-        server = Server(model, random.Random(rng.random()))
+        server = Server(model, random.Random(rng.random()), storm=storm)
         clients = [Process(policy, random.Random(rng.random())) for _ in range(processes)]
         start = anyio.current_time()
 
@@ -358,6 +391,7 @@ def simulate(
                 n += 1
         run.attempts = [Attempt(a.at - start, a.accepted, a.attempt)
                         for a in server.attempts]  # fmt: skip
+        run.storm_refusals = server.storm_refusals
 
     # Trio reorders each batch of runnable tasks at random (to shake out ordering bugs), from a
     # private generator: seeded, a run repeats exactly.
@@ -379,17 +413,22 @@ class Figures:
     blip_success: float  # share of calls arriving in [11.5, 14) s done within the deadline
     recovery_goodput: float  # successes finished in [9, 10) s, capacity back at 8 s
     earliest_retry: float  # the least (retry - advised moment), over every run
+    storm_refusals: tuple[int, int, int]  # retry_now = false: sustained, blip, recovery
 
 
-def measure(model: str, policy: str, seed: int, processes: int = PROCESSES) -> Figures:
+def measure(
+    model: str, policy: str, seed: int, processes: int = PROCESSES, *, storm: bool = False
+) -> Figures:
     chosen = POLICIES[policy]
-    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes)
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, storm=storm)
     earliest = min(c.earliest_retry() for c in sustained.calls)
+    storms = (sustained.storm_refusals, 0, 0)
     if model.startswith("rate"):  # a rate limit's capacity does not move: no blip or recovery here
         blip_success = recovery = math.nan
     else:
-        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes)
-        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes)
+        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes, storm=storm)
+        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes, storm=storm)
+        storms = (sustained.storm_refusals, blip.storm_refusals, recovery_run.storm_refusals)
         blip_success = blip.success(11.5, 14.0)
         recovery = recovery_run.goodput(9.0, 10.0)
         earliest = min(earliest, *(c.earliest_retry() for c in blip.calls + recovery_run.calls))
@@ -400,6 +439,7 @@ def measure(model: str, policy: str, seed: int, processes: int = PROCESSES) -> F
         blip_success,
         recovery,
         earliest,
+        storms,
     )
 
 
@@ -408,18 +448,23 @@ def spread(seed: int, policy: str = TIMING, model: str = "rate") -> float:
     return simulate(model, SCENARIOS["crowd"], POLICIES[policy], seed).retry_peak_ratio()
 
 
-def table(model: str, seed: int, policies: list[str], processes: int = PROCESSES) -> Iterator[str]:
-    yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {processes} processes)"
+def table(
+    model: str, seed: int, policies: list[str], processes: int = PROCESSES, *, storm: bool = False
+) -> Iterator[str]:
+    rule = ", the retry-storm rule on" if storm else ""
+    yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {processes} processes{rule})"
     yield (
         f"{'policy':<26}{'att/call':>9}{'ref/acc':>9}{'goodput':>9}{'blip ok':>9}"
-        f"{'recov':>8}{'early ms':>9}"
+        f"{'recov':>8}{'early ms':>9}" + (f"{'storm s/b/r':>14}" if storm else "")
     )
     for name in policies:
-        f = measure(model, name, seed, processes)
+        f = measure(model, name, seed, processes, storm=storm)
         early = "-" if f.earliest_retry == math.inf else f"{f.earliest_retry * 1000:.0f}"
+        storms = "/".join(str(n) for n in f.storm_refusals)
         yield (
             f"{name:<26}{f.attempts_per_call:>9.2f}{f.refusals_per_accepted:>9.2f}"
             f"{f.goodput:>9.1f}{f.blip_success:>9.1%}{f.recovery_goodput:>8.1f}{early:>9}"
+            + (f"{storms:>14}" if storm else "")
         )
 
 
@@ -432,12 +477,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--processes", type=int, default=PROCESSES, help="client processes sharing the load"
     )
+    parser.add_argument(
+        "--storm-rule",
+        action="store_true",
+        help="the server applies the adapters' retry-storm rule (retry_now=false); the last"
+        " column counts those refusals in the sustained, blip and recovery runs",
+    )
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, got {args.processes}")
     for model in args.models:
         for seed in args.seeds:
-            for line in table(model, seed, args.policies, args.processes):
+            for line in table(model, seed, args.policies, args.processes, storm=args.storm_rule):
                 print(line)
             print()
     print("RATE_LIMITED retries after a crowd: busiest 100 ms window / mean (retries, calls ok)")

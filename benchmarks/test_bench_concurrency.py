@@ -104,9 +104,11 @@ def test_uncontended_slot_with_a_client_key_vs_semaphore(
 
 
 #: A ceiling, not a goal: each call under an adaptive limit is a sample the limit learns from (the
-#: uncrowded median, the window, the parallelism and the queue that follow it), about 3 us more
-#: than a fixed slot on this machine; a tool call through an SDK takes 150 us or more.
-ADAPTIVE_SLOT_CEILING = 10.0
+#: uncrowded median, the window, the parallelism and the queue that follow it), about 2 us more
+#: than a fixed slot on this machine; a tool call through an SDK takes 150 us or more. 10x until
+#: 2026-12-07, when the sample's hot path came from 6.4-9.9x to 4.1-4.4x on the same loaded runs
+#: (issue 40's target is 6x: ``python benchmarks/ab_concurrency.py BASE`` compares two trees).
+ADAPTIVE_SLOT_CEILING = 6.0
 
 
 def test_uncontended_slot_under_an_adaptive_limit_vs_semaphore(

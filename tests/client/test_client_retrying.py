@@ -4,6 +4,7 @@ errors for bad inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from typing import Any
@@ -24,6 +25,7 @@ from fusion_guard.client import (
     ThrottledLocally,
     TokenBucket,
     shared_budget,
+    shared_throttle,
 )
 from virtual_time import virtual_time_backends
 
@@ -33,6 +35,7 @@ anyio_backend = virtual_time_backends()
 def retrying(**options: Any) -> Retrying:
     options.setdefault("rng", random.Random(7))
     options.setdefault("budget", None)
+    options.setdefault("throttle", None)
     return Retrying(**options)
 
 
@@ -50,8 +53,19 @@ async def test_a_refusal_is_retried_after_its_advice_and_never_before(code: str,
     first, second, third = (t - start for t in script.times)
     assert first == 0
     assert 0.5 <= second - first <= 0.5 * 1.2
-    assert 0.25 <= third - second <= 0.25 * 1.2
+    # A SERVER_BUSY advice followed and refused again: the second retry waits twice as long.
+    stretch = 2.0 if code == "SERVER_BUSY" else 1.0
+    assert 0.25 * stretch <= third - second <= 0.25 * 1.2 * stretch
     assert outcome.waited == pytest.approx(third)
+
+
+@pytest.mark.anyio
+async def test_a_doubled_wait_that_leaves_too_little_time_falls_back_to_the_advice() -> None:
+    script = Script(refusal(retry_after=0.5), refusal(retry_after=0.6), success())
+    outcome = await retrying(jitter=0.0).run(script, deadline=2.0)
+    # 0.5 s, then 0.6 s: doubled (1.2 s), it would leave the retry 0.3 s of the 1.5 s left,
+    # less than the 0.6 s the plain wait leaves it.
+    assert (outcome.stopped, outcome.attempts, outcome.waited) == ("ok", 3, pytest.approx(1.1))
 
 
 @pytest.mark.anyio
@@ -229,6 +243,32 @@ async def test_the_shared_budget_is_one_per_server() -> None:
 
 
 @pytest.mark.anyio
+async def test_the_throttle_and_the_servers_pushback_are_shared_per_server_too() -> None:
+    class Always(random.Random):
+        def random(self) -> float:
+            return 0.0
+
+    shared_throttle("billing", lambda: AdaptiveThrottle(clock=anyio.current_time, rng=Always()))
+    shared_budget("billing", lambda: RetryBudget(clock=anyio.current_time))
+    first = Retrying(server="billing", max_attempts=1)
+    second = Retrying(server="billing", jitter=0.0)
+    assert first.throttle is second.throttle is shared_throttle("billing")
+    # One session is told "not now" for 1 s: the other's retry waits for it.
+    await first.run(Script(refusal("SERVER_BUSY", 1.0, details={"retry_now": "false"})))
+    start = anyio.current_time()
+    script = Script(refusal("SERVER_BUSY", 0.1), success())
+    assert (await second.run(script)).stopped == "ok"
+    assert script.times[1] - start >= 1.0
+    # One session's refusals hold back the other's calls (11 so far: more than 10 and more
+    # than 0.4 per acceptance, of which there was 1).
+    for _ in range(9):
+        await first.run(Script(refusal("SERVER_BUSY", 0.1)))
+    with pytest.raises(ThrottledLocally):
+        await second.run(Script(success()))
+    assert Retrying(server="billing", throttle=None).throttle is None
+
+
+@pytest.mark.anyio
 async def test_adaptive_throttling_refuses_locally_once_the_server_refuses_most() -> None:
     now = anyio.current_time
 
@@ -239,16 +279,49 @@ async def test_adaptive_throttling_refuses_locally_once_the_server_refuses_most(
     throttle = AdaptiveThrottle(2.0, window=1.0, clock=now, rng=Always())
     policy = retrying(throttle=throttle, max_attempts=1)
     script = Script(refusal(retry_after=0.1))
-    outcome = await policy.run(script)  # no history yet: sent
-    assert outcome.stopped == "attempts"
+    for _ in range(11):  # ten refusals more than its share are no evidence yet: all sent
+        outcome = await policy.run(script)
+        assert outcome.stopped == "attempts"
     with pytest.raises(ThrottledLocally, match="THROTTLED_LOCALLY"):
         await policy.run(script)
-    assert script.calls == 1
+    assert script.calls == 11
     await anyio.sleep(1.2)  # the window forgets
     assert throttle.rejection_probability() == 0
     policy = retrying(throttle=throttle, max_attempts=2)
-    outcome = await policy.run(script)
-    assert (outcome.stopped, outcome.attempts) == ("throttled", 1)
+    for _ in range(11):
+        await policy.run(Script(refusal(retry_after=0.1), success()))  # accepted on retry
+    # 11 refusals, 11 acceptances: within k - 1 per acceptance, nothing is held back.
+    assert throttle.rejection_probability() == 0
+
+
+@pytest.mark.anyio
+async def test_the_throttle_trusts_a_server_that_stops_refusing_at_once() -> None:
+    class Always(random.Random):
+        def random(self) -> float:
+            return 0.0
+
+    throttle = AdaptiveThrottle(1.8, window=5.0, clock=anyio.current_time, rng=Always())
+    policy = retrying(throttle=throttle, max_attempts=1)
+    refused = Script(refusal(retry_after=0.1))
+    for _ in range(30):
+        with contextlib.suppress(ThrottledLocally):
+            await policy.run(refused)
+    assert throttle.rejection_probability() > 0.5
+    # The server accepts again, and the calls keep coming, 10 a second: while the refusals are
+    # in the window every call is held back (this rng rejects whenever it may); once they have
+    # left it, every call goes, though the window still holds some 50 calls held back and no
+    # acceptance (the SRE book's probability alone would be 50 / 51, and stay there).
+    ok = Script(success())
+    for _ in range(50):  # 5 s
+        with pytest.raises(ThrottledLocally):
+            await policy.run(ok)
+        await anyio.sleep(0.1)
+    await anyio.sleep(0.5)  # the last slice of refusals leaves the window
+    for _ in range(10):
+        await policy.run(ok)
+        await anyio.sleep(0.1)
+    assert ok.calls == 10
+    assert throttle.rejection_probability() == 0
 
 
 @pytest.mark.anyio
@@ -395,6 +468,66 @@ async def test_a_refusal_saying_retry_now_false_goes_back_at_once(via: str) -> N
     assert outcome.error is not None
     assert outcome.error.details["retry_now"] == "false"
     assert anyio.current_time() - start == pytest.approx(script.times[1] - start)  # no wait after
+
+
+@pytest.mark.anyio
+async def test_retry_now_false_holds_the_retries_of_every_call_sharing_the_budget() -> None:
+    # Three calls on one Retrying (one budget): the first is told "not now" for 2 s at 0.1 s;
+    # the second, refused at 0 s with 0.3 s of advice, was already waiting; the third is refused
+    # at 0.5 s with 0.3 s of advice. Both hold their retries until the 2 s have passed.
+    policy = retrying(jitter=0.0)
+    told = Script(
+        refusal("SERVER_BUSY", 0.1), refusal("SERVER_BUSY", 2.0, details={"retry_now": "false"})
+    )
+    waiting = Script(refusal("SERVER_BUSY", 0.3), success())
+    later = Script(refusal("SERVER_BUSY", 0.3), success())
+    start = anyio.current_time()
+    outcomes: dict[str, Any] = {}
+
+    async def run(name: str, script: Script, after: float) -> None:
+        await anyio.sleep(after)
+        outcomes[name] = await policy.run(script, deadline=5.0)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run, "told", told, 0.0)
+        tasks.start_soon(run, "waiting", waiting, 0.0)
+        tasks.start_soon(run, "later", later, 0.5)
+    assert outcomes["told"].stopped == "server_said_later"
+    assert told.times[1] - start == pytest.approx(0.1)
+    for name, script in (("waiting", waiting), ("later", later)):
+        assert outcomes[name].stopped == "ok", name
+        assert script.times[1] - start == pytest.approx(2.1), name  # the hold's end, not before
+
+
+@pytest.mark.anyio
+async def test_a_hold_that_ends_past_the_deadline_sends_the_refusal_back_at_once() -> None:
+    policy = retrying(jitter=0.0)
+    told = Script(refusal("SERVER_BUSY", 3.0, details={"retry_now": "false"}))
+    await policy.run(told)
+    start = anyio.current_time()
+    script = Script(refusal("SERVER_BUSY", 0.1), success())
+    outcome = await policy.run(script, deadline=1.0)
+    assert (outcome.stopped, outcome.attempts, outcome.waited) == ("server_said_later", 1, 0.0)
+    assert anyio.current_time() == start
+    # Another Retrying has a budget (and a hold) of its own: not held.
+    assert (await retrying().run(Script(refusal("SERVER_BUSY", 0.1), success()))).stopped == "ok"
+
+
+@pytest.mark.anyio
+async def test_a_processs_rate_limited_retries_come_one_emission_interval_apart() -> None:
+    # An anonymous crowd is told one opening (the server cannot tell its callers apart): the
+    # calls of one process told the same time take successive openings of the limit (10 a
+    # second: 0.1 s each) from the advised one, never before it.
+    details = {"limit": "10", "period_seconds": "1", "scope": "tool"}
+    policy = retrying()
+    scripts = [Script(refusal("RATE_LIMITED", 0.5, details=details), success()) for _ in range(5)]
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tasks:
+        for script in scripts:
+            tasks.start_soon(policy.run, script)
+    retries = sorted(script.times[1] - start for script in scripts)
+    for place, at in enumerate(retries):  # each within an opening of its own
+        assert 0.5 + 0.1 * place <= at < 0.5 + 0.1 * (place + 1) + 1e-9, retries
 
 
 @pytest.mark.anyio

@@ -48,8 +48,8 @@ samples it is fed (no clock of its own, no I/O), so it is tested with plain numb
 
 from __future__ import annotations
 
-import bisect
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from typing import ClassVar
 
@@ -58,10 +58,15 @@ from .._exceptions import ConfigurationError
 
 __all__ = ["GradientLimit"]
 
+_INF = math.inf
+
 #: A gradient within [1 / DEAD_BAND, DEAD_BAND] holds the limit (noise of a small median).
 DEAD_BAND = 1.25
 #: Uncrowded calls whose median is the baseline.
 QUIET_SAMPLES = 60
+# Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
+# once that many have come, the baseline is read there without working out the middle.
+_MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 #: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
 PROBE_SPACING_BASELINES = 200
 #: A window closes early, after this many calls, when even the fastest of them took
@@ -126,6 +131,7 @@ class GradientLimit:
         "_probe_taken",
         "_probing",
         "_quiet",
+        "_quiet_floor",
         "_quiet_sorted",
         "_samples",
         "_window",
@@ -175,6 +181,7 @@ class GradientLimit:
         self.probe_every = check_seconds("probe_every", probe_every)
         self.probe_samples = check_int("probe_samples", probe_samples, 1)
         self._estimate = float(initial)  # the limit as a real number; ``limit`` rounds it
+        self._quiet_floor = max(self.min_limit, math.ceil(self._estimate / 4))
         self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
@@ -186,7 +193,7 @@ class GradientLimit:
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
         self._window: list[float] = []
-        self._window_fastest = math.inf
+        self._window_fastest = _INF
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
@@ -216,24 +223,40 @@ class GradientLimit:
         dropped: bool,
         *,
         overtook: int = 0,
-    ) -> None:
-        if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
-            return  # no clock gives such a sample: nothing to learn from it
-        self._samples += 1
+    ) -> bool:
+        """Learn from one finished call (``Limit.on_sample``, and ``overtook``: see the class).
+        Returns False when neither ``limit`` nor ``parallelism`` moved (True: they may have)."""
+        # Every finished call of a guard under max_active="auto" comes here, so the common case
+        # (a sample that closes no window) is written out without a call it could spare: the
+        # quiet bound's floor is kept by ``_set``, the baseline's median read in place.
+        end = start + duration
+        if end - end or not duration >= 0.0:  # NaN (truthy) unless both are finite
+            return False  # no clock gives such a sample (NaN, infinite, negative)
+        samples = self._samples = self._samples + 1
         seen = self._overtaking
         if overtook > 0:
             at_once = int(overtook) + 1
             while seen and seen[-1][1] <= at_once:
                 seen.pop()
-            seen.append((self._samples, at_once))
-        if seen and seen[0][0] <= self._samples - OVERTAKING_MEMORY:
+            seen.append((samples, at_once))
+        if seen and seen[0][0] <= samples - OVERTAKING_MEMORY:
             seen.popleft()
-        end = start + duration
         if dropped:
             self._set(self._estimate / 2)
-            return
-        if inflight <= self._quiet_bound():  # a quiet call: it tells the uncrowded latency
-            self._learn_quiet(duration)
+            return True
+        # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
+        if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
+            # A quiet call: it tells the uncrowded latency (the median of the last ones).
+            quiet, ordered = self._quiet, self._quiet_sorted
+            if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
+                del ordered[bisect_left(ordered, quiet[0])]
+                quiet.append(duration)
+                insort(ordered, duration)
+                self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
+            else:
+                quiet.append(duration)
+                insort(ordered, duration)
+                self._baseline = _median_of_sorted(ordered)
             self._probe_taken += 1
         elif not self._measured:
             self._crowded_unmeasured += 1
@@ -241,43 +264,51 @@ class GradientLimit:
             if self._probe_taken >= (self.probe_samples if self._measured else FIRST_SAMPLES):
                 self._probing = False
                 self._measured = True
-                spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self.baseline)
+                spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
                 self._next_probe = end + spacing
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
-            elif not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
+                return True
+            if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
                 self._start_probe()  # the quiet calls counted so far still count
-            return
+                return True
+            return False
         if end >= self._next_probe:
             self._probe_taken = 0
             self._start_probe()
-            return
+            return True
         window = self._window
         if not window:
             self._window_end = end + self.window
             self._window_peak = 0
             self._window_crowd = 0
-            self._window_fastest = math.inf
+            self._window_fastest = _INF
         window.append(duration)
-        if duration < self._window_fastest:
-            self._window_fastest = duration
-        self._window_peak = max(self._window_peak, inflight)
+        fastest = self._window_fastest
+        if duration < fastest:
+            fastest = self._window_fastest = duration
+        if inflight > self._window_peak:
+            self._window_peak = inflight
         self._window_crowd += inflight
-        if (end >= self._window_end and len(window) >= self.window_samples) or (
-            len(window) >= EARLY_SAMPLES
-            and self._window_fastest >= EARLY_FACTOR * self.tolerance * self.baseline
+        gathered = len(window)
+        due = end >= self._window_end
+        if (due and gathered >= self.window_samples) or (
+            gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
             self._decide(_median(window))
             window.clear()
-        elif (
-            end >= self._window_end
-            and len(window) >= GROWTH_SAMPLES_PER_SLOT * self._limit
+            return True
+        if (
+            due
+            and gathered >= GROWTH_SAMPLES_PER_SLOT * self._limit
             and self._window_peak >= self._limit
         ):
             latency = _median(window)
-            if self.tolerance * self.baseline >= GROWTH_GRADIENT * latency:
+            if self.tolerance * self._baseline >= GROWTH_GRADIENT * latency:
                 self._decide(latency)
                 window.clear()
+                return True
+        return False
 
     @property
     def parallelism(self) -> float:
@@ -290,7 +321,7 @@ class GradientLimit:
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
-        baseline = self.baseline
+        baseline = self._baseline
         if not (latency > 0 and baseline > 0):
             return
         crowd = self._window_crowd / len(self._window)
@@ -313,14 +344,6 @@ class GradientLimit:
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
 
-    def _learn_quiet(self, duration: float) -> None:
-        quiet, ordered = self._quiet, self._quiet_sorted
-        if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
-            del ordered[bisect.bisect_left(ordered, quiet[0])]
-        quiet.append(duration)
-        bisect.insort(ordered, duration)
-        self._baseline = _median_of_sorted(ordered)
-
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
         self._probing = True
@@ -333,7 +356,7 @@ class GradientLimit:
         at_once = self._seen_at_once()
         if not self._probing:
             at_once = min(at_once, self._limit)
-        return max(self.min_limit, math.ceil(self._estimate / 4), at_once)
+        return max(self._quiet_floor, at_once)
 
     def _seen_at_once(self) -> int:
         """The most calls the tool was seen serving at once within the last OVERTAKING_MEMORY
@@ -342,6 +365,8 @@ class GradientLimit:
 
     def _set(self, estimate: float) -> None:
         self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))
+        # The quiet bound's floor (``_quiet_bound``) moves with the estimate alone.
+        self._quiet_floor = max(self.min_limit, math.ceil(self._estimate / 4))
         if not self._probing:
             self._limit = min(self.max_limit, max(self.min_limit, round(self._estimate)))
 

@@ -30,8 +30,9 @@ one caller's arguments:
 Clients are told apart by the client key the guard already has for fair shares (calls without
 one are one anonymous client), so on a tool with one client every timeout is a drop, as it was
 before these rules. A client's record lives while it has a call holding a slot, so the records
-kept are at most the calls in flight, however many keys come and go; a record holds three
-numbers and a reference to the caller's own key string, never a copy.
+kept are at most the calls in flight and one more (the last client's whose calls all ended, for
+its next call), however many keys come and go; a record holds three numbers and a reference to
+the caller's own key string, never a copy.
 """
 
 from __future__ import annotations
@@ -76,24 +77,31 @@ class CapacityFeedback:
     only of a timeout).
     """
 
-    __slots__ = ("_clients", "_last_drop", "_queued_by_others", "_score")
+    __slots__ = ("_clients", "_idle", "_last_drop", "_queued_by_others", "_score")
 
     def __init__(self, queued_by_others: Callable[[str | None], int]) -> None:
         self._queued_by_others = queued_by_others
         self._clients: dict[str | None, _Client] = {}
         self._score = 0  # every client's finished calls summed as in the module
         self._last_drop = -math.inf  # when the last drop was signalled
+        # The record of the last client whose calls all ended, kept (as new) for its next
+        # call: a client without a call in flight is forgotten, and on a tool serving one
+        # call at a time that is every call, so each would otherwise make a record anew.
+        self._idle: _Client | None = None
 
     @property
     def clients(self) -> int:
-        """Clients with a call holding a slot now (the records kept)."""
-        return len(self._clients)
+        """Clients with a call holding a slot now (the records kept, less the idle one)."""
+        return len(self._clients) - (self._idle is not None)
 
     def seat(self, client: str | None) -> Seat:
         """A call of ``client`` (None: without a key) took its slot."""
         record = self._clients.get(client)
         if record is None:
             record = self._clients[client] = _Client(client)
+        elif not record.holding:  # the idle record: as new (its score went with its calls)
+            record.score = 0
+            self._idle = None
         record.holding += 1
         return record, self._score - record.score
 
@@ -114,8 +122,11 @@ class CapacityFeedback:
         learns: ``True`` a drop, ``False`` a latency sample, ``None`` nothing."""
         record, others_then = seat
         record.holding -= 1
-        if not record.holding:
-            del self._clients[record.key]
+        if not record.holding:  # kept idle, in place of the one before (forgotten)
+            idle = self._idle
+            if idle is not None:
+                del self._clients[idle.key]
+            self._idle = record
         if not reached_tool:
             return None
         if not timed_out and (timeout is None or held < NEAR_DEADLINE * timeout):

@@ -21,7 +21,7 @@ from ._discipline import whole_calls
 from ._feedback import CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
 from ._refusal import Refusals
-from ._service_time import ServiceTimeEstimator
+from ._service_time import EWMA_ALPHA, ServiceTimeEstimator
 
 __all__ = [
     "LIMIT_LOG_SECONDS",
@@ -45,6 +45,9 @@ QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
 
+_NUMBER = (int, float)  # a tuple, not ``int | float``: that makes a union object per call
+_INF = math.inf
+
 
 class LimitLearning:
     """The lessons of one adaptive guard's finished calls (see the module). ``queue_follows``:
@@ -56,6 +59,7 @@ class LimitLearning:
         "_estimates",
         "_feedback",
         "_limit_logged",
+        "_limit_read",
         "_log_due",
         "_on_overtaking_sample",
         "_openings",
@@ -64,6 +68,7 @@ class LimitLearning:
         "_queue_floor",
         "_queue_follows",
         "_refusals",
+        "_standing",
     )
 
     def __init__(
@@ -83,10 +88,15 @@ class LimitLearning:
         # long as the mean lags a moved limit (a small limit moves often).
         self._openings = core.openings = ServiceTimeEstimator(prior)
         self._parallel_calls = parallelism_of(adaptive)  # as of the last finished call
+        # The limit as last read (None: to be read after the next sample): a limit whose
+        # sample says nothing moved is not read again, nor its parallelism.
+        self._limit_read: object = None
         self._queue_follows = queue_follows
         self._queue_floor = core.max_queue  # a default queue never shrinks below its first
         self._limit_logged = core.max_active  # the limit last reported in the log
         self._log_due = -math.inf
+        # What the discipline's standing limit was last put in force for (``learn``): none yet.
+        self._standing: tuple[int, float | None, float] | None = None
 
     def learn(
         self,
@@ -103,7 +113,7 @@ class LimitLearning:
         (``CapacityFeedback``), and apply the limit it then gives. The call took its slot at
         ``start`` with ``inflight`` calls holding one (itself included), held it ``held``
         seconds and overtook ``overtook`` calls that took a slot before it."""
-        adaptive, core = self._adaptive, self._core
+        core = self._core
         dropped = self._feedback.ended(
             seat, start, held, inflight, timeout, timed_out, reached_tool
         )
@@ -119,36 +129,52 @@ class LimitLearning:
             # Every call tells it, as under a fixed limit: its hold over the calls it shared the
             # tool with (in flight at its start and its end, averaged: a crowd thinned by a lull
             # let it through sooner), or over the parallelism when more (it did not wait
-            # inside), rounded down: to the nearest, an estimate of 1.6 for one worker read the
-            # tool as serving twice as fast as it does (docs/adaptive-tried.md).
+            # inside), rounded down (``// 1.0``: math.floor without a call): to the nearest, an
+            # estimate of 1.6 for one worker read the tool as serving twice as fast as it does
+            # (docs/adaptive-tried.md).
             crowd = 0.5 * (inflight + core.active)
-            in_parallel = math.floor(parallel)
-            self._openings.observe(held / (crowd if crowd > in_parallel else in_parallel))
+            in_parallel = parallel // 1.0
+            opening = held / (crowd if crowd > in_parallel else in_parallel)
+            openings = self._openings  # ServiceTimeEstimator.observe, inlined: every call
+            if openings.samples:
+                openings.mean += EWMA_ALPHA * (opening - openings.mean)
+            else:
+                openings.mean = opening
+            openings.samples += 1
         if dropped is None:
             return  # a timeout of its caller's own (``_feedback.py``): the limit learns nothing
         try:
             if self._overtaking:
-                self._on_overtaking_sample(start, held, inflight, dropped, overtook=overtook)
+                moved = self._on_overtaking_sample(
+                    start, held, inflight, dropped, overtook=overtook
+                )
             else:
-                adaptive.on_sample(start, held, inflight, dropped)
-            limit = adaptive.limit
-            # parallelism_of, inlined: it runs for every call under an adaptive limit.
-            parallelism = getattr(adaptive, "parallelism", None) if self._estimates else None
-            if parallelism is not None:
-                if isinstance(parallelism, int | float) and 1 <= parallelism < math.inf:
-                    parallelism = float(parallelism)
-                else:
-                    parallelism = None
-            self._parallel_calls = parallelism
+                moved = self._adaptive.on_sample(start, held, inflight, dropped)
+            limit = self._limit_read
+            if moved is False and limit is not None:  # the limit says neither moved
+                parallelism = parallel
+            else:
+                adaptive = self._adaptive
+                limit = self._limit_read = adaptive.limit
+                # parallelism_of, inlined: it runs for every call under an adaptive limit.
+                parallelism = getattr(adaptive, "parallelism", None) if self._estimates else None
+                if parallelism is not None:
+                    if isinstance(parallelism, _NUMBER) and 1 <= parallelism < _INF:
+                        if type(parallelism) is not float:  # (a float as it is: no call)
+                            parallelism = float(parallelism)
+                    else:
+                        parallelism = None
+                self._parallel_calls = parallelism
         except Exception as failure:  # a limit's bug never changes a call's answer
-            observer_failed(adaptive, "on_sample", failure)
+            self._limit_read = None  # both read anew after the next sample, whatever it says
+            observer_failed(self._adaptive, "on_sample", failure)
             return
         discipline = core.discipline
         if isinstance(limit, int) and limit >= 1:
-            waiters = len(core.waiters)
+            waiters = core.waiters
             if waiters:  # (without waiters no queue stands: the limit is in force as it is)
                 # Under sustained overload, not above what the tool serves in parallel (and one).
-                limit = discipline.slots_in_force(limit, parallelism, start + held, waiters)
+                limit = discipline.slots_in_force(limit, parallelism, start + held, len(waiters))
             if limit != core.max_active:
                 self._set_limit(limit)
         # Only when the estimate moved: GradientLimit moves it once a window, not every call.
@@ -156,8 +182,14 @@ class LimitLearning:
             self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
-        # it, and the queue's wait, by as much. Without an estimate: held per slot.
-        discipline.on_limit(core.max_active, parallelism)
+        # it, and the queue's wait, by as much. Without an estimate: held per slot. Put anew
+        # only when what it rests on moved (the slots, the parallelism, the offered load; the
+        # queue in force moves only with the parallelism): mostly it did not. (A tuple's items
+        # compare by identity first, so a NaN load, before any, counts as the same.)
+        standing = (core.max_active, parallelism, discipline.overload.offered_load)
+        if standing != self._standing:
+            self._standing = standing
+            discipline.on_limit(core.max_active, parallelism)
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call

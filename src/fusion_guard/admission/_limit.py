@@ -36,8 +36,12 @@ class Limit(Protocol):
         """The number of calls that may run at once now."""
         ...
 
-    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> bool | None:
         """Learn from one finished call.
+
+        Returns nothing, or False to say that neither ``limit`` nor ``parallelism`` moved: the
+        limiter then reads neither until a sample says otherwise (under an adaptive limit every
+        call is a sample, and most move nothing).
 
         Args:
             start: when the call took its slot (seconds on the limiter's monotonic clock).
@@ -70,11 +74,11 @@ class OvertakingLimit(Limit, Protocol):
         dropped: bool,
         *,
         overtook: int = 0,
-    ) -> None:
+    ) -> bool | None:
         """:meth:`Limit.on_sample`, and ``overtook``: how many calls that took their slot before
         this one still held it when this one ended, as far as the limiter can be sure: the calls
         before it less every call ended so far (when calls after it have ended too, the count
-        reads low, never high)."""
+        reads low, never high). Returns as :meth:`Limit.on_sample` does."""
         ...
 
 

@@ -71,6 +71,7 @@ class OverloadDetector:
         "_slow",
         "_slow_weight",
         "_time",
+        "offered_load",
     )
 
     def __init__(self, now: float) -> None:
@@ -86,6 +87,10 @@ class OverloadDetector:
         self._fast_weight = -math.expm1(-FIRST_AGE / FAST_HORIZON)
         self._opening = math.nan
         self._margin = 2.0  # capacity over the figure's: see ``observe``
+        #: How many times as fast as slots open calls arrive (the slow average); NaN before the
+        #: guard has a figure for openings. Worked out as ``observe`` takes arrivals in, not
+        #: when read: every finished call under an adaptive limit reads it.
+        self.offered_load = math.nan
 
     def observe(self, now: float, arrivals: int, opening: float, evidence: int) -> None:
         """``arrivals`` so far (a running count) and the guard's current seconds per opening,
@@ -101,6 +106,7 @@ class OverloadDetector:
             self._margin = 1.0
         elapsed = now - self._time
         if elapsed <= 0.0:
+            self._offer()  # the figure for openings may have moved
             return
         rate = (arrivals - self._count) / elapsed
         slow = math.exp(-elapsed / SLOW_HORIZON)
@@ -112,6 +118,12 @@ class OverloadDetector:
         self._opening = self._opening * slow + opening * (1.0 - slow)
         self._time = now
         self._count = arrivals
+        self._offer()
+
+    def _offer(self) -> None:
+        """Work out ``offered_load`` anew."""
+        opening = self._opening
+        self.offered_load = self.arrival_rate * opening if opening > 0.0 else math.nan
 
     def overloaded(self) -> bool:
         """Calls have been arriving faster than the slots open (with margins), and still are:
@@ -145,9 +157,3 @@ class OverloadDetector:
     def arrival_rate(self) -> float:
         """The slow average, calls per second."""
         return self._slow / self._slow_weight
-
-    @property
-    def offered_load(self) -> float:
-        """How many times as fast as slots open calls arrive (the slow average); NaN before
-        the guard has a figure for openings."""
-        return self.arrival_rate * self._opening if self._opening > 0.0 else math.nan

@@ -11,8 +11,10 @@ from ._budget import (
     RetryBudget,
     TokenBucket,
     default_budget,
+    default_throttle,
     reset_shared_budgets,
     shared_budget,
+    shared_throttle,
 )
 from ._observe import ClientObserver, PrometheusClientObserver, StopReason
 from ._retrying import SHARED, CallOutcome, Retrying, ThrottledLocally
@@ -34,7 +36,9 @@ __all__ = [
     "ThrottledLocally",
     "TokenBucket",
     "default_budget",
+    "default_throttle",
     "reset_shared_budgets",
     "shared_budget",
+    "shared_throttle",
     "wrap",
 ]

@@ -19,8 +19,15 @@ import anyio
 
 from ..wire._client import FusionClientError
 from ..wire._shedding import RETRY_NOW
-from ._advice import RETRYABLE_CODES, refusal_of
-from ._budget import AdaptiveThrottle, Budget, shared_budget
+from ._advice import RETRYABLE_CODES, is_error, refusal_of
+from ._budget import (
+    AdaptiveThrottle,
+    Budget,
+    Pushback,
+    shared_budget,
+    shared_pushback,
+    shared_throttle,
+)
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
 
 __all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
@@ -95,13 +102,22 @@ class Retrying:
     - ``budget``: ``SHARED`` (the server's shared budget), a budget of your own
       (``RetryBudget``, ``TokenBucket``, any ``Budget``), or None for no budget beyond
       ``max_attempts``.
-    - ``throttle``: an optional ``AdaptiveThrottle`` (client-side adaptive throttling).
+    - ``throttle``: ``SHARED`` (the server's shared ``AdaptiveThrottle``: client-side adaptive
+      throttling, see ``default_throttle``), a throttle of your own, or None for none.
     - ``timeout``: seconds a whole call (its attempts and waits) may take, unless the call
       gives its own ``deadline``; an enclosing ``anyio.fail_after`` deadline counts as well.
     - ``max_wait``: the longest advice followed (a refusal advising longer goes back).
     - ``jitter``: a wait is the advised ``retry_after`` plus up to ``jitter`` x that (never
       earlier than the advice), so callers told the same time do not return together; for a
-      RATE_LIMITED refusal, at most one emission interval of its limit (see ``_spread``).
+      RATE_LIMITED refusal, at most one emission interval of its limit (see ``_spread``). A
+      call refused again after following the advice waits twice as long each time (while
+      that still ends before its deadline): the advice did not foresee the calls that took
+      the openings, and the budget pays for every retry.
+    - Calls sharing a budget (the server's shared one, or this object's calls) share what the
+      server said: after a refusal carrying ``retry_now`` =
+      ``false`` no call's retry goes before its ``retry_after`` (the call that received it
+      returns it at once); and the process's RATE_LIMITED retries of one tool go at most one
+      per emission interval of the limit (a crowd of anonymous callers is told one opening).
     - ``backoff``, ``max_backoff``: for a refusal without advice, a wait drawn uniformly from 0
       to ``backoff`` x 2^(retry - 1), at most ``max_backoff`` ("full jitter").
     - ``observer``: a ``ClientObserver``; ``rng``: the jitter's random source (seed it in tests).
@@ -116,6 +132,7 @@ class Retrying:
         "_max_wait",
         "_observer",
         "_plain",
+        "_pushback",
         "_random",
         "_throttle",
         "_timeout",
@@ -128,7 +145,7 @@ class Retrying:
         server: str = "default",
         max_attempts: int = 5,
         budget: Budget | _Shared | None = SHARED,
-        throttle: AdaptiveThrottle | None = None,
+        throttle: AdaptiveThrottle | _Shared | None = SHARED,
         timeout: float | None = None,
         max_wait: float = 30.0,
         jitter: float = 0.2,
@@ -143,8 +160,14 @@ class Retrying:
             raise ValueError(f"server must be a non-empty str naming the server, got {server!r}")
         self.server = server
         self._max_attempts = max_attempts
-        self._budget = shared_budget(server) if isinstance(budget, _Shared) else budget
-        self._throttle = throttle
+        # What the server said is shared as the budget is: by every caller of the server's
+        # shared budget, else by this object's calls only.
+        self._budget: Budget | None
+        if isinstance(budget, _Shared):
+            self._budget, self._pushback = shared_budget(server), shared_pushback(server)
+        else:
+            self._budget, self._pushback = budget, Pushback()
+        self._throttle = shared_throttle(server) if isinstance(throttle, _Shared) else throttle
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -152,12 +175,17 @@ class Retrying:
         self._max_backoff = _seconds("max_backoff", max_backoff, zero=True)
         self._observer = observer
         self._random = rng or random.Random()
-        self._plain = throttle is None and observer is None and self._timeout is None
+        self._plain = observer is None and self._timeout is None
 
     @property
     def budget(self) -> Budget | None:
         """The retry budget in use (None: only ``max_attempts`` bounds retries)."""
         return self._budget
+
+    @property
+    def throttle(self) -> AdaptiveThrottle | None:
+        """The client-side throttle in use (None: none)."""
+        return self._throttle
 
     async def call(
         self,
@@ -212,18 +240,14 @@ class Retrying:
         would have, then ``_settle`` it and, for a refusal, ``_resume``: a call that succeeds at
         once runs through no coroutine of this class."""
         if self._plain and read_timeout is None and deadline is None:
+            self._admit()
             if self._budget is not None:
                 self._budget.sent(retry=False)
             return None
         timeout = (
             self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
         )
-        throttle = self._throttle
-        if throttle is not None and not throttle.admit():
-            raise ThrottledLocally(
-                "THROTTLED_LOCALLY",
-                f"not sent: {self.server!r} has been refusing most calls from this process",
-            )
+        self._admit()
         call = _Call(tool, math.inf)
         # The clock is read only when a bound of the call's own needs its start (an enclosing
         # cancel scope's deadline is absolute, and read on the first refusal).
@@ -237,6 +261,14 @@ class Retrying:
         self._sent(call)
         return call
 
+    def _admit(self) -> None:
+        throttle = self._throttle
+        if throttle is not None and not throttle.admit():
+            raise ThrottledLocally(
+                "THROTTLED_LOCALLY",
+                f"not sent: {self.server!r} has been refusing most calls from this process",
+            )
+
     def _sent(self, call: _Call) -> None:
         if self._observer is not None:
             notify(self._observer, "attempted", self.server, call.tool, call.attempt)
@@ -246,13 +278,23 @@ class Retrying:
     def _settle(self, call: _Call | None, result: object, tool: str) -> _Call | None:
         """Read an attempt's answer: None when it is the last (a success, or an error that is
         no refusal), else the call to ``_resume``."""
+        if not is_error(result):  # a success: the path of most calls
+            if self._budget is not None:
+                self._budget.answered(refused=False)
+            if self._throttle is not None:
+                self._throttle.accepted()
+            return None
         error = refusal_of(result)
         final = error is None or error.code not in RETRYABLE_CODES
         if self._budget is not None:
             self._budget.answered(refused=not final)
+        throttle = self._throttle
+        if throttle is not None:
+            if final:
+                throttle.accepted()
+            else:
+                throttle.refused()
         if final:
-            if self._throttle is not None:
-                self._throttle.accepted()
             return None
         if call is None:
             call = _Call(tool, math.inf)
@@ -275,17 +317,23 @@ class Retrying:
         while True:
             error = call.error
             assert error is not None  # _settle keeps the refusal's envelope
-            stop = self._stop(error, call.attempt, waits_until, why)
+            stop = self._stop(error, call.tool, call.attempt, waits_until, why)
+            if not isinstance(stop, str):
+                if observer is not None:
+                    notify(observer, "retrying", self.server, call.tool, error.code, stop)
+                log_retry(self.server, call.tool, call.attempt, error.code, stop)
+                await anyio.sleep(stop)
+                waited += stop
+                # Another call may have been told "not now" while this one slept: it holds too.
+                stop = self._held(waits_until) or 0.0
+                if not isinstance(stop, str) and stop > 0:
+                    await anyio.sleep(stop)
+                    waited += stop
             if isinstance(stop, str):
                 if observer is not None:
                     notify(observer, "gave_up", self.server, call.tool, stop, call.attempt)
                 log_gave_up(self.server, call.tool, stop, call.attempt, error.code)
                 return CallOutcome(result, stop, call.attempt, waited, error)
-            if observer is not None:
-                notify(observer, "retrying", self.server, call.tool, error.code, stop)
-            log_retry(self.server, call.tool, call.attempt, error.code, stop)
-            await anyio.sleep(stop)
-            waited += stop
             call.attempt += 1
             if call.deadline != math.inf:
                 call.remaining = call.deadline - anyio.current_time()
@@ -295,32 +343,88 @@ class Retrying:
                 return _final(result, call.attempt, waited)
 
     def _stop(
-        self, error: FusionClientError, attempt: int, deadline: float, bound: StopReason
+        self, error: FusionClientError, tool: str, attempt: int, deadline: float, bound: StopReason
     ) -> StopReason | float:
         """Why the refusal goes back now, or the seconds to wait before retrying it. The checks
         that cost the server nothing come first; the budget is drawn on only for a retry that
         will be sent."""
+        now = anyio.current_time()
+        pushback = self._pushback
+        if error.details.get(RETRY_NOW) == "false":  # the server's pushback: no retry now
+            # Told to every call sharing the budget, the last attempt's too: theirs hold until
+            # the advised time.
+            pushback.hold(now + (error.retry_after or 0.0))
+            return "attempts" if attempt >= self._max_attempts else "server_said_later"
         if attempt >= self._max_attempts:
             return "attempts"
-        if error.details.get(RETRY_NOW) == "false":  # the server's pushback: no retry now
-            return "server_said_later"
         if error.retry_after is not None and error.retry_after > self._max_wait:
             return "advice_too_long"
-        wait = self._wait(error, attempt)
-        if anyio.current_time() + wait >= deadline:
+        wait = self._wait(error, attempt, deadline - now)
+        if pushback.hold_until - now > wait:  # another call was told not to retry before then
+            held = self._held(deadline)
+            if isinstance(held, str):
+                return held
+            wait = held or wait
+        paced = None
+        interval = _interval(error) if error.code == "RATE_LIMITED" else None
+        if interval is not None and error.retry_after is not None:
+            # The process's retries take successive openings, one interval each, from the
+            # advised one or the next one no other retry of the process has taken; each lands
+            # anywhere within its own.
+            opening = now + error.retry_after
+            taken = pushback.paced_until.get(tool, -math.inf)
+            if taken > opening:
+                opening = taken
+                # (never earlier than a hold the wait already includes)
+                wait = max(wait, opening - now + self._random.random() * interval)
+            paced = opening + interval
+        if now + wait >= deadline:
             return bound
         if self._budget is not None and not self._budget.withdraw():
             return "budget"
         if self._throttle is not None and not self._throttle.admit():
             return "throttled"
+        if paced is not None:
+            pushback.paced_until[tool] = paced
         return wait
 
-    def _wait(self, error: FusionClientError, retry: int) -> float:
+    def _held(self, deadline: float) -> StopReason | float | None:
+        """How long a retry still holds for the server's "not now" told to a call sharing the
+        budget (spread by the jitter, so the held retries do not all come back at its end);
+        ``server_said_later`` when that ends past ``deadline``; None when nothing holds it."""
+        now = anyio.current_time()
+        held = self._pushback.hold_until - now
+        if held <= 0:
+            return None
+        wait = held * (1.0 + self._random.random() * self._jitter)
+        return "server_said_later" if now + wait >= deadline else wait
+
+    def _wait(self, error: FusionClientError, retry: int, room: float) -> float:
+        """The wait before retry number ``retry``. A SERVER_BUSY advice is an estimate (the
+        openings it foresaw may go to calls arriving meanwhile): doubled for each refusal of the
+        call after the first, while that leaves the retry, within ``room`` seconds (the time
+        left), as long as the plain wait to be answered. A rate limit's is the opening it holds
+        for the caller: followed as it is."""
         advice = error.retry_after
         if advice is None:
             ceiling = min(self._max_backoff, self._backoff * 2.0 ** (retry - 1))
             return ceiling * self._random.random()
-        return advice + self._random.random() * _spread(error, advice * self._jitter)
+        wait = advice + self._random.random() * _spread(error, advice * self._jitter)
+        if error.code == "RATE_LIMITED":  # a promise: the opening is held until its time
+            return wait
+        stretched = wait * 2.0 ** (retry - 1)
+        # The doubled wait must leave the retry as long to be answered as the plain one would.
+        return stretched if stretched + wait < room else wait
+
+
+def _interval(error: FusionClientError) -> float | None:
+    """A RATE_LIMITED refusal's emission interval (``period_seconds / limit``), when its details
+    give one."""
+    try:
+        interval = float(error.details["period_seconds"]) / float(error.details["limit"])
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+    return interval if 0 < interval < math.inf else None
 
 
 def _spread(error: FusionClientError, default: float) -> float:
@@ -329,10 +433,7 @@ def _spread(error: FusionClientError, default: float) -> float:
     anywhere within its own interval keeps its place, so the retries reach the limit as evenly
     as it admits them. Other advice is spread over ``jitter`` x the advice."""
     if error.code == "RATE_LIMITED":
-        try:
-            interval = float(error.details["period_seconds"]) / float(error.details["limit"])
-        except (KeyError, ValueError, ZeroDivisionError):
-            return default
-        if 0 < interval < math.inf:
+        interval = _interval(error)
+        if interval is not None:
             return min(interval, default)
     return default

@@ -243,7 +243,7 @@ def wrap(
     server: str | None = None,
     max_attempts: int = 5,
     budget: Budget | _Shared | None = SHARED,
-    throttle: AdaptiveThrottle | None = None,
+    throttle: AdaptiveThrottle | _Shared | None = SHARED,
     timeout: float | None = None,
     max_wait: float = 30.0,
     observer: ClientObserver | None = None,

@@ -23,7 +23,7 @@ The policies, each with a server and a client of its own, run side by side in on
   ("full jitter", as tenacity's ``wait_random_exponential``), deaf to the advice, never past the
   deadline;
 * ``helper``: ``fusion_guard.client``'s ``RetryingSession`` as ``wrap`` makes it (its defaults,
-  its default budget), told each call's deadline.
+  its default budget and throttle), told each call's deadline.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from ..client import Retrying, RetryingSession, default_budget
+from ..client import Retrying, RetryingSession, ThrottledLocally, default_budget, default_throttle
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -129,7 +129,7 @@ class LogicalCall:
     attempts: int = 0
     ok: bool = False
     budget: bool = False
-    """Sent back by the helper's retry budget."""
+    """Sent back by the helper itself: its retry budget or its client-side throttle."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +142,8 @@ class PhaseFigures:
     attempts: int
     """Attempts those calls sent."""
     attempts_per_call: float
+    retries: int
+    """Attempts those calls sent after their first."""
     refusals_per_accepted: float
     """Attempts the server refused over those it accepted, sent in the phase."""
     goodput: float
@@ -149,7 +151,8 @@ class PhaseFigures:
     within_deadline: float
     """The share of the phase's logical calls done OK within their deadline."""
     budget_refusals: int
-    """The phase's logical calls the helper's retry budget sent back (0 for the others)."""
+    """The phase's logical calls the helper sent back itself, by its retry budget or its
+    throttle (0 for the others)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,11 +310,15 @@ async def _run_policy(
         helper = RetryingSession(
             counting,
             # As ``wrap(client)`` makes it, but for two things ``wrap`` does not take: the
-            # budget on the event loop's clock (the default reads time.monotonic, which a test
-            # clock does not move) and a seeded jitter, so that a seed repeats exactly.
+            # budget and the throttle on the event loop's clock (the defaults read
+            # time.monotonic, which a test clock does not move) and seeded random draws, so
+            # that a seed repeats exactly.
             Retrying(
                 server=_SERVER,
                 budget=default_budget(clock=anyio.current_time),
+                throttle=default_throttle(
+                    clock=anyio.current_time, rng=random.Random(f"{seed}:agents:throttle")
+                ),
                 rng=random.Random(f"{seed}:agents:helper"),
             ),
         )
@@ -320,10 +327,14 @@ async def _run_policy(
             return await counting.call_tool(TOOL, {})
 
         async def helped(deadline: float) -> bool:
-            outcome = await helper.call_tool_outcome(
-                TOOL, {}, deadline=deadline - anyio.current_time()
-            )
-            _current.get().budget = outcome.stopped == "budget"
+            try:
+                outcome = await helper.call_tool_outcome(
+                    TOOL, {}, deadline=deadline - anyio.current_time()
+                )
+            except ThrottledLocally:  # not sent: the server refuses most of what it gets
+                _current.get().budget = True
+                return False
+            _current.get().budget = outcome.stopped in ("budget", "throttled")
             return outcome.stopped == "ok"
 
         retry = {"no retry": _no_retry, "naive": _naive, "backoff": _backoff}.get(policy)
@@ -414,6 +425,7 @@ def _summarise(
                 offered=round(len(calls) / (end - start) / scenario.capacity_rps, 2),
                 attempts=sum(c.attempts for c in calls),
                 attempts_per_call=round(sum(c.attempts for c in calls) / max(1, len(calls)), 3),
+                retries=sum(max(0, c.attempts - 1) for c in calls),
                 refusals_per_accepted=round((len(sent) - accepted) / max(1, accepted), 3),
                 goodput=round(_done_between(trace, start, end) / (end - start), 2),
                 within_deadline=round(sum(c.ok for c in calls) / max(1, len(calls)), 4),
