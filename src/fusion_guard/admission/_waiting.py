@@ -84,11 +84,15 @@ class Waiting:
         # then the prior, a guess (a fresh 2-slot tool of 1 s calls, on its 0.1 s prior, read a
         # burst of 20 calls 5 ms apart as overload, held its queue of 20 to 8 and refused each
         # extra caller 2-3 times). Predictive shedding, on the calls in flight, still applies.
+        # Under priorities a newcomer is held to the standing limit by the calls served before
+        # it (its priority and above): the calls below it give way to it, not it to them.
+        levels = core.levels
+        ahead = queued if levels is None else levels.ahead(tenant.rank)  # type: ignore[union-attr]
         if (
-            queued
+            ahead
             and not displaced
             and core.service.samples
-            and discipline.holds_standing(now, queued)
+            and discipline.holds_standing(now, ahead)
         ):
             if not self._displace_for(tenant):
                 standing = refusals.standing()
