@@ -174,6 +174,16 @@ class Levels(Generic[WaiterT]):
             self.running[rank] += 1
         return waiter
 
+    def yielded_to(self, rank: int) -> bool:
+        """Whether calls below ``interactive`` that yield to a call of priority ``rank`` hold
+        slots or wait (they give way to it: the overload is theirs)."""
+        if rank >= CAPPED_FROM:
+            return False
+        order = self._order
+        return any(self.running[CAPPED_FROM:]) or any(
+            order[below] for below in range(CAPPED_FROM, len(order))
+        )
+
     def started(self, rank: int) -> None:
         """A call of priority ``rank`` took a free slot."""
         if rank >= CAPPED_FROM:

@@ -86,10 +86,14 @@ class Waiting:
         # extra caller 2-3 times). Predictive shedding, on the calls in flight, still applies.
         # Under priorities a newcomer is held to the standing limit by the calls served before
         # it (its priority and above): the calls below it give way to it, not it to them.
+        # And while calls below it hold slots or wait, the overload is theirs: they give way, so
+        # the calls above them are not held to the standing limit (max_queue and predictive
+        # shedding still bound their wait).
         levels = core.levels
         ahead = queued if levels is None else levels.ahead(tenant.rank)  # type: ignore[union-attr]
         if (
             ahead
+            and (levels is None or not levels.yielded_to(tenant.rank))  # type: ignore[union-attr]
             and not displaced
             and core.service.samples
             and discipline.holds_standing(now, ahead)
