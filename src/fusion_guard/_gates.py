@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._bounds import rate_problem
+from ._clock import Clock, monotonic
 from ._exceptions import ConfigurationError
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
 from ._policy import ToolLimits
@@ -102,16 +103,19 @@ class Gate:
 class GateAssembly:
     """Builds tools' gates from ``settings`` and the guard's ``observers``. ``rate_backend``:
     where every tool's rate limits live (default: chosen by ``settings.backend``, made on first
-    use and shared, so that a ``global`` or ``client`` budget is really one)."""
+    use and shared, so that a ``global`` or ``client`` budget is really one). ``clock``: what
+    the slots and the default in-memory backend read."""
 
-    __slots__ = ("_given", "_observers", "_rate_backend", "_settings")
+    __slots__ = ("_clock", "_given", "_observers", "_rate_backend", "_settings")
 
     def __init__(
         self,
         settings: GuardSettings,
         observers: tuple[GuardObserver, ...],
         rate_backend: RateBackend | None,
+        clock: Clock = monotonic,
     ) -> None:
+        self._clock = clock
         self._settings = settings
         self._observers = observers
         self._rate_backend = rate_backend
@@ -152,7 +156,7 @@ class GateAssembly:
 
     def rate_backend(self) -> RateBackend:
         if self._rate_backend is None:
-            self._rate_backend = _backend_for(self._settings)
+            self._rate_backend = _backend_for(self._settings, self._clock)
         return self._rate_backend
 
     def _slots(
@@ -170,6 +174,7 @@ class GateAssembly:
             "fair": limits.fair_queueing,
             "max_active_per_client": limits.max_active_per_client,
             "observer": observer,
+            "clock": self._clock,
             # The tool's tickets report how each call ended, knowing how the handler answered
             # (an error envelope is no exception): the slots do not, so each call is reported
             # once.
@@ -267,7 +272,7 @@ def _watch(observer: ToolObserver, slots: Slots) -> None:
         watch(slots)
 
 
-def _backend_for(settings: GuardSettings) -> RateBackend:
+def _backend_for(settings: GuardSettings, clock: Clock) -> RateBackend:
     if settings.backend == "redis" and settings.redis_url is not None:
         from .backends._redis import RedisRateLimitBackend
 
@@ -278,7 +283,7 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
             failure_policy=settings.redis_failure_policy,
             prefix=settings.redis_prefix,
         )
-    return MemoryBackend()
+    return MemoryBackend(clock)
 
 
 def _limit_name(limits: ToolLimits, burst: int) -> str:
