@@ -16,8 +16,9 @@ Use it as a module's ``anyio_backend`` fixture::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -74,3 +75,20 @@ def run_virtual(fn: Callable[[], Awaitable[T]], backend: str) -> T:
     else:
         options = {"loop_factory": VirtualTimeLoop}
     return anyio.run(fn, backend=backend, backend_options=options)
+
+
+@contextlib.contextmanager
+def demo_guards_on_the_loops_clock() -> Iterator[None]:
+    """Inside the block, the ``Guard`` a demo scenario builds for itself (it imports the class
+    when it runs) is given ``clock=anyio.current_time``, as a user's test gives its own guard:
+    a scenario run by ``run_virtual`` is then in virtual time through and through. The guard
+    and the scenario are otherwise the ones ``fusion-guard demo`` runs."""
+    from fusion_guard import _guard
+
+    class LoopClockGuard(_guard.Guard):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, clock=anyio.current_time, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_guard, "Guard", LoopClockGuard)
+        yield

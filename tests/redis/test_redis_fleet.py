@@ -58,9 +58,13 @@ def test_processes_share_one_concurrency_limit(
     ]
     key = "{fusion_guard}:lease:fleet"
     samples: list[int] = []
+    during: list[int] = []  # the samples taken while every caller wanted a slot
     with redis_server.client() as client:
         while any(worker.poll() is None for worker in workers):
+            sampled = time.monotonic()  # the clock is system-wide: the workers' start_at
             samples.append(int(client.zcard(key)))
+            if start_at + hold <= sampled <= start_at + seconds - hold:
+                during.append(samples[-1])
             time.sleep(0.002)  # a sampling cadence, not a wait for an event
     results = [result(worker) for worker in workers]
 
@@ -68,8 +72,11 @@ def test_processes_share_one_concurrency_limit(
     assert max(samples) <= max_active
     assert max(samples) == max_active  # the limit was reached, so the bound was tested
     assert all(outcome["ok"] > 0 for outcome in results)
-    # 12 callers want a slot and only 4 exist: the fleet ran at capacity.
-    assert sum(outcome["ok"] for outcome in results) > seconds / hold
+    # 12 callers want a slot and only 4 exist: the fleet ran at capacity, its slots held most
+    # of the time (judged by the leases held, not by calls per second, which a loaded machine
+    # cuts while the slots stay taken: 0.86-0.96 of the time with a parallel suite running).
+    assert len(during) > 100
+    assert sum(during) / len(during) > 0.5 * max_active
     assert all(outcome["fleet"] == max_active for outcome in results)
     for outcome in results:  # each process's own slots
         if mode == "adaptive":  # within the cap
