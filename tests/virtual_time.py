@@ -79,16 +79,25 @@ def run_virtual(fn: Callable[[], Awaitable[T]], backend: str) -> T:
 
 @contextlib.contextmanager
 def demo_guards_on_the_loops_clock() -> Iterator[None]:
-    """Inside the block, the ``Guard`` a demo scenario builds for itself (it imports the class
-    when it runs) is given ``clock=anyio.current_time``, as a user's test gives its own guard:
-    a scenario run by ``run_virtual`` is then in virtual time through and through. The guard
-    and the scenario are otherwise the ones ``fusion-guard demo`` runs."""
+    """Inside the block, the guards a demo scenario builds for itself (a ``Guard``, imported as
+    the scenario runs; the shifting scenario's oracle ``ConcurrencyGuard``) are given
+    ``clock=anyio.current_time``, as a user's test gives its own guard: a scenario run by
+    ``run_virtual`` is then in virtual time through and through. The guards and the scenario
+    are otherwise the ones ``fusion-guard demo`` runs."""
     from fusion_guard import _guard
+    from fusion_guard.demo import _shifting
 
-    class LoopClockGuard(_guard.Guard):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_guard, "Guard", _on_the_loops_clock(_guard.Guard))
+        patch.setattr(
+            _shifting, "ConcurrencyGuard", _on_the_loops_clock(_shifting.ConcurrencyGuard)
+        )
+        yield
+
+
+def _on_the_loops_clock(cls: type[T]) -> type[T]:
+    class OnTheLoopsClock(cls):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, clock=anyio.current_time, **kwargs)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_guard, "Guard", LoopClockGuard)
-        yield
+    return OnTheLoopsClock
