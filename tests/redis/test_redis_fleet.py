@@ -57,16 +57,17 @@ def test_processes_share_one_concurrency_limit(
         spawn(mode, redis_url, start_at, seconds, max_active, tasks, hold) for _ in range(WORKERS)
     ]
     key = "{fusion_guard}:lease:fleet"
-    samples: list[int] = []
-    during: list[int] = []  # the samples taken while every caller wanted a slot
+    sampled: list[tuple[float, int]] = []  # (when, leases held): the clock is system-wide
     with redis_server.client() as client:
         while any(worker.poll() is None for worker in workers):
-            sampled = time.monotonic()  # the clock is system-wide: the workers' start_at
-            samples.append(int(client.zcard(key)))
-            if start_at + hold <= sampled <= start_at + seconds - hold:
-                during.append(samples[-1])
+            sampled.append((time.monotonic(), int(client.zcard(key))))
             time.sleep(0.002)  # a sampling cadence, not a wait for an event
     results = [result(worker) for worker in workers]
+    samples = [held for _, held in sampled]
+    # While every caller of every process wanted a slot: from the last process's start (late
+    # when a loaded machine was slow to import it) to the shared deadline.
+    began = max(outcome["began"] for outcome in results)
+    during = [held for at, held in sampled if began + hold <= at <= start_at + seconds - hold]
 
     assert len(samples) > 200
     assert max(samples) <= max_active
@@ -75,7 +76,7 @@ def test_processes_share_one_concurrency_limit(
     # 12 callers want a slot and only 4 exist: the fleet ran at capacity, its slots held most
     # of the time (judged by the leases held, not by calls per second, which a loaded machine
     # cuts while the slots stay taken: 0.86-0.96 of the time with a parallel suite running).
-    assert len(during) > 100
+    assert len(during) > 20
     assert sum(during) / len(during) > 0.5 * max_active
     assert all(outcome["fleet"] == max_active for outcome in results)
     for outcome in results:  # each process's own slots
