@@ -29,6 +29,8 @@ CHAOS_TIMEOUT = 0.1  # their Redis timeout: a 3 s stall is an outage, a loaded m
 pytestmark = pytest.mark.slow
 
 
+# Alone: judged by the admissions' time stamps, taken by processes a busy neighbour delays.
+@pytest.mark.alone
 def test_processes_share_one_rate_limit(spawn: Any, redis_url: str) -> None:
     rate, burst, seconds = 20.0, 5, 2.0
     start_at = time.monotonic() + STARTUP
@@ -71,7 +73,10 @@ def test_processes_share_one_concurrency_limit(
 
     assert len(samples) > 200
     assert max(samples) <= max_active
-    assert max(samples) == max_active  # the limit was reached, so the bound was tested
+    # The limit was reached, so the bound was tested. Under "auto" each process's own limit
+    # starts at one and may stay there on a loaded machine (its latency is the machine's):
+    # the processes then hold at least one slot each.
+    assert max(samples) == max_active if mode == "concurrency" else max(samples) >= WORKERS
     assert all(outcome["ok"] > 0 for outcome in results)
     # 12 callers want a slot and only 4 exist: the fleet ran at capacity, its slots held most
     # of the time (judged by the leases held, not by calls per second, which a loaded machine
