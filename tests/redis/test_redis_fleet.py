@@ -47,7 +47,9 @@ def test_processes_share_one_rate_limit(spawn: Any, redis_url: str) -> None:
     assert len(stamps) <= burst + seconds * rate + 1
 
 
-@pytest.mark.parametrize("mode", ["concurrency", "adaptive"])
+# "adaptive" alone: each process's limit learns from its latency on the real clock, which a
+# busy neighbour makes the machine's, not the tool's (the limits then stay low, the cap unmet).
+@pytest.mark.parametrize("mode", ["concurrency", pytest.param("adaptive", marks=pytest.mark.alone)])
 def test_processes_share_one_concurrency_limit(
     spawn: Any, redis_server: RedisServer, redis_url: str, mode: str
 ) -> None:
