@@ -62,13 +62,18 @@ async def test_a_known_poller_leaves_an_honest_callers_advice_true(
             group.start_soon(poll)
             await anyio.sleep(0.6)  # the poller alone for 0.6 s ...
             await refused.wait()  # ... and at least until the budget is spent, promises taken
+            asked = anyio.current_time()
             wait = await _call(limiter, honest)
             assert wait <= 1.0
             if wait:  # else served at once: an opening was free
                 before = polls
                 await anyio.sleep(wait)  # the poller goes on meanwhile ...
                 assert polls > before  # ... truly: the opening was kept against it
-                assert await _call(limiter, honest) == 0.0
+                admitted = await _call(limiter, honest) == 0.0
+                # A promise lapses an interval (0.1 s) after its opening: a caller back within
+                # that is admitted; one a loaded machine kept longer may find it gone.
+                late = anyio.current_time() - asked - wait
+                assert admitted or late >= 0.1, late
             group.cancel_scope.cancel()
 
 
