@@ -39,7 +39,8 @@ typecheck: $(STAMP)
 ## fixtures start once). The figures' smoke run (the `figure` mark: tests that time something
 ## against a baseline) goes on alone afterwards, in one process with no neighbour of its own,
 ## which prints their table; so do the tests that still judge the wall clock against a tight
-## bound (the `alone` mark, tests/conftest.py), which a busy neighbour worker would break.
+## bound (the `alone` mark, put on such a test: the scenarios whose point is the logic run in
+## virtual time instead, tests/virtual_time.py), which a busy neighbour worker would break.
 WORKERS ?= 4
 
 unit: $(STAMP)

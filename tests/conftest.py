@@ -12,19 +12,6 @@ import pytest
 from fleet_runs import spawned
 from redis_testserver import RedisServer, redis_server_or_skip
 
-#: Test modules that judge the wall clock against a bound a busy neighbour breaks, run alone after
-#: make test's parallel run (the `alone` mark). A module leaves this list once its scenarios run
-#: in virtual time (tests/virtual_time.py), as its logic allows: issue 40 asks it of these.
-#: tests/concurrency belongs to the admission core's work: marked from here, not edited.
-ALONE = ("tests/concurrency/test_concurrency_cold_start.py",)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
-    for item in items:
-        if item.path.is_relative_to(root) and str(item.path.relative_to(root)) in ALONE:
-            item.add_marker(pytest.mark.alone)
-
 
 @pytest.fixture(
     params=[

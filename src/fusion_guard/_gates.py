@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._bounds import rate_problem
+from ._clock import Clock, monotonic
 from ._exceptions import ConfigurationError
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
 from ._policy import ToolLimits
@@ -86,7 +86,7 @@ class Gate:
         observer: ToolObserver,
         slots: Slots | None,
         rates: RateLimiter | None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = monotonic,
     ) -> None:
         self.tool = limits.tool
         # The context of every call that names no client and no request, made once.
@@ -105,16 +105,19 @@ class Gate:
 class GateAssembly:
     """Builds tools' gates from ``settings`` and the guard's ``observers``. ``rate_backend``:
     where every tool's rate limits live (default: chosen by ``settings.backend``, made on first
-    use and shared, so that a ``global`` or ``client`` budget is really one)."""
+    use and shared, so that a ``global`` or ``client`` budget is really one). ``clock``: what
+    the slots and the default in-memory backend read."""
 
-    __slots__ = ("_given", "_observers", "_rate_backend", "_settings")
+    __slots__ = ("_clock", "_given", "_observers", "_rate_backend", "_settings")
 
     def __init__(
         self,
         settings: GuardSettings,
         observers: tuple[GuardObserver, ...],
         rate_backend: RateBackend | None,
+        clock: Clock = monotonic,
     ) -> None:
+        self._clock = clock
         self._settings = settings
         self._observers = observers
         self._rate_backend = rate_backend
@@ -151,11 +154,11 @@ class GateAssembly:
         rates = None
         if limits.rate is not None:
             rates = self._rates(limits, self._failure(limits, observer, slots))
-        return Gate(limits, observer, slots, rates)
+        return Gate(limits, observer, slots, rates, self._clock)
 
     def rate_backend(self) -> RateBackend:
         if self._rate_backend is None:
-            self._rate_backend = _backend_for(self._settings)
+            self._rate_backend = _backend_for(self._settings, self._clock)
         return self._rate_backend
 
     def _slots(
@@ -174,6 +177,7 @@ class GateAssembly:
             "max_active_per_client": limits.max_active_per_client,
             "priority_share": limits.priority_share,
             "observer": observer,
+            "clock": self._clock,
         }
         if settings.backend != "redis" or settings.redis_url is None:
             if adaptive is not None:
@@ -267,7 +271,7 @@ def _watch(observer: ToolObserver, slots: Slots) -> None:
         watch(slots)
 
 
-def _backend_for(settings: GuardSettings) -> RateBackend:
+def _backend_for(settings: GuardSettings, clock: Clock) -> RateBackend:
     if settings.backend == "redis" and settings.redis_url is not None:
         from .backends._redis import RedisRateLimitBackend
 
@@ -278,7 +282,7 @@ def _backend_for(settings: GuardSettings) -> RateBackend:
             failure_policy=settings.redis_failure_policy,
             prefix=settings.redis_prefix,
         )
-    return MemoryBackend()
+    return MemoryBackend(clock)
 
 
 def _limit_name(limits: ToolLimits, burst: int) -> str:

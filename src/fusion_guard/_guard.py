@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
+from ._clock import Clock, monotonic
 from ._exceptions import (
     ConfigurationError,
     GuardClosed,
@@ -276,7 +277,9 @@ class Guard:
     ``GuardObserver`` that receives every decision, besides the default observers.
     ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``); when it
     fails, each tool applies its own ``failure_policy`` (``REDIS_FAILURE_POLICY``, or a per-tool
-    override), not the backend's.
+    override), not the backend's. ``clock``: the monotonic seconds the guard's slots, queues,
+    default in-memory rate limits and adapters' retry counts read (default ``time.monotonic``;
+    ``anyio.current_time`` runs them on the event loop's clock, virtual under a test clock).
 
     Per-tool state is made on a tool's first call and kept. The SDK adapters admit only the
     server's real tools; past ``MAX_TOOLS`` distinct names in direct use, a further name shares
@@ -292,6 +295,7 @@ class Guard:
 
     __slots__ = (
         "_assembly",
+        "_clock",
         "_closed",
         "_defaults",
         "_expose",
@@ -309,12 +313,19 @@ class Guard:
         registry: CollectorRegistry | None = None,
         observer: GuardObserver | None = None,
         rate_backend: RateBackend | None = None,
+        clock: Clock = monotonic,
         **limits: Any,
     ) -> None:
+        if not callable(clock):
+            raise ConfigurationError(
+                f"clock={clock!r} is invalid: expected a function returning monotonic seconds,"
+                " such as time.monotonic or anyio.current_time"
+            )
+        self._clock = clock
         self._settings = _settings(settings, limits)
         (self._defaults,) = default_observers(self._settings, registry)
         self._assembly = GateAssembly(
-            self._settings, (self._defaults, *_user_observer(observer)), rate_backend
+            self._settings, (self._defaults, *_user_observer(observer)), rate_backend, clock
         )
         # A rate backend that can fail (Redis, given directly) makes failure policies apply.
         shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
@@ -332,6 +343,7 @@ class Guard:
         registry: CollectorRegistry | None = None,
         observer: GuardObserver | None = None,
         rate_backend: RateBackend | None = None,
+        clock: Clock = monotonic,
         **overrides: Any,
     ) -> Guard:
         """A guard configured by the ``FUSION_GUARD_*`` variables, ``overrides`` winning."""
@@ -342,11 +354,17 @@ class Guard:
             registry=registry,
             observer=observer,
             rate_backend=rate_backend,
+            clock=clock,
         )
 
     @property
     def settings(self) -> GuardSettings:
         return self._settings
+
+    @property
+    def clock(self) -> Clock:
+        """The guard's clock (``clock=``): the adapters count retries on it."""
+        return self._clock
 
     @property
     def expose_exceptions(self) -> bool:

@@ -149,9 +149,6 @@ async def test_on_the_prior_the_promise_waits_out_the_queue_the_calls_in_flight_
     assert info.value.retry_after == pytest.approx(3 * 0.1 / 2)
 
 
-# slow: at the lowest anyio floors this property's virtual-time runs took about 5 minutes of a
-# mostly idle process (seconds on current releases); the floors are shown by the quicker tests.
-@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     backend=st.sampled_from(BACKENDS),

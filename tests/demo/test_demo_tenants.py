@@ -3,12 +3,12 @@ off on the same arrivals, and what the command prints, writes and refuses."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from fusion_guard.cli import main
@@ -28,12 +28,16 @@ from fusion_guard.demo._tenants_report import (
     write_tenants_chart,
     write_tenants_json,
 )
+from virtual_time import demo_guards_on_the_loops_clock, run_virtual
 
 
 @pytest.fixture(scope="module")
 def pair() -> TenantsResult:
+    """The pair's 2 s in virtual time: the point is what fair queueing decides, which a loaded
+    machine's late wake-ups would blur (the command's test below runs it in real time)."""
     scenario = TenantsScenario(warmup_s=0.5, duration_s=1.5, seed=2)
-    return anyio.run(run_tenants, scenario, ("pair",), backend="asyncio")
+    with demo_guards_on_the_loops_clock():
+        return run_virtual(functools.partial(run_tenants, scenario, ("pair",)), "asyncio")
 
 
 def test_jain_index_spans_one_over_n_to_one() -> None:
@@ -51,7 +55,6 @@ def test_the_crowd_asks_for_more_than_its_fair_share() -> None:
     assert appetites == sorted(appetites)
 
 
-@pytest.mark.slow  # the pair's 2 s on the real clock (the module's fixture)
 def test_fair_queueing_answers_the_polite_client_that_fifo_sheds(pair: TenantsResult) -> None:
     on, off = pair.run("pair", True), pair.run("pair", False)
     # The same arrivals reach both guards.
@@ -67,7 +70,6 @@ def test_fair_queueing_answers_the_polite_client_that_fifo_sheds(pair: TenantsRe
         assert 0.5 <= run.goodput <= 1.3
 
 
-@pytest.mark.slow  # the pair's 2 s on the real clock (the module's fixture)
 def test_the_table_json_and_chart_carry_the_figures(pair: TenantsResult, tmp_path: Path) -> None:
     table = format_tenants(pair)
     assert "polite calls answered OK" in table

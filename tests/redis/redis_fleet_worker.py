@@ -92,8 +92,13 @@ async def concurrency(
                 await asyncio.sleep(0.005)
 
     await _wait_until(start_at)
+    began = time.monotonic()  # later than start_at when a loaded machine was slow to import
     await asyncio.gather(*(caller() for _ in range(tasks)))
-    print(json.dumps({**counts, "limits": sorted(limits), "fleet": guard.fleet_max_active}))
+    print(
+        json.dumps(
+            {**counts, "limits": sorted(limits), "fleet": guard.fleet_max_active, "began": began}
+        )
+    )
 
 
 async def chaos(

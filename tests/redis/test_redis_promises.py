@@ -5,8 +5,6 @@ checked within a few milliseconds of the exact ones."""
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import pytest
 
@@ -22,7 +20,20 @@ from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio
 
-CLOSE = 0.02  # seconds: the round trips of a test on a busy machine
+MS = 0.001  # the scripts keep times in microseconds and state them rounded: a millisecond
+
+
+class Told:
+    """Advice judged within the time the calls took: the server's clock moves on while a loaded
+    machine keeps this process waiting, so an opening ``at`` seconds after the clock started is
+    told as ``at`` less up to the time passed since then, never more."""
+
+    def __init__(self) -> None:
+        self.start = anyio.current_time()
+
+    def __call__(self, told: float, at: float) -> bool:
+        passed = anyio.current_time() - self.start
+        return at - passed - MS <= told <= at + MS
 
 
 async def _refusals(limits: RateLimits, ctx: CallContext, count: int) -> list[RateLimited]:
@@ -47,12 +58,13 @@ async def test_successive_refusals_are_told_successive_openings(redis_url: str) 
     backend = RedisRateLimitBackend(redis_url, timeout=1.0)
     limits = RateLimits([RateLimiter(1, 10.0, 2)], backend=backend)  # one call every 10 s
     ctx = CallContext("t")
+    told = Told()
     assert [await limits.acheck(ctx) for _ in range(2)] == [None, None]
     waits = [refusal.retry_after for refusal in await _known(limits, "t", range(4))]
-    assert waits == pytest.approx([10.0, 20.0, 30.0, 40.0], abs=CLOSE)
+    assert all(map(told, waits, [10.0, 20.0, 30.0, 40.0])), waits
     # Anonymous: at most `burst` (2) openings past the frontier (the known callers' last + 10).
     waits = [refusal.retry_after for refusal in await _refusals(limits, ctx, 4)]
-    assert waits == pytest.approx([50.0, 60.0, 70.0, 70.0], abs=CLOSE)
+    assert all(map(told, waits, [50.0, 60.0, 70.0, 70.0])), waits
     await backend.aclose()
 
 
@@ -60,9 +72,11 @@ async def test_a_promise_kept_is_admitted_and_refusals_spent_nothing(redis_url: 
     backend = RedisRateLimitBackend(redis_url, timeout=1.0)
     limits = RateLimits([RateLimiter(5, 1.0, 1)], backend=backend)  # every 0.2 s
     ctx = CallContext("t")
+    told = Told()
     assert await limits.acheck(ctx) is None
     first, second = await _refusals(limits, ctx, 2)
-    assert (second.retry_after - first.retry_after) == pytest.approx(0.2, abs=CLOSE)
+    assert told(first.retry_after, 0.2)
+    assert told(second.retry_after, 0.4)  # the opening after
     await anyio.sleep(first.retry_after)  # the behaviour under test: coming back when told
     assert await limits.acheck(ctx) is None
     await backend.aclose()
@@ -84,9 +98,10 @@ async def test_promises_lapse_with_their_cursor_key(
         assert 0 < client.pttl(cursor) <= round((last.retry_after + 0.25) * 1000) + 1
         await anyio.sleep(last.retry_after + 0.26)  # nobody comes back: every promise passes
         assert client.keys("*") == []
+    told = Told()
     assert await limits.acheck(ctx) is None
     (fresh,) = await _refusals(limits, ctx, 1)
-    assert fresh.retry_after == pytest.approx(0.25, abs=CLOSE)  # the budget's own opening
+    assert told(fresh.retry_after, 0.25)  # the budget's own opening
     await backend.aclose()
 
 
@@ -95,13 +110,16 @@ async def test_composed_limits_advise_the_latest_opening(redis_url: str) -> None
     server = RateLimiter(2, 1.0, 1, name="server")  # every 0.5 s
     tool = RateLimiter(1, 2.0, 1, scope="tool", name="tool")  # every 2 s
     limits = RateLimits([server, tool], backend=backend)
+    told = Told()
     assert await limits.acheck(CallContext("a")) is None
     (both,) = await _refusals(limits, CallContext("a", client="x"), 1)
-    assert (both.scope, both.retry_after) == ("tool", pytest.approx(2.0, abs=CLOSE))
+    assert both.scope == "tool"
+    assert told(both.retry_after, 2.0)
     (tool_only,) = await _refusals(limits, CallContext("a", client="y"), 1)
-    assert tool_only.retry_after == pytest.approx(4.0, abs=CLOSE)
+    assert told(tool_only.retry_after, 4.0)
     (other_tool,) = await _refusals(limits, CallContext("b", client="z"), 1)
-    assert (other_tool.scope, other_tool.retry_after) == ("global", pytest.approx(4.5, abs=CLOSE))
+    assert other_tool.scope == "global"
+    assert told(other_tool.retry_after, 4.5)
     await backend.aclose()
 
 
@@ -111,13 +129,11 @@ async def test_a_fleet_shares_the_promises(redis_url: str) -> None:
     replicas = [RedisRateLimitBackend(redis_url, timeout=1.0) for _ in range(2)]
     fleet = [RateLimits([RateLimiter(1, 10.0, 1)], backend=backend) for backend in replicas]
     ctx = CallContext("t")
+    told = Told()
     assert await fleet[0].acheck(ctx) is None
-    start = time.monotonic()
-    promised = []
     for i in range(6):
         (refusal,) = await _known(fleet[i % 2], "t", range(i, i + 1))
-        promised.append(refusal.retry_after + (time.monotonic() - start))
-    assert promised == pytest.approx([10.0 * k for k in range(1, 7)], abs=CLOSE)
+        assert told(refusal.retry_after, 10.0 * (i + 1)), (i, refusal.retry_after)
     for backend in replicas:
         await backend.aclose()
 

@@ -25,6 +25,8 @@ from fusion_guard import (
 )
 from fusion_guard.backends import key_digest
 
+TIMEOUT = 2.0  # the Redis clients' timeout: a loaded machine is no outage (these are no failovers)
+
 pytestmark = pytest.mark.anyio
 
 STARTUP = 2.0  # seconds for worker processes to import before their load starts together
@@ -36,16 +38,19 @@ def _primary_of(cluster: ClusterSet, key: str) -> int:
 
 async def test_any_node_as_seed_admits_exactly_the_budget(cluster: ClusterSet) -> None:
     for port in cluster.ports:  # primaries and replicas alike
-        backend = RedisRateLimitBackend(f"redis+cluster://127.0.0.1:{port}", timeout=0.5)
+        backend = RedisRateLimitBackend(f"redis+cluster://127.0.0.1:{port}", timeout=TIMEOUT)
         # "raise": a backend error fails the test instead of being admitted by a policy.
         limiter = RateLimiter(5, burst=5, name=f"seed-{port}", backend=backend,
                               failure_policy="raise")  # fmt: skip
         try:
+            asked = time.monotonic()
             decisions = [await limiter.decide() for _ in range(6)]
+            taken = time.monotonic() - asked
             assert [d.allowed for d in decisions] == [True] * 5 + [False]
-            # The next opening is one interval (0.2 s) after the burst started: a true promise.
+            # The next opening is one interval (0.2 s) after the burst started: a true promise,
+            # told less the time the decisions took (a millisecond for the scripts' rounding).
             retry_after = decisions[-1].retry_after
-            assert 0.1 < retry_after <= 0.2
+            assert 0.2 - taken - 0.001 <= retry_after <= 0.2
             slept_from = time.monotonic()
             await asyncio.sleep(retry_after)
             assert (await limiter.decide()).allowed
@@ -64,7 +69,7 @@ async def test_thirty_tools_spread_their_keys_over_every_primary(cluster: Cluste
         backend="redis",
         redis_url=cluster.url,
         redis_failure_policy="closed",  # a backend error would be a refusal: none is allowed
-        redis_timeout=0.5,  # as the module's other clients: a loaded machine is no outage
+        redis_timeout=TIMEOUT,
         redis_prefix="spread",
         max_active=2,
         tools={tool: {"rate": 1, "rate_per": 60} for tool in tools},
@@ -92,7 +97,7 @@ async def test_thirty_tools_spread_their_keys_over_every_primary(cluster: Cluste
 
 
 async def test_budgets_in_two_slots_refuse_without_spending_either(cluster: ClusterSet) -> None:
-    backend = RedisRateLimitBackend(cluster.url, timeout=0.5)
+    backend = RedisRateLimitBackend(cluster.url, timeout=TIMEOUT)
     per_client = RateLimit(10, burst=10, scope="client", name="two-slots/client")
     shared = RateLimit(1, per=60, burst=1, name="two-slots/shared")
     both = RateLimiter(limits=[per_client, shared], backend=backend, failure_policy="raise")
@@ -112,6 +117,8 @@ async def test_budgets_in_two_slots_refuse_without_spending_either(cluster: Clus
         await backend.aclose()
 
 
+# Alone: judged by processes' time stamps and throughput, which a busy neighbour delays.
+@pytest.mark.alone
 @pytest.mark.slow  # a fleet of processes on the real clock: once, in make test
 def test_three_processes_seeded_by_different_nodes_share_one_rate_limit(
     cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
@@ -131,6 +138,8 @@ def test_three_processes_seeded_by_different_nodes_share_one_rate_limit(
     assert abs(len(stamps) - allowed) <= 1, (len(stamps), allowed)
 
 
+# Alone: judged by processes' time stamps and throughput, which a busy neighbour delays.
+@pytest.mark.alone
 @pytest.mark.slow  # a fleet of processes on the real clock: once, in make test
 def test_three_processes_share_one_fleet_limit_exactly(
     cluster: ClusterSet, spawn: Callable[..., subprocess.Popen[str]]
@@ -158,7 +167,9 @@ def test_three_processes_share_one_fleet_limit_exactly(
 
 
 async def test_a_fleet_slot_lease_lives_on_its_own_shard(cluster: ClusterSet) -> None:
-    slots = DistributedConcurrencyGuard(2, redis=cluster.url, name="billing.charge", timeout=0.5)
+    slots = DistributedConcurrencyGuard(
+        2, redis=cluster.url, name="billing.charge", timeout=TIMEOUT
+    )
     try:
         assert slots.key == "fusion_guard:lease:{billing.charge}"
         async with slots.slot(timeout=5):
@@ -172,7 +183,7 @@ async def test_a_ready_made_cluster_client_spreads_keys_too(cluster: ClusterSet)
     from redis.asyncio.cluster import RedisCluster
 
     ready = RedisCluster(host="127.0.0.1", port=cluster.ports[0])
-    backend = RedisRateLimitBackend(ready, timeout=0.5)
+    backend = RedisRateLimitBackend(ready, timeout=TIMEOUT)
     limiter = RateLimiter(2, burst=2, name="ready-made", backend=backend, failure_policy="raise")
     try:
         assert [(await limiter.decide()).allowed for _ in range(3)] == [True, True, False]

@@ -88,6 +88,10 @@ def _slot(backend: RedisRateLimitBackend, limiter: RateLimiter) -> int:
     return key_slot(budget.encode())
 
 
+# Alone (after make test's parallel run): the claim is that with the default 50 ms decision
+# timeout the first decisions after a promotion fit it (re-learning the slot map included),
+# which a busy neighbour breaks: each re-learning then times out, and the next, for seconds.
+@pytest.mark.alone
 @pytest.mark.anyio
 async def test_rate_decisions_follow_the_policy_in_the_gap_then_resume(
     fresh_cluster: ClusterSet,

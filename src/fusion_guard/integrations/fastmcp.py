@@ -164,7 +164,7 @@ class GuardMiddleware(Middleware):
         self._tools: set[str] = set()
         self._schemas: dict[str, Mapping[str, Any] | None] = {}
         self._patterns = PatternCheck(self._guard, "fastmcp")
-        self._retries = RetryWindows()
+        self._retries = RetryWindows(self._guard.clock)
         _quiet_raised_envelopes()
         log_limits(self._guard, "fastmcp")
 

@@ -390,7 +390,7 @@ class _Adapter:
         self._awareness = awareness
         self._sdk = sdk
         self._tools = tools
-        self._retries = RetryWindows()
+        self._retries = RetryWindows(guard.clock)
 
     def guard_handler(self, handler: Handler) -> Handler:
         """The registered ``tools/call`` handler, admitted by the guard."""
