@@ -15,9 +15,7 @@ Use it as a module's ``anyio_backend`` fixture::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import selectors
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -27,34 +25,9 @@ import sniffio
 import trio
 from trio.testing import MockClock
 
+from fusion_guard.demo._virtual_time import VirtualTimeLoop, run_in_virtual_time
+
 T = TypeVar("T")
-
-
-class _JumpingSelector(selectors.DefaultSelector):
-    """Never sleeps for a timer: moves its loop's virtual time to it instead."""
-
-    def __init__(self, loop: VirtualTimeLoop) -> None:
-        super().__init__()
-        self._loop = loop
-
-    def select(self, timeout: float | None = None) -> list[Any]:
-        if timeout is None:
-            return super().select(None)  # no timer to jump to: only I/O can wake the loop
-        ready = super().select(0)
-        if not ready and timeout > 0:
-            self._loop.virtual_now += timeout
-        return ready
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop in virtual time (see the module)."""
-
-    def __init__(self) -> None:
-        self.virtual_now = 0.0
-        super().__init__(_JumpingSelector(self))
-
-    def time(self) -> float:
-        return self.virtual_now
 
 
 def virtual_time_backends() -> Any:
@@ -78,12 +51,11 @@ def run_virtual(fn: Callable[[], Coroutine[Any, Any, T]], backend: str) -> T:
     on the real clock there, a minute of a cold burst a minute long. Like ``anyio.run``, it
     names the library for sniffio, so that ``anyio.current_time`` also answers in the loop's
     timer callbacks (where a guard re-judges its queue), which run in no task."""
+    if backend == "asyncio":
+        return run_in_virtual_time(fn)
     token = sniffio.current_async_library_cvar.set(backend)
     try:
-        if backend == "trio":
-            return trio.run(fn, clock=MockClock(autojump_threshold=0))
-        with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
-            return runner.run(fn())
+        return trio.run(fn, clock=MockClock(autojump_threshold=0))
     finally:
         sniffio.current_async_library_cvar.reset(token)
 

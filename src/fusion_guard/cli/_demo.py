@@ -19,6 +19,10 @@ tool calls a task, a deadline a call) calling one guarded tool through the MCP S
 memory, at 3x overload, with the capacity halved and back, and a 1 s blip; no retry, a naive
 3-attempt loop, exponential backoff with jitter and fusion_guard.client's helper side by side on
 the same seed, in about 25 seconds. Needs the MCP SDK (fusion-guard[mcp]).
+
+``--scenario priorities`` (docs/priorities.md): interactive and background agents through one
+tool of 4 workers at 1x-4x its capacity, a priority-blind guard against a priority-aware one on
+the same arrivals, in virtual time (25 s of each load in a few seconds).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import anyio
 
 from ..demo._agents import AGENT_POLICIES, AgentPolicy, AgentsScenario
 from ..demo._policies import POLICY_NAMES, default_guard_factory
+from ..demo._priorities import PrioritiesScenario
 from ..demo._scenario import DEFAULT_LOADS, Scenario
 from ..demo._shifting import ShiftingScenario
 from ..demo._tenants import TENANTS_PARTS, TenantsScenario
@@ -49,12 +54,14 @@ _DEFAULT_CHARTS: dict[str, Path | None] = {
     "shifting": Path("demo-output/shifting.png"),
     "tenants": Path("demo-output/tenants.png"),
     "agents": None,
+    "priorities": Path("demo-output/priorities.png"),
 }
 #: Options that belong to one scenario, refused with the others.
 _SCENARIO_OPTIONS = {
     "overload": ("loads", "policies", "max_active", "metrics_port"),
     "tenants": ("mode", "clients"),
     "agents": ("retry_policies",),
+    "priorities": ("interactive",),
 }
 #: How many clients the crowd of the tenants scenario may have.
 _CROWD_SIZES = range(2, 1001)
@@ -104,6 +111,16 @@ def _retry_policies(text: str) -> tuple[AgentPolicy, ...]:
     return chosen
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a share between 0 and 1, e.g. 0.3")
+    return value
+
+
 def _max_active(text: str) -> int | Literal["auto"]:
     if text.strip().lower() == "auto":
         return "auto"
@@ -140,7 +157,8 @@ def register(commands: Any) -> None:
         default="overload",
         help="overload (default): every policy across loads; shifting: a tool whose capacity"
         " moves, fixed limit vs oracle vs auto; tenants: clients of different appetite, fair"
-        " queueing on vs off; agents: a fleet of agents, retry policies side by side",
+        " queueing on vs off; agents: a fleet of agents, retry policies side by side;"
+        " priorities: interactive and background agents, priority-blind vs aware",
     )
     parser.add_argument(
         "--duration",
@@ -150,7 +168,9 @@ def register(commands: Any) -> None:
         f" with --scenario shifting, of each phase (default: {ShiftingScenario.phase_s:g});"
         f" with --scenario tenants, of each part's measured window (default:"
         f" {TenantsScenario.duration_s:g}); with --scenario agents, of the 3x overload, the"
-        f" later phases in proportion (default: {AgentsScenario.overload_s:g})",
+        f" later phases in proportion (default: {AgentsScenario.overload_s:g}); with --scenario"
+        f" priorities, of each load's measured window (default:"
+        f" {PrioritiesScenario.duration_s:g}, virtual)",
     )
     parser.add_argument(
         "--loads",
@@ -183,6 +203,13 @@ def register(commands: Any) -> None:
         metavar="A,B,...",
         help=f"with --scenario agents: the retry policies to compare (default:"
         f" {','.join(AGENT_POLICIES)})",
+    )
+    parser.add_argument(
+        "--interactive",
+        type=_share,
+        metavar="SHARE",
+        help=f"with --scenario priorities: the interactive clients' share of the calls"
+        f" (default: {PrioritiesScenario.interactive:g})",
     )
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
     parser.add_argument(
@@ -258,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_shifting(args)
     if args.scenario == "tenants":
         return _run_tenants(args)
+    if args.scenario == "priorities":
+        return _run_priorities(args)
     args.duration = Scenario.duration_s if args.duration is None else args.duration
     args.loads = DEFAULT_LOADS if args.loads is None else args.loads
     args.policies = POLICY_NAMES if args.policies is None else args.policies
@@ -500,3 +529,46 @@ def _run_agents(args: argparse.Namespace) -> int:
         out += ["", format_targets(targets, "the helper", "docs/demo.md")]
         out += ["", format_also_measured(result)]
     return _report(args, out, targets, functools.partial(write_agents_json, result), None)
+
+
+def _run_priorities(args: argparse.Namespace) -> int:
+    from ..demo._priorities import run_priorities
+    from ..demo._priorities_report import (
+        check_priorities_targets,
+        format_priorities,
+        write_priorities_chart,
+        write_priorities_json,
+    )
+    from ..demo._report import format_targets
+    from ..demo._virtual_time import run_in_virtual_time
+
+    defaults = PrioritiesScenario()
+    scenario = PrioritiesScenario(
+        duration_s=defaults.duration_s if args.duration is None else args.duration,
+        interactive=defaults.interactive if args.interactive is None else args.interactive,
+        seed=args.seed,
+    )
+    _quiet_logs()
+
+    def progress(load: float) -> None:
+        sys.stderr.write(
+            f"[{scenario.loads.index(load) + 1}/{len(scenario.loads)}] {load:g}x capacity:"
+            f" blind and aware side by side, {scenario.warmup_s + scenario.duration_s:g} s"
+            " of virtual time\n"
+        )
+        sys.stderr.flush()
+
+    result = run_in_virtual_time(functools.partial(run_priorities, scenario, progress=progress))
+    targets = check_priorities_targets(result)
+    out = [
+        format_priorities(result),
+        "",
+        format_targets(targets, "the priority-aware guard", "docs/priorities.md"),
+    ]
+    return _report(
+        args,
+        out,
+        targets,
+        functools.partial(write_priorities_json, result),
+        functools.partial(write_priorities_chart, result),
+    )

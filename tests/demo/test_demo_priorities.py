@@ -1,0 +1,141 @@
+"""The priorities scenario: interactive and background clients through one tool, a blind and an
+aware guard fed the same arrivals, and what the command prints, writes and refuses. The scenario
+runs in virtual time (on asyncio and trio) with its guards on the loop's clock, so a short run's
+figures are the algorithm's whatever the machine's load."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from fusion_guard.cli import main
+from fusion_guard.demo import _priorities as priorities
+from fusion_guard.demo._priorities import (
+    BACKGROUND,
+    PRIORITY_MODES,
+    LoadResult,
+    ModeFigures,
+    PrioritiesResult,
+    PrioritiesScenario,
+    run_priorities,
+)
+from fusion_guard.demo._priorities_report import (
+    check_priorities_targets,
+    format_priorities,
+    write_priorities_chart,
+)
+from virtual_time import run_virtual
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_background_yields_to_interactive_calls_only_when_they_carry_priorities(
+    backend: str,
+) -> None:
+    # 3x capacity, 4 s of virtual time: blind, a third of the interactive calls are refused
+    # like the background ones; aware, every interactive call is answered and background
+    # takes what is left.
+    scenario = PrioritiesScenario(
+        loads=(3.0,), warmup_s=1.0, duration_s=3.0, client_timeout_s=1.0, seed=2
+    )
+    result = run_virtual(functools.partial(run_priorities, scenario), backend)
+    blind, aware = result.loads[0].modes["blind"], result.loads[0].modes["aware"]
+    assert blind.interactive_ok < 0.8
+    assert aware.interactive_ok == 1.0
+    assert aware.interactive_goodput > blind.interactive_goodput + 0.1
+    assert aware.background_goodput < blind.background_goodput
+    for figures in (blind, aware):
+        assert 0.9 <= figures.total_goodput <= 1.1  # the tool kept busy either way
+        assert set(figures.background_fair_ratio) == set(BACKGROUND)
+    json.dumps(result.to_json())  # what --json writes
+    assert "3x   aware     100.0%" in format_priorities(result)
+
+
+def _synthetic(interactive_ok: float, small_fair: float) -> PrioritiesResult:
+    def figures(ok: float, fair: float) -> ModeFigures:
+        return ModeFigures(
+            interactive_ok=ok, interactive_p99_x=1.2, interactive_goodput=0.55,
+            background_goodput=0.4, total_goodput=0.95,
+            background_fair_ratio={"batch-big": 1.1, "batch-small": fair},
+        )  # fmt: skip
+
+    loads = tuple(
+        LoadResult(x, {"blind": figures(0.7, 0.6), "aware": figures(interactive_ok, small_fair)})
+        for x in (1.0, 3.0)
+    )
+    return PrioritiesResult(PrioritiesScenario(loads=(1.0, 3.0)), loads)
+
+
+@pytest.mark.parametrize(
+    ("ok", "fair", "missed"),
+    [
+        (1.0, 0.95, []),
+        (0.98, 0.95, ["1x: interactive answered OK", "3x: interactive answered OK"]),
+        # Fairness is judged where background is overloaded only: not at 1x.
+        (1.0, 0.8, ["3x: each background client"]),
+    ],
+)
+def test_targets_read_the_aware_figures(ok: float, fair: float, missed: list[str]) -> None:
+    targets = check_priorities_targets(_synthetic(ok, fair))
+    assert [t.name.split(" >=")[0] for t in targets if not t.met] == missed
+    assert len(targets) == 2 + 5  # 1x: OK, p99; 3x: OK, p99, background, total, fairness
+
+
+def test_the_chart_is_written(tmp_path: Path) -> None:
+    chart = tmp_path / "priorities.png"
+    write_priorities_chart(_synthetic(1.0, 0.95), chart)
+    assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize(
+    ("fair", "option", "status"), [(0.95, [], 0), (0.8, [], 1), (0.8, ["--no-check"], 0)]
+)
+def test_the_command_prints_writes_and_fails_on_a_missed_target_unless_no_check(
+    fair: float,
+    option: list[str],
+    status: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[PrioritiesScenario] = []
+
+    async def run(scenario: PrioritiesScenario, **kwargs: object) -> PrioritiesResult:
+        seen.append(scenario)
+        return _synthetic(1.0, fair)  # figures made to meet or miss the fairness target
+
+    monkeypatch.setattr(priorities, "run_priorities", run)
+    figures = tmp_path / "priorities.json"
+    command = ["demo", "--scenario", "priorities", "--no-chart", "--json", str(figures)]
+    assert main([*command, "--interactive", "0.3", "--duration", "8", *option]) == status
+    assert (seen[0].interactive, seen[0].duration_s) == (0.3, 8.0)
+    out, err = capsys.readouterr()
+    assert "targets for the priority-aware guard (docs/priorities.md)" in out
+    assert ("1 of 7 targets missed" in err) == (status == 1)
+    data = json.loads(figures.read_text())
+    assert [r["load"] for r in data["loads"]] == [1.0, 3.0]
+    assert set(PRIORITY_MODES) <= set(data["loads"][0])
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--scenario", "shifting", "--interactive", "0.3"], "apply to the priorities scenario"),
+        (["--scenario", "priorities", "--loads", "2"], "apply to the overload scenario"),
+    ],
+)
+def test_options_of_other_scenarios_are_refused(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--no-chart", *argv]) == 2
+    assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "1", "half"])
+def test_a_bad_interactive_share_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--scenario", "priorities", "--interactive", value])
+    assert exit_info.value.code == 2
+    assert f"{value!r}" in capsys.readouterr().err
