@@ -46,6 +46,11 @@ def test_background_yields_to_interactive_calls_only_when_they_carry_priorities(
     assert aware.interactive_ok == 1.0
     assert aware.interactive_goodput > blind.interactive_goodput + 0.1
     assert aware.background_goodput < blind.background_goodput
+    # Inside background, the client of a tenth of the demand gets its fair share of what
+    # background receives (0.76 before its calls taking free slots counted as served and it
+    # was owed a place past the standing limit); blind, fair shares alone give it far less.
+    assert aware.background_fair_ratio["batch-small"] >= 0.9  # type: ignore[operator]
+    assert blind.background_fair_ratio["batch-small"] < 0.7  # type: ignore[operator]
     for figures in (blind, aware):
         assert 0.9 <= figures.total_goodput <= 1.1  # the tool kept busy either way
         assert set(figures.background_fair_ratio) == set(BACKGROUND)

@@ -221,6 +221,26 @@ class FairQueue(Generic[WaiterT]):
             self._forget_service()
         return waiter
 
+    def took_free_slot(self, key: str | None, now: float) -> None:
+        """A call of client ``key`` took a free slot at arrival, counted as served lately (it
+        is counted as started by the guard's first queue). Under priorities only, for the calls
+        below ``interactive`` (``Levels.started``): the slots their share lets them take free up
+        between the hand-offs to the calls above, and whoever arrives next takes each, most
+        often the heaviest client; uncounted, that client looked light, displaced the lighter
+        one's waiting calls, and a background client of a tenth of the demand got 0.67-0.77 of
+        its fair share at 3x capacity."""
+        if now >= self._decay_due:
+            self._decay(now)
+        tenant = self.anonymous if key is None else self._waiting.get(key)
+        waiting = tenant is not None and bool(tenant.waiters)
+        before = self.weight(tenant) if waiting else 0  # type: ignore[arg-type]  # waiting
+        served = self._served
+        served[key] = served.get(key, 0) + CALL
+        if waiting:
+            self._moved(tenant, before, self.weight(tenant))  # type: ignore[arg-type]  # waiting
+        if len(served) > MAX_REMEMBERED:
+            self._forget_service()
+
     def _count_served(self, key: str | None) -> None:
         self._counts.started(key)
         served = self._served
@@ -251,6 +271,17 @@ class FairQueue(Generic[WaiterT]):
         waiter = next(reversed(heaviest.waiters))
         self.remove(heaviest, waiter)
         return heaviest, waiter
+
+    def owed(self, tenant: Tenant[WaiterT], now: float) -> bool:
+        """Whether ``tenant`` weighs less than some client of this queue served lately, waiting
+        or not (O(clients remembered): asked on a refusal's path only). No call of slack, unlike
+        ``displaced_by``: nobody loses a place, so two clients cannot take it back and forth."""
+        if not self.serves_in_turn:
+            return False
+        if now >= self._decay_due:
+            self._decay(now)
+        heaviest = max(self._heaviest, max(self._served.values(), default=0))
+        return self.weight(tenant) < heaviest
 
     def last_served(self) -> WaiterT | None:
         """The waiting call to go last: the heaviest waiting client's newest (served last in

@@ -184,10 +184,13 @@ class Levels(Generic[WaiterT]):
             order[below] for below in range(CAPPED_FROM, len(order))
         )
 
-    def started(self, rank: int) -> None:
-        """A call of priority ``rank`` took a free slot."""
+    def started(self, rank: int, key: str | None, now: float) -> None:
+        """A call of client ``key`` and priority ``rank`` took a free slot (at ``now``): below
+        ``interactive``, counted as served lately in its priority's queue of clients
+        (``FairQueue.took_free_slot``)."""
         if rank >= CAPPED_FROM:
             self.running[rank] += 1
+            self.queue(rank, now).took_free_slot(key, now)
 
     def ended(self, rank: int) -> None:
         """A call of priority ``rank`` gave its slot back."""
@@ -233,6 +236,12 @@ class Levels(Generic[WaiterT]):
             return None
         del self._order[rank][displaced[1]]
         return displaced[1], False
+
+    def owed(self, tenant: Tenant[WaiterT], now: float) -> bool:
+        """Whether a newcomer of ``tenant`` below ``interactive`` is owed a place beyond the
+        standing limit: its client weighs less than another of its priority served lately
+        (``FairQueue.owed``), which has no call waiting for it to displace."""
+        return tenant.rank >= CAPPED_FROM and self.queue(tenant.rank, now).owed(tenant, now)
 
     def admitted_above(self, rank: int) -> str:
         """The admission level a refusal at priority ``rank`` reports: the priorities still let

@@ -98,7 +98,9 @@ class Waiting:
             and core.service.samples
             and discipline.holds_standing(now, ahead)
         ):
-            if not self._displace_for(tenant):
+            if not self._displace_for(tenant) and not (
+                levels is not None and levels.owed(tenant, now)  # type: ignore[arg-type]
+            ):
                 standing = refusals.standing()
                 raise refusals.refuse(
                     "queue_full",
@@ -203,7 +205,7 @@ class Waiting:
             ):
                 return False
             core.active += 1
-            levels.started(rank)
+            levels.started(rank, client, now)
             fair.started(client)
             return True
         if core.active < core.max_active:
