@@ -21,6 +21,11 @@ The rules:
   person is waiting for, so that lower-priority calls cannot fill the tool's own inner queue
   ahead of them. A slot so kept is taken by the next higher-priority arrival; the lower calls
   waiting are handed one as their own priority's calls end (one of them holds a slot).
+- **Fair below ``interactive`` too.** A call below ``interactive`` that takes a free slot counts
+  as served lately in its priority's queue of clients (those slots free up between the hand-offs
+  to the calls above, and the client that arrives most takes most of them), and a newcomer of a
+  client lighter than another of its priority served lately is owed a place past the standing
+  limit when that client has no call waiting to displace (``owed``).
 
 Each step is O(1) in the calls waiting (O(priorities) at most: four).
 """
