@@ -225,7 +225,8 @@ def register(commands: Any) -> None:
         metavar="PATH",
         help="PNG chart of goodput and p99 against load (default:"
         f" {_DEFAULT_CHARTS['overload']}; with --scenario shifting, of the limits over time:"
-        f" {_DEFAULT_CHARTS['shifting']})",
+        f" {_DEFAULT_CHARTS['shifting']}; with --scenario priorities, blind vs aware against"
+        f" load: {_DEFAULT_CHARTS['priorities']})",
     )
     parser.add_argument("--no-chart", action="store_true", help="do not write the chart")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write all figures as JSON")
@@ -240,7 +241,8 @@ def register(commands: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
-        " shifting, of docs/adaptive.md; tenants and agents, of docs/demo.md), the default;"
+        " shifting, of docs/adaptive.md; tenants and agents, of docs/demo.md; priorities, of"
+        " docs/priorities.md), the default;"
         " --no-check"
         " prints the targets without failing, for a busy or noisy machine",
     )
