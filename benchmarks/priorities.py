@@ -3,6 +3,7 @@ in virtual time.
 
     python benchmarks/priorities.py --seeds 1-3                 # 3x capacity, 20 % interactive
     python benchmarks/priorities.py --seeds 1-3 --load 2 --interactive 0.3
+    python benchmarks/priorities.py --seeds 1-3 --priority-share 1   # strict priority alone
 
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
@@ -43,6 +44,9 @@ def main() -> int:
     parser.add_argument("--seeds", default="1-3")
     parser.add_argument("--load", type=float, default=3.0, help="x capacity (default 3)")
     parser.add_argument("--interactive", type=float, default=0.2, help="share of the calls")
+    parser.add_argument(
+        "--priority-share", type=float, help="the guards' priority_share (default: theirs)"
+    )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     first, _, last = args.seeds.partition("-")
@@ -51,7 +55,12 @@ def main() -> int:
     out = {}
     met = 0
     for seed in seeds:
-        scenario = PrioritiesScenario(loads=(args.load,), interactive=args.interactive, seed=seed)
+        scenario = PrioritiesScenario(
+            loads=(args.load,),
+            interactive=args.interactive,
+            priority_share=args.priority_share,
+            seed=seed,
+        )
         result = _run(scenario, args.load)
         figures = {mode: asdict(f) for mode, f in result.loads[0].modes.items()}
         missed = missed_targets(result)

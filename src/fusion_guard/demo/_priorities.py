@@ -60,6 +60,8 @@ class PrioritiesScenario:
     duration_s: float = 20.0
     client_timeout_s: float = 10.0
     model: ToolModel = field(default_factory=lambda: ToolModel(workers=4))
+    priority_share: float | None = None
+    """The guards' ``priority_share`` (None: the default)."""
     seed: int = 1
 
     def demand(self, load: float) -> dict[str, float]:
@@ -135,7 +137,10 @@ async def run_priorities_load(scenario: PrioritiesScenario, load: float) -> Load
     }
     tools = {m: SimulatedTool(model, random.Random(f"{seed}:prio:service")) for m in PRIORITY_MODES}
     # On the loop's clock: in virtual time when the loop's time is virtual.
-    guards = {m: Guard(metrics=False, clock=anyio.current_time) for m in PRIORITY_MODES}
+    share: dict[str, Any] = (
+        {} if scenario.priority_share is None else {"priority_share": scenario.priority_share}
+    )
+    guards = {m: Guard(metrics=False, clock=anyio.current_time, **share) for m in PRIORITY_MODES}
     records: dict[tuple[str, str], list[CallRecord]] = {
         (m, name): [] for m in PRIORITY_MODES for name in demand
     }
