@@ -26,8 +26,8 @@ from typing import ClassVar, Protocol, Self, runtime_checkable
 import anyio
 
 from .._exceptions import HandlerTimeout
-from .._observer import Outcome, ToolObserver, observer_failed, outcome_of
-from .._priority import DEFAULT_RANK
+from .._observer import Outcome, ToolObserver, bind_priorities, observer_failed, outcome_of
+from .._priority import DEFAULT_RANK, Priority, check_priority
 from ._core import Core
 from ._deadline import Deadline, Timeouts
 from ._feedback import Seat
@@ -69,6 +69,9 @@ class Slot:
         self._held = False
         self.queue_wait = 0.0
 
+    #: The rank of the call's priority: the default's, unless the slot is a ``_LevelSlot``.
+    _level: int = DEFAULT_RANK  # a class attribute here: a plain slot stores nothing for it
+
     #: Whether ``leave`` ends the hold (a fleet slot must also give its lease back, awaited).
     leaves_at_once: ClassVar[bool] = True
 
@@ -97,7 +100,7 @@ class Slot:
         core = self._core
         self.queue_wait = queue_wait
         core.admitted += 1
-        observer = core.observer
+        observer = core.ranked[self._level]  # the observer of the call's priority
         if observer is not None:
             try:
                 observer.admitted(queue_wait)
@@ -339,7 +342,9 @@ class _PermitSlot(_LevelSlot):
         except TimeoutError:  # no permit in time: the guard's own refusal
             refusals = self._refusals
             # Counted and advised while the local slot is still held, as every refusal is.
-            busy = refusals.refuse("queue_timeout", len(core.waiters), refusals.busy)
+            busy = refusals.refuse(
+                "queue_timeout", len(core.waiters), refusals.busy, None, None, self._level
+            )
             self._give_back_local()
             raise busy from None
         except BaseException as failure:
@@ -405,12 +410,13 @@ class Unbounded:
     without end their calls the same way. ``observer`` hears ``admitted`` and ``finished``;
     ``clock``: monotonic seconds, for the durations reported."""
 
-    __slots__ = ("clock", "observer", "timeouts")
+    __slots__ = ("clock", "observer", "ranked", "timeouts")
 
     def __init__(
         self, tool: str, observer: ToolObserver, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.observer = observer
+        self.ranked = bind_priorities(observer)  # each priority's, for its calls' admissions
         self.timeouts = Timeouts(tool)  # what a deadline's expiry raises, kept rendered
         self.clock = clock
 
@@ -418,11 +424,13 @@ class Unbounded:
         self,
         timeout: float | None = None,
         client: str | None = None,
-        priority: object = None,
+        priority: Priority | str | None = None,
     ) -> UnboundedSlot:
         """A slot under ``timeout`` (None: no deadline); ``client`` and ``priority`` change
-        nothing here (nothing waits)."""
-        return UnboundedSlot(self, timeout)
+        nothing here (nothing waits) but the observer of ``priority``'s calls hears of it."""
+        if priority is None:
+            return UnboundedSlot(self, timeout, self.observer)
+        return UnboundedSlot(self, timeout, self.ranked[check_priority("priority", priority).rank])
 
 
 class UnboundedSlot(Slot):
@@ -430,11 +438,12 @@ class UnboundedSlot(Slot):
     of leaving (the deadline told apart, the end reported once) is inherited; nothing is given
     back."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_observer", "_slots")
 
-    def __init__(self, slots: Unbounded, timeout: float | None) -> None:
+    def __init__(self, slots: Unbounded, timeout: float | None, observer: ToolObserver) -> None:
         # No core to hold a place in: only what leaving needs (Slot.__init__ is not called).
         self._slots = slots
+        self._observer = observer  # its priority's (the admission) and the tool's (the end)
         self._timeout = timeout
         self._client = None
         self._deadline: Deadline | None = None
@@ -447,10 +456,10 @@ class UnboundedSlot(Slot):
 
     def take_free(self) -> bool:
         slots = self._slots
-        observer = slots.observer
-        observer.admitted(0.0)  # the gate's observer: contained fan-out, or the null one
+        # The gate's observers: contained fan-outs, or the null one.
+        self._observer.admitted(0.0)
         self._held = True
-        self._ends = observer
+        self._ends = slots.observer
         self._start = slots.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)
