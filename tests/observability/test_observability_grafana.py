@@ -223,9 +223,7 @@ def test_the_dashboard_quantiles_give_each_tool_its_own(tmp_path: Path) -> None:
             {"labels": "{" + ", ".join(labels) + "}", "value": int(tool == "slow")}
             for tool in ("fast", "slow")
             for code in codes
-            for labels in [
-                [*by_priority, f'tool="{tool}"'] + ([f'code="{code}"'] if code else [])
-            ]
+            for labels in [[*by_priority, f'tool="{tool}"'] + ([f'code="{code}"'] if code else [])]
         ]
         tests.append({"expr": f"{query} > bool 0.5", "eval_time": "10m", "exp_samples": expected})
     evaluate(tmp_path, registry, tests)
