@@ -71,6 +71,13 @@ async def scenario(enter: Enter, queued: Callable[[], int]) -> list[str]:
     return refused
 
 
+def queued_at(guard: Guard, tool: str) -> Callable[[], int]:
+    """The calls waiting for ``tool``'s slots, read live."""
+    slots = guard.concurrency(tool)
+    assert slots is not None
+    return lambda: slots.queued
+
+
 def by_priority(registry: CollectorRegistry, tool: str) -> tuple[dict[str, float], ...]:
     """(admitted, shed ``queue_full``) per priority, as scraped."""
     found = samples(generate_latest(registry).decode())
@@ -216,7 +223,7 @@ async def test_the_guards_metrics_logs_and_own_observers_hear_each_call_at_its_p
     guard = Guard(registry=registry, max_active=1, max_queue=2, queue_timeout=60, observer=heard)
     with capture_logs() as logged:
         refused = await scenario(
-            lambda p: guard.admit("index", priority=p), lambda: guard.concurrency("index").queued
+            lambda p: guard.admit("index", priority=p), queued_at(guard, "index")
         )
     assert refused == ["background", "sheddable"]
     assert by_priority(registry, "index") == (ADMITTED, SHED)
@@ -243,9 +250,7 @@ async def test_the_guards_metrics_logs_and_own_observers_hear_each_call_at_its_p
     own = Guard(
         registry=CollectorRegistry(), max_active=1, max_queue=2, queue_timeout=60, observer=tool
     )
-    refused = await scenario(
-        lambda p: own.admit("index", priority=p), lambda: own.concurrency("index").queued
-    )
+    refused = await scenario(lambda p: own.admit("index", priority=p), queued_at(own, "index"))
     assert refused == ["background", "sheddable"]
     assert sorted(tool.tool.heard) == sorted(
         ["admitted"] * 3 + ["shed queue_full"] * 2 + ["ok"] * 3
