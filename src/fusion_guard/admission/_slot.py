@@ -69,9 +69,6 @@ class Slot:
         self._held = False
         self.queue_wait = 0.0
 
-    #: The rank of the call's priority: the default's, unless the slot is a ``_LevelSlot``.
-    _level: int = DEFAULT_RANK  # a class attribute here: a plain slot stores nothing for it
-
     #: Whether ``leave`` ends the hold (a fleet slot must also give its lease back, awaited).
     leaves_at_once: ClassVar[bool] = True
 
@@ -79,8 +76,8 @@ class Slot:
         core = self._core
         if core.active < core.max_active:  # free slot: take it without yielding
             core.active += 1
-            return self._hold(0.0)
-        return self._hold(await core.wait(None))
+            return self._hold(0.0, core.observer)
+        return self._hold(await core.wait(None), core.observer)
 
     def take_free(self) -> bool:
         """Take a free slot without a coroutine: True when taken (held as after ``async with``),
@@ -90,17 +87,18 @@ class Slot:
         core = self._core
         if core.active < core.max_active:
             core.active += 1
-            self._hold(0.0)
+            self._hold(0.0, core.observer)
             return True
         return False
 
-    def _hold(self, queue_wait: float) -> Self:
-        """The slot is ours after ``queue_wait`` seconds: count it, report it, start the clock
-        (and the deadline). Variants that take more than a local slot end their entry here."""
+    def _hold(self, queue_wait: float, observer: ToolObserver | None) -> Self:
+        """The slot is ours after ``queue_wait`` seconds: count it, report it to ``observer``
+        (the core's, or its priority's: ``core.ranked``, passed in so that a call without a
+        priority pays nothing for the choice), start the clock (and the deadline). Variants
+        that take more than a local slot end their entry here."""
         core = self._core
         self.queue_wait = queue_wait
         core.admitted += 1
-        observer = core.ranked[self._level]  # the observer of the call's priority
         if observer is not None:
             try:
                 observer.admitted(queue_wait)
@@ -244,14 +242,14 @@ class _ClientSlot(Slot):
     async def __aenter__(self) -> Slot:
         core = self._core
         if core.arrive(self._client):
-            return self._hold(0.0)
-        return self._hold(await core.wait_as_client(self._client))
+            return self._hold(0.0, core.observer)
+        return self._hold(await core.wait_as_client(self._client), core.observer)
 
     def take_free(self) -> bool:
         core = self._core
         if core.active < core.max_active:
             core.arrive(self._client)  # takes the free slot, or refuses over the cap
-            self._hold(0.0)
+            self._hold(0.0, core.observer)
             return True
         return False
 
@@ -270,13 +268,14 @@ class _LevelSlot(_ClientSlot):
     async def __aenter__(self) -> Slot:
         core = self._core
         if core.arrive(self._client, self._level):
-            return self._hold(0.0)
-        return self._hold(await core.wait_as_client(self._client, self._level))
+            return self._hold(0.0, core.ranked[self._level])
+        queue_wait = await core.wait_as_client(self._client, self._level)
+        return self._hold(queue_wait, core.ranked[self._level])
 
     def take_free(self) -> bool:
         core = self._core
         if core.active < core.max_active and core.arrive(self._client, self._level):
-            self._hold(0.0)
+            self._hold(0.0, core.ranked[self._level])
             return True
         return False
 
@@ -357,7 +356,7 @@ class _PermitSlot(_LevelSlot):
                 except Exception as broken:  # observers never change an outcome
                     observer_failed(ends, "finished", broken)
             raise
-        return self._hold(core.clock() - arrival)
+        return self._hold(core.clock() - arrival, core.ranked[self._level])
 
     def _give_back_local(self) -> None:
         """The local slot of a call refused its permit (or cancelled waiting for it)."""
