@@ -20,6 +20,7 @@ import pytest
 import structlog
 from observability_support import samples, value
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 from structlog.testing import capture_logs
 
 from fusion_guard import (
@@ -269,3 +270,27 @@ async def test_a_tool_without_a_concurrency_limit_counts_its_calls_by_priority()
             found, "fusion_guard_queue_wait_seconds_count", tool="free", priority=priority
         )
         assert count == 1, priority
+
+
+@pytest.mark.parametrize("multiprocess", [False, True], ids=["lean", "client-objects"])
+def test_each_prioritys_children_are_bound_once_not_per_call(
+    multiprocess: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = CollectorRegistry()
+    bound = PrometheusObserver(registry, multiprocess=multiprocess).for_tool("t", max_active=1)
+    background = bound.for_priority(Priority.BACKGROUND)
+    assert bound.for_priority(Priority.BACKGROUND) is background
+
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError(".labels() called on the hot path")
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", no_lookup)
+    background.admitted(0.5)
+    background.shed("queue_full", 1, 0, 0.1)
+    bound.finished("ok", 0.01)  # a call's end is the tool's
+    monkeypatch.undo()
+    found = samples(generate_latest(registry).decode())
+    assert by_priority_row(found, "t", "background") == (1.0, 1.0)
+    assert by_priority_row(found, "t", "interactive") == (0.0, 0.0)
+    assert value(found, "fusion_guard_calls_total", tool="t", outcome="shed") == 1
+    assert value(found, "fusion_guard_calls_total", tool="t", outcome="ok") == 1
