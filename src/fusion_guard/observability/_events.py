@@ -21,9 +21,8 @@ Sampling: per tool, event and reason (and priority, for ``call_shed``: a storm o
 refusals does not hide the first interactive one), the first event of each ``interval`` is
 logged; the rest of that window is only counted, and one ``call_events_suppressed`` summary
 carries the count when the window is over (reported at that tool's next event, or by
-``flush()``). So under a storm of N
-refusals the log gets about two lines per interval, and logged events plus summary counts add up
-to N.
+``flush()``). So under a storm of N refusals the log gets about two lines per interval (per
+priority refused), and logged events plus summary counts add up to N.
 """
 
 from __future__ import annotations
