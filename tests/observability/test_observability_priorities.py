@@ -26,6 +26,7 @@ from structlog.testing import capture_logs
 from fusion_guard import (
     ConcurrencyGuard,
     Guard,
+    LogEventObserver,
     Outcome,
     Priority,
     PrometheusObserver,
@@ -33,6 +34,7 @@ from fusion_guard import (
     ShedReason,
     ToolObserver,
 )
+from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -294,3 +296,22 @@ def test_each_prioritys_children_are_bound_once_not_per_call(
     assert by_priority_row(found, "t", "interactive") == (0.0, 0.0)
     assert value(found, "fusion_guard_calls_total", tool="t", outcome="shed") == 1
     assert value(found, "fusion_guard_calls_total", tool="t", outcome="ok") == 1
+
+
+def test_refusals_are_sampled_per_priority(structlog_configured: None) -> None:
+    # A storm of background refusals does not hide the first interactive one, and its summary
+    # says whose refusals it counted.
+    clock = FakeClock()
+    bound = LogEventObserver(interval=1.0, clock=clock).for_tool("a", max_active=1)
+    background = bound.for_priority(Priority.BACKGROUND)
+    with capture_logs() as logged:
+        for _ in range(3):
+            background.shed("queue_full", 1, 4, 0.1)
+        bound.shed("queue_full", 1, 4, 0.1)
+        clock.now = 1.5
+        bound.finished("ok", 0.01)  # settles the summaries that are due
+    assert [(e["event"], e["priority"], e.get("count")) for e in logged] == [
+        ("call_shed", "background", None),
+        ("call_shed", "interactive", None),
+        ("call_events_suppressed", "background", 2),
+    ]
