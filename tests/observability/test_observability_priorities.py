@@ -11,14 +11,16 @@ for time to pass.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 import structlog
-from observability_support import samples, value
+from observability_support import panels, require_binary, samples, value
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from structlog.testing import capture_logs
@@ -315,3 +317,40 @@ def test_refusals_are_sampled_per_priority(structlog_configured: None) -> None:
         ("call_shed", "interactive", None),
         ("call_events_suppressed", "background", 2),
     ]
+
+
+async def test_the_dashboards_shed_ratio_by_priority_reads_each_prioritys_own(
+    tmp_path: Path,
+) -> None:
+    # The scenario's calls as Prometheus series (each sample growing by its value every minute,
+    # so rates keep its proportions), and the dashboard's query evaluated by promtool.
+    registry = CollectorRegistry()
+    bound = PrometheusObserver(registry).for_tool("index", max_active=1)
+    guard = ConcurrencyGuard(
+        max_active=1, max_queue=2, queue_timeout=60, name="index", observer=bound
+    )
+    await scenario(lambda p: guard.slot(priority=p), lambda: guard.queued)
+    series = [
+        {
+            "series": name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels)) + "}",
+            "values": f"0+{count:g}x10",
+        }
+        for (name, labels), count in samples(generate_latest(registry).decode()).items()
+        if name in ("fusion_guard_shed_total", "fusion_guard_queue_wait_seconds_count")
+    ]
+    (panel,) = [p for p in panels() if p["title"] == "Shed ratio by priority"]
+    query = panel["targets"][0]["expr"].replace("$tool", ".*").replace("$__rate_interval", "5m")
+    ratio = {"critical": 0, "interactive": 0, "background": 0.5, "sheddable": 1}
+    expected = [
+        {"labels": f'{{priority="{p}", tool="index"}}', "value": v} for p, v in ratio.items()
+    ]
+    case = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [{"expr": query, "eval_time": "10m", "exp_samples": expected}],
+    }
+    (tmp_path / "ratio.test.yml").write_text(json.dumps({"tests": [case]}))
+    done = await anyio.run_process(
+        [require_binary("promtool"), "test", "rules", "ratio.test.yml"], cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr).decode()
