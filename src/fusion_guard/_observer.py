@@ -8,6 +8,13 @@ so nothing is looked up per call.
 Every call that reaches the guard ends in exactly one of: ``shed``, ``rate_limited`` or
 ``finished``. ``admitted`` is reported in between for calls that got a slot.
 
+Priorities: a tool's observer may have the optional method ``for_priority(priority)``, returning
+the observer of that priority's calls (bound once per tool and priority, like ``for_tool``:
+``bind_priorities``). The guard then reports ``admitted`` and ``shed`` of a call of another
+priority than the default to its priority's observer; everything else (and every event of an
+observer without the method) goes to the tool's observer, which is the default priority's
+(``interactive``). So a call's priority costs the hot path a tuple index, never a look-up.
+
 Observers never change an outcome: whatever an observer raises (``Exception``) is caught where
 it is called, reported once per observer class and method (``observer_failed``, on the stdlib
 logger ``fusion_guard``), and the call's answer stands. The guards catch it at their own call
@@ -18,12 +25,13 @@ fans out to, so one failing observer does not keep the others from hearing of th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, Protocol
+from typing import Literal, Protocol, overload
 
 import anyio
 
 from ._exceptions import Rejected
 from ._log import report_once
+from ._priority import DEFAULT_RANK, PRIORITY_NAMES, Priority
 from .wire._codes import ErrorCode
 from .wire._response import ToolResponse
 
@@ -33,6 +41,7 @@ __all__ = [
     "ShedReason",
     "ToolObserver",
     "ToolObservers",
+    "bind_priorities",
     "bind_tool",
     "observer_failed",
     "outcome_of",
@@ -178,6 +187,11 @@ class ToolObservers:
                 except Exception as failure:
                     observer_failed(observer, event, failure)
 
+    def for_priority(self, priority: Priority) -> ToolObservers:
+        """The fan-out of ``priority``'s calls: each observer's own for that priority (its
+        ``for_priority``), or the observer itself when it has none."""
+        return ToolObservers(tuple(_for_priority(o, priority) for o in self._observers))
+
     def watch(self, figures: object) -> None:
         """Hand ``figures`` (a guard's live ``active`` / ``queued``) to the observers that show
         them (those with a ``watch`` method)."""
@@ -206,3 +220,35 @@ def bind_tool(
     if len(bound) == 1 and isinstance(bound[0], ToolObservers):
         return bound[0]  # contained already: no second layer on the hot path
     return ToolObservers(tuple(bound))
+
+
+def _for_priority(observer: ToolObserver, priority: Priority) -> ToolObserver:
+    """``observer``'s observer of ``priority``'s calls: its optional ``for_priority``, else the
+    observer itself (which then hears every priority's calls alike); contained like ``for_tool``:
+    an observer whose ``for_priority`` raises hears them as the tool's."""
+    bind = getattr(observer, "for_priority", None)
+    if not callable(bind):
+        return observer
+    try:
+        bound: ToolObserver = bind(priority)
+    except Exception as failure:
+        observer_failed(observer, "for_priority", failure)
+        return observer
+    return bound
+
+
+@overload
+def bind_priorities(observer: ToolObserver) -> tuple[ToolObserver, ...]: ...
+@overload
+def bind_priorities(observer: None) -> tuple[None, ...]: ...
+@overload
+def bind_priorities(observer: ToolObserver | None) -> tuple[ToolObserver | None, ...]: ...
+def bind_priorities(observer: ToolObserver | None) -> tuple[ToolObserver | None, ...]:
+    """The observers of a tool's calls by priority rank (index 0: ``critical``), bound once: the
+    default priority's is ``observer`` itself, so calls without a priority report as before."""
+    if observer is None:
+        return (None,) * len(PRIORITY_NAMES)
+    return tuple(
+        observer if rank == DEFAULT_RANK else _for_priority(observer, priority)
+        for rank, priority in enumerate(PRIORITY_NAMES)
+    )

@@ -147,7 +147,8 @@ def test_metrics_port_serves_the_guards_metrics_while_it_runs() -> None:
     finally:
         _, err = demo.communicate(timeout=60)
     assert demo.returncode == 0, err
-    assert 'fusion_guard_shed_total{reason="queue_full",tool="demo.scarce_tool"}' in scraped
+    labels = 'priority="interactive",reason="queue_full",tool="demo.scarce_tool"'
+    assert f"fusion_guard_shed_total{{{labels}}}" in scraped
     assert "serving Prometheus metrics on" in err
 
 

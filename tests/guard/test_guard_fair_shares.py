@@ -46,7 +46,8 @@ async def test_the_cap_applies_per_client_and_the_refusal_never_names_the_key(
     assert SECRET_KEY not in refused.value.response.text
     assert 'key="client_active">2<' in refused.value.response.text
     shed = registry.get_sample_value(
-        "fusion_guard_shed_total", {"tool": "search", "reason": "client_limit"}
+        "fusion_guard_shed_total",
+        {"tool": "search", "reason": "client_limit", "priority": "interactive"},
     )
     assert shed == 1.0
     labels = {

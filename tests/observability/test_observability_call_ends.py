@@ -80,7 +80,15 @@ async def test_a_bare_concurrency_guard_counts_every_end() -> None:
     }
     # Every admitted call has its handler time; the one cancelled in the queue has none.
     assert value(found, "fusion_guard_call_duration_seconds_count", tool="billing.pay") == 7
-    assert value(found, "fusion_guard_queue_wait_seconds_count", tool="billing.pay") == 7
+    assert (
+        value(
+            found,
+            "fusion_guard_queue_wait_seconds_count",
+            tool="billing.pay",
+            priority="interactive",
+        )
+        == 7
+    )
     assert value(found, "fusion_guard_inflight", tool="billing.pay") == 0
 
 

@@ -71,6 +71,7 @@ def test_each_event_carries_the_documented_fields(clock: FakeClock, records: Rec
         "active": 2,
         "queued": 8,
         "retry_after": 0.25,
+        "priority": "interactive",  # the default, said: every call_shed carries its priority
     }
     assert logged[1][1]["retry_after"] == 1.5
     assert logged[2][1]["reason"] == "handler_timeout"
@@ -163,6 +164,7 @@ def test_a_summary_is_owed_until_the_tools_next_event_after_the_window(
             "reason": "queue_full",
             "count": 4,
             "window_s": 1.0,
+            "priority": "interactive",
         },
     )
 
@@ -220,6 +222,7 @@ def test_events_go_through_structlog_when_the_application_configured_it(
             "active": 1,
             "queued": 0,
             "retry_after": 0.5,
+            "priority": "interactive",
             "log_level": "warning",
         }
     ]

@@ -84,6 +84,9 @@ def test_the_panels_an_on_call_engineer_needs_are_there() -> None:
         "in-flight vs concurrency limit",
         "queue depth",
         "queue wait p50 / p95 / p99",
+        "admitted by priority",
+        "shed by priority",
+        "queue wait p99 by priority",
         "handler duration p50 / p99",
         "retry_after",
         "backend errors",
@@ -133,7 +136,8 @@ def test_every_quantile_is_taken_per_tool() -> None:
     # Summed over tools, "All" would show one quantile of every tool's calls mixed together.
     exprs = dashboard_exprs() + [rule["expr"] for rule in alert_rules()]
     quantiles = [e for e in exprs if "histogram_quantile" in e]
-    assert len(quantiles) >= 6, quantiles  # queue wait x3, handler time x2, retry_after
+    # queue wait x3 and by priority, handler time x2, retry_after
+    assert len(quantiles) >= 7, quantiles
     for expr in quantiles:
         groupings = QUANTILE_GROUPING.findall(expr)
         assert groupings, f"a quantile not grouped with sum by (...): {expr}"
@@ -213,11 +217,13 @@ def test_the_dashboard_quantiles_give_each_tool_its_own(tmp_path: Path) -> None:
             continue
         query = expr.replace("$tool", ".*").replace("$__rate_interval", "5m")
         codes = ("SERVER_BUSY", "RATE_LIMITED") if "retry_after" in expr else (None,)
+        # The calls carry no priority: a quantile by priority is the default priority's.
+        by_priority = ['priority="interactive"'] if "priority" in expr else []
         expected = [
             {"labels": "{" + ", ".join(labels) + "}", "value": int(tool == "slow")}
             for tool in ("fast", "slow")
             for code in codes
-            for labels in [[f'tool="{tool}"'] + ([f'code="{code}"'] if code else [])]
+            for labels in [[*by_priority, f'tool="{tool}"'] + ([f'code="{code}"'] if code else [])]
         ]
         tests.append({"expr": f"{query} > bool 0.5", "eval_time": "10m", "exp_samples": expected})
     evaluate(tmp_path, registry, tests)

@@ -21,8 +21,8 @@ CONTRACT = {
     "fusion_guard_queue_depth": ("gauge", {"tool"}),
     "fusion_guard_concurrency_limit": ("gauge", {"tool"}),
     "fusion_guard_calls": ("counter", {"tool", "outcome"}),
-    "fusion_guard_shed": ("counter", {"tool", "reason"}),
-    "fusion_guard_queue_wait_seconds": ("histogram", {"tool"}),
+    "fusion_guard_shed": ("counter", {"tool", "reason", "priority"}),
+    "fusion_guard_queue_wait_seconds": ("histogram", {"tool", "priority"}),
     "fusion_guard_call_duration_seconds": ("histogram", {"tool"}),
     "fusion_guard_retry_after_seconds": ("histogram", {"tool", "code"}),
     "fusion_guard_backend_errors": ("counter", {"backend", "decision"}),
@@ -80,9 +80,31 @@ def test_counters_and_histograms_count_each_event_once(multiprocess: bool) -> No
         "rate_limited": 1,
     }
     for reason in ("queue_full", "queue_timeout"):
-        assert value(found, "fusion_guard_shed_total", tool="billing.pay", reason=reason) == 1
-    assert value(found, "fusion_guard_queue_wait_seconds_count", tool="billing.pay") == 2
-    assert value(found, "fusion_guard_queue_wait_seconds_sum", tool="billing.pay") == 0.3
+        assert (
+            value(
+                found,
+                "fusion_guard_shed_total",
+                tool="billing.pay",
+                reason=reason,
+                priority="interactive",
+            )
+            == 1
+        )
+    assert (
+        value(
+            found,
+            "fusion_guard_queue_wait_seconds_count",
+            tool="billing.pay",
+            priority="interactive",
+        )
+        == 2
+    )
+    assert (
+        value(
+            found, "fusion_guard_queue_wait_seconds_sum", tool="billing.pay", priority="interactive"
+        )
+        == 0.3
+    )
     # Prometheus buckets are "less than or equal": 0.25 lands in le="0.25".
     busy = {"tool": "billing.pay", "code": "SERVER_BUSY"}
     assert value(found, "fusion_guard_retry_after_seconds_bucket", le="0.25", **busy) == 1
@@ -155,8 +177,20 @@ async def test_a_concurrency_guard_reports_through_the_observer() -> None:
             async with guard.slot():
                 pass  # pragma: no cover
     found = samples(generate_latest(registry).decode())
-    assert value(found, "fusion_guard_queue_wait_seconds_count", tool="slow") == 1
-    assert value(found, "fusion_guard_shed_total", tool="slow", reason="queue_full") == 1
+    assert (
+        value(found, "fusion_guard_queue_wait_seconds_count", tool="slow", priority="interactive")
+        == 1
+    )
+    assert (
+        value(
+            found,
+            "fusion_guard_shed_total",
+            tool="slow",
+            reason="queue_full",
+            priority="interactive",
+        )
+        == 1
+    )
     assert value(found, "fusion_guard_calls_total", tool="slow", outcome="shed") == 1
     await anyio.lowlevel.checkpoint()
 

@@ -65,8 +65,22 @@ def test_workers_add_up_and_dead_workers_leave_the_live_gauges(tmp_path: Path) -
     ok = {"tool": "billing", "outcome": "ok"}
     assert value(found, "fusion_guard_calls_total", **ok) == 8
     assert value(found, "fusion_guard_calls_total", tool="billing", outcome="shed") == 2
-    assert value(found, "fusion_guard_shed_total", tool="billing", reason="queue_full") == 2
-    assert value(found, "fusion_guard_queue_wait_seconds_count", tool="billing") == 10
+    assert (
+        value(
+            found,
+            "fusion_guard_shed_total",
+            tool="billing",
+            reason="queue_full",
+            priority="interactive",
+        )
+        == 2
+    )
+    assert (
+        value(
+            found, "fusion_guard_queue_wait_seconds_count", tool="billing", priority="interactive"
+        )
+        == 10
+    )
     name = "fusion_guard_backend_errors_total"
     assert value(found, name, backend="redis", decision="allowed") == 2
     # livesum: the slot counts and in-flight calls of both workers add up ...

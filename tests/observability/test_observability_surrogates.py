@@ -88,5 +88,14 @@ async def test_a_tool_name_with_a_lone_surrogate_leaves_scrapes_working() -> Non
     shown = label_value(BAD_TOOL)
     assert value(found, "fusion_guard_calls_total", tool=shown, outcome="ok") == 2  # admit too
     assert value(found, "fusion_guard_calls_total", tool=shown, outcome="timeout") == 1
-    assert value(found, "fusion_guard_shed_total", tool=shown, reason="queue_full") == 1
+    assert (
+        value(
+            found,
+            "fusion_guard_shed_total",
+            tool=shown,
+            reason="queue_full",
+            priority="interactive",
+        )
+        == 1
+    )
     assert value(found, "fusion_guard_concurrency_limit", tool=shown) == 1

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from crowd_agents import figures, from_json
 
 AGENTS, RATE, BURST = 40, 50.0, 5
@@ -28,6 +30,10 @@ def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
     return process.stdout.readline().strip()
 
 
+# Alone: each retry must come back within one emission interval (20 ms) of its promise, or a
+# later caller takes its opening; three processes woken late by a busy neighbour miss that
+# (a loaded run: 27 of 35 first retries admitted).
+@pytest.mark.alone
 def test_a_fleets_crowd_following_its_retry_after_is_served_at_the_limits_pace(
     redis_url: str,
 ) -> None:

@@ -353,7 +353,7 @@ class ConcurrencyGuard:
         if core.active >= core.max_active:
             raise anyio.WouldBlock
         core.active += 1
-        return Slot(core, None)._hold(0.0)
+        return Slot(core, None)._hold(0.0, core.observer)
 
     # -- public figures -------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 import anyio
 
 from .._exceptions import HandlerTimeout
-from .._observer import ToolObserver
+from .._observer import ToolObserver, bind_priorities
 from ._discipline import QueueDiscipline
 from ._fairness import FairQueue, Tenant
 from ._feedback import CapacityFeedback, Seat
@@ -120,6 +120,7 @@ class Core:
         "openings",
         "predicted",
         "queue_timeout",
+        "ranked",
         "service",
         "shed_client",
         "shed_fair",
@@ -152,6 +153,9 @@ class Core:
         self.discipline = discipline
         self.service = service  # slot hold times
         self.observer = observer
+        # The observers of each priority's calls, by rank, bound once (the default's is
+        # ``observer``): what a call of a priority reports its admission and refusal to.
+        self.ranked = bind_priorities(observer)
         # Who hears how each call ended: the observer, unless a caller reports the ends itself.
         self.ends = observer
         self.active = 0

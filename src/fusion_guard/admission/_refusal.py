@@ -149,9 +149,11 @@ class Refusals:
         levels = core.levels
         counted = template  # the counters below tell the guard's own templates apart
         promises = self._promises
+        observer = core.observer
         if levels is not None and rank is not None:
             template = self._at_priority(template, rank)
             promises = self._ranked[rank]
+            observer = core.ranked[rank]  # the refused call's priority's
         active = core.active
         now = core.clock()
         service = core.service
@@ -193,7 +195,6 @@ class Refusals:
             else:
                 core.shed_timeout += 1
                 core.predicted += counted is self.predicted_busy
-        observer = core.observer
         if observer is not None:
             try:
                 observer.shed(reason, active, queued, retry_after)

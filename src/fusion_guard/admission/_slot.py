@@ -26,8 +26,8 @@ from typing import ClassVar, Protocol, Self, runtime_checkable
 import anyio
 
 from .._exceptions import HandlerTimeout
-from .._observer import Outcome, ToolObserver, observer_failed, outcome_of
-from .._priority import DEFAULT_RANK
+from .._observer import Outcome, ToolObserver, bind_priorities, observer_failed, outcome_of
+from .._priority import DEFAULT_RANK, Priority, check_priority
 from ._core import Core
 from ._deadline import Deadline, Timeouts
 from ._feedback import Seat
@@ -76,8 +76,8 @@ class Slot:
         core = self._core
         if core.active < core.max_active:  # free slot: take it without yielding
             core.active += 1
-            return self._hold(0.0)
-        return self._hold(await core.wait(None))
+            return self._hold(0.0, core.observer)
+        return self._hold(await core.wait(None), core.observer)
 
     def take_free(self) -> bool:
         """Take a free slot without a coroutine: True when taken (held as after ``async with``),
@@ -87,17 +87,18 @@ class Slot:
         core = self._core
         if core.active < core.max_active:
             core.active += 1
-            self._hold(0.0)
+            self._hold(0.0, core.observer)
             return True
         return False
 
-    def _hold(self, queue_wait: float) -> Self:
-        """The slot is ours after ``queue_wait`` seconds: count it, report it, start the clock
-        (and the deadline). Variants that take more than a local slot end their entry here."""
+    def _hold(self, queue_wait: float, observer: ToolObserver | None) -> Self:
+        """The slot is ours after ``queue_wait`` seconds: count it, report it to ``observer``
+        (the core's, or its priority's: ``core.ranked``, passed in so that a call without a
+        priority pays nothing for the choice), start the clock (and the deadline). Variants
+        that take more than a local slot end their entry here."""
         core = self._core
         self.queue_wait = queue_wait
         core.admitted += 1
-        observer = core.observer
         if observer is not None:
             try:
                 observer.admitted(queue_wait)
@@ -241,14 +242,14 @@ class _ClientSlot(Slot):
     async def __aenter__(self) -> Slot:
         core = self._core
         if core.arrive(self._client):
-            return self._hold(0.0)
-        return self._hold(await core.wait_as_client(self._client))
+            return self._hold(0.0, core.observer)
+        return self._hold(await core.wait_as_client(self._client), core.observer)
 
     def take_free(self) -> bool:
         core = self._core
         if core.active < core.max_active:
             core.arrive(self._client)  # takes the free slot, or refuses over the cap
-            self._hold(0.0)
+            self._hold(0.0, core.observer)
             return True
         return False
 
@@ -267,13 +268,14 @@ class _LevelSlot(_ClientSlot):
     async def __aenter__(self) -> Slot:
         core = self._core
         if core.arrive(self._client, self._level):
-            return self._hold(0.0)
-        return self._hold(await core.wait_as_client(self._client, self._level))
+            return self._hold(0.0, core.ranked[self._level])
+        queue_wait = await core.wait_as_client(self._client, self._level)
+        return self._hold(queue_wait, core.ranked[self._level])
 
     def take_free(self) -> bool:
         core = self._core
         if core.active < core.max_active and core.arrive(self._client, self._level):
-            self._hold(0.0)
+            self._hold(0.0, core.ranked[self._level])
             return True
         return False
 
@@ -339,7 +341,9 @@ class _PermitSlot(_LevelSlot):
         except TimeoutError:  # no permit in time: the guard's own refusal
             refusals = self._refusals
             # Counted and advised while the local slot is still held, as every refusal is.
-            busy = refusals.refuse("queue_timeout", len(core.waiters), refusals.busy)
+            busy = refusals.refuse(
+                "queue_timeout", len(core.waiters), refusals.busy, None, None, self._level
+            )
             self._give_back_local()
             raise busy from None
         except BaseException as failure:
@@ -352,7 +356,7 @@ class _PermitSlot(_LevelSlot):
                 except Exception as broken:  # observers never change an outcome
                     observer_failed(ends, "finished", broken)
             raise
-        return self._hold(core.clock() - arrival)
+        return self._hold(core.clock() - arrival, core.ranked[self._level])
 
     def _give_back_local(self) -> None:
         """The local slot of a call refused its permit (or cancelled waiting for it)."""
@@ -405,12 +409,13 @@ class Unbounded:
     without end their calls the same way. ``observer`` hears ``admitted`` and ``finished``;
     ``clock``: monotonic seconds, for the durations reported."""
 
-    __slots__ = ("clock", "observer", "timeouts")
+    __slots__ = ("clock", "observer", "ranked", "timeouts")
 
     def __init__(
         self, tool: str, observer: ToolObserver, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.observer = observer
+        self.ranked = bind_priorities(observer)  # each priority's, for its calls' admissions
         self.timeouts = Timeouts(tool)  # what a deadline's expiry raises, kept rendered
         self.clock = clock
 
@@ -418,11 +423,13 @@ class Unbounded:
         self,
         timeout: float | None = None,
         client: str | None = None,
-        priority: object = None,
+        priority: Priority | str | None = None,
     ) -> UnboundedSlot:
         """A slot under ``timeout`` (None: no deadline); ``client`` and ``priority`` change
-        nothing here (nothing waits)."""
-        return UnboundedSlot(self, timeout)
+        nothing here (nothing waits) but the observer of ``priority``'s calls hears of it."""
+        if priority is None:
+            return UnboundedSlot(self, timeout, self.observer)
+        return UnboundedSlot(self, timeout, self.ranked[check_priority("priority", priority).rank])
 
 
 class UnboundedSlot(Slot):
@@ -430,11 +437,12 @@ class UnboundedSlot(Slot):
     of leaving (the deadline told apart, the end reported once) is inherited; nothing is given
     back."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_observer", "_slots")
 
-    def __init__(self, slots: Unbounded, timeout: float | None) -> None:
+    def __init__(self, slots: Unbounded, timeout: float | None, observer: ToolObserver) -> None:
         # No core to hold a place in: only what leaving needs (Slot.__init__ is not called).
         self._slots = slots
+        self._observer = observer  # its priority's (the admission) and the tool's (the end)
         self._timeout = timeout
         self._client = None
         self._deadline: Deadline | None = None
@@ -447,10 +455,10 @@ class UnboundedSlot(Slot):
 
     def take_free(self) -> bool:
         slots = self._slots
-        observer = slots.observer
-        observer.admitted(0.0)  # the gate's observer: contained fan-out, or the null one
+        # The gate's observers: contained fan-outs, or the null one.
+        self._observer.admitted(0.0)
         self._held = True
-        self._ends = observer
+        self._ends = slots.observer
         self._start = slots.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)

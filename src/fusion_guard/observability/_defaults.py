@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._observer import ToolObservers, observer_failed
-from ._events import LogEventObserver, _ToolEvents
+from .._priority import Priority
+from ._events import LogEventObserver, _PriorityEvents, _ToolEvents
 from ._metrics import PrometheusObserver, _ClientTool, _LeanTool
 
 if TYPE_CHECKING:
@@ -65,11 +66,23 @@ class _ToolDefaults(ToolObservers):
     ``admitted``, the one event every admitted call reports and the logs ignore, goes to the
     metrics alone (nowhere when they are off)."""
 
-    __slots__ = ("_metrics",)
+    __slots__ = ("_events", "_metrics")
 
-    def __init__(self, metrics: _LeanTool | _ClientTool | None, events: _ToolEvents) -> None:
+    def __init__(
+        self, metrics: _LeanTool | _ClientTool | None, events: _ToolEvents | _PriorityEvents
+    ) -> None:
         super().__init__((events,) if metrics is None else (metrics, events))
         self._metrics = metrics
+        self._events = events
+
+    def for_priority(self, priority: Priority) -> _ToolDefaults:
+        """The metrics and log events of the tool's calls of ``priority``."""
+        metrics, events = self._metrics, self._events
+        assert isinstance(events, _ToolEvents)  # the tool's own (bound per priority once)
+        return _ToolDefaults(
+            None if metrics is None else metrics.for_priority(priority),
+            events.for_priority(priority),
+        )
 
     def admitted(self, queue_wait: float) -> None:
         metrics = self._metrics

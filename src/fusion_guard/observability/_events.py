@@ -4,7 +4,10 @@ Events (through ``fusion_guard._log``: structlog when configured, else the stdli
 ``fusion_guard``; never stdout), each with the fields ``tool``, ``reason``, ``active``, ``queued``,
 ``retry_after`` (``None`` where a figure does not apply or is unknown):
 
-- ``call_shed`` (WARNING): reason ``queue_full`` / ``queue_timeout`` / ``backend_unavailable``.
+- ``call_shed`` (WARNING): reason ``queue_full`` / ``queue_timeout`` / ``backend_unavailable`` /
+  ``fair_share`` / ``client_limit``, plus ``priority``, the refused call's (``interactive``, the
+  default, for a call without one): always there, so that a log query for one priority's refusals
+  needs no special case for the default.
 - ``call_rate_limited`` (INFO): reason and ``scope`` = the limit's scope; a client key only as
   ``key_hash`` (salted).
 - ``call_timeout`` (WARNING): reason ``handler_timeout``, plus ``duration``.
@@ -12,13 +15,14 @@ Events (through ``fusion_guard._log``: structlog when configured, else the stdli
   logs the exception itself, with its reference id).
 - ``call_events_suppressed`` (the level of the event it summarises): ``suppressed_event`` (the
   name of the events summarised), ``reason``, ``count`` (events of that window not logged one by
-  one), ``window_s``.
+  one), ``window_s``, and for ``call_shed`` its ``priority``.
 
-Sampling: per tool, event and reason, the first event of each ``interval`` is logged; the rest of
-that window is only counted, and one ``call_events_suppressed`` summary carries the count when the
-window is over (reported at that tool's next event, or by ``flush()``). So under a storm of N
-refusals the log gets about two lines per interval, and logged events plus summary counts add up
-to N.
+Sampling: per tool, event and reason (and priority, for ``call_shed``: a storm of background
+refusals does not hide the first interactive one), the first event of each ``interval`` is
+logged; the rest of that window is only counted, and one ``call_events_suppressed`` summary
+carries the count when the window is over (reported at that tool's next event, or by
+``flush()``). So under a storm of N refusals the log gets about two lines per interval (per
+priority refused), and logged events plus summary counts add up to N.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from collections.abc import Callable
 from .._checks import check_number
 from .._log import is_enabled, log_event
 from .._observer import Outcome, ShedReason
-from ._metrics import LiveFigures
+from ._metrics import DEFAULT_PRIORITY, LiveFigures
 
 __all__ = ["LogEventObserver"]
 
@@ -45,13 +49,15 @@ _FAILURES: dict[str, tuple[str, int, str]] = {
 
 
 class _Window:
-    """One (event, reason) stream of one tool: when its window ends and what it swallowed."""
+    """One (event, reason, priority) stream of one tool: when its window ends and what it
+    swallowed (``priority``: None for the events that do not carry one)."""
 
-    __slots__ = ("count", "ends", "level")
+    __slots__ = ("count", "ends", "level", "priority")
 
-    def __init__(self, ends: float, level: int) -> None:
+    def __init__(self, ends: float, level: int, priority: str | None) -> None:
         self.ends = ends
         self.level = level
+        self.priority = priority
         self.count = 0
 
 
@@ -104,7 +110,7 @@ class _ToolEvents:
         self._interval = interval
         self._clock = clock
         self._salt = salt
-        self._windows: dict[tuple[str, str], _Window] = {}
+        self._windows: dict[tuple[str, str, str | None], _Window] = {}
         # Earliest end of a window holding a count; inf when no summary is owed.
         self._due = math.inf
 
@@ -115,9 +121,24 @@ class _ToolEvents:
     def admitted(self, queue_wait: float) -> None:
         """Admissions are not logged (the hot path does not log at all)."""
 
-    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
-        if self._sampled("call_shed", reason, logging.WARNING):
-            self._emit(logging.WARNING, "call_shed", reason, active, queued, retry_after)
+    def for_priority(self, priority: str) -> _PriorityEvents:
+        """The events of the tool's calls of ``priority``: its refusals say it."""
+        return _PriorityEvents(self, str(priority))
+
+    def shed(
+        self,
+        reason: ShedReason,
+        active: int,
+        queued: int,
+        retry_after: float,
+        priority: str = DEFAULT_PRIORITY,
+    ) -> None:
+        """A call of ``priority`` was refused (``_PriorityEvents`` passes the priority)."""
+        if self._sampled("call_shed", reason, logging.WARNING, priority):
+            self._emit(
+                logging.WARNING, "call_shed", reason, active, queued, retry_after,
+                priority=priority,
+            )  # fmt: skip
 
     def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
         if self._sampled("call_rate_limited", scope, logging.INFO):
@@ -153,14 +174,14 @@ class _ToolEvents:
         """Log the summary of every window that has ended (every window when ``force``)."""
         now = self._clock()
         due = math.inf
-        for (event, reason), window in self._windows.items():
+        for (event, reason, _), window in self._windows.items():
             if window.count and (force or now >= window.ends):
                 self._summarise(event, reason, window)
             elif window.count:
                 due = min(due, window.ends)
         self._due = due
 
-    def _sampled(self, event: str, reason: str, level: int) -> bool:
+    def _sampled(self, event: str, reason: str, level: int, priority: str | None = None) -> bool:
         """Whether this event opens a new window (log it) or falls in the current one (count
         it); also settles any summaries that are due. Under a storm most events fall in an open
         window: they are counted before anything else is asked (whether the level is on is
@@ -168,7 +189,7 @@ class _ToolEvents:
         now = self._clock()
         if now >= self._due:
             self.flush()
-        key = (event, reason)
+        key = (event, reason, priority)
         window = self._windows.get(key)
         if window is not None and now < window.ends:
             window.count += 1
@@ -178,20 +199,23 @@ class _ToolEvents:
         if not is_enabled(level):
             return False
         if window is None:
-            self._windows[key] = _Window(now + self._interval, level)
+            self._windows[key] = _Window(now + self._interval, level, priority)
         else:
             window.ends = now + self._interval
         return True
 
     def _summarise(self, event: str, reason: str, window: _Window) -> None:
+        extra: dict[str, object] = {} if window.priority is None else {"priority": window.priority}
         log_event(
             window.level,
             "call_events_suppressed",
+            None,
             tool=self.tool,
             suppressed_event=event,
             reason=reason,
             count=window.count,
             window_s=self._interval,
+            **extra,
         )
         window.count = 0
 
@@ -218,3 +242,30 @@ class _ToolEvents:
         }
         fields.update(extra)
         log_event(level, event, None, **fields)
+
+
+class _PriorityEvents:
+    """The events of one tool's calls of one priority (``_ToolEvents.for_priority``): its
+    refusals are logged as the tool's, with their priority, sampled apart; the rest is the
+    tool's."""
+
+    __slots__ = ("_tool", "priority")
+
+    def __init__(self, tool: _ToolEvents, priority: str) -> None:
+        self._tool = tool
+        self.priority = priority
+
+    def admitted(self, queue_wait: float) -> None:
+        """Admissions are not logged."""
+
+    def shed(self, reason: ShedReason, active: int, queued: int, retry_after: float) -> None:
+        self._tool.shed(reason, active, queued, retry_after, self.priority)
+
+    def rate_limited(self, scope: str, retry_after: float, key: str | None = None) -> None:
+        self._tool.rate_limited(scope, retry_after, key)
+
+    def finished(self, outcome: Outcome, duration: float | None) -> None:
+        self._tool.finished(outcome, duration)
+
+    def backend_error(self, backend: str, allowed: bool) -> None:
+        """Reported by the backend itself (see ``_ToolEvents.backend_error``)."""

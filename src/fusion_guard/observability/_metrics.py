@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, get_args
 
 from .._exceptions import ConfigurationError
 from .._observer import Outcome, ShedReason
+from .._priority import DEFAULT_RANK, PRIORITY_NAMES
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_DURATION_BUCKETS",
+    "DEFAULT_PRIORITY",
     "OUTCOMES",
     "QUEUE_WAIT_BUCKETS",
     "RETRY_AFTER_BUCKETS",
@@ -57,6 +59,9 @@ OUTCOMES: tuple[str, ...] = (
     "cancelled",
 )
 SHED_REASONS: tuple[str, ...] = get_args(ShedReason)
+#: The ``priority`` label of the calls without one (and of every call of a guard that keeps no
+#: priorities): the default priority's name.
+DEFAULT_PRIORITY: str = PRIORITY_NAMES[DEFAULT_RANK].value
 
 # Queue waits are mostly zero or milliseconds; handler times span ms to a minute; retry_after
 # runs from a few ms (busy) to minutes (slow rate limits).
@@ -97,7 +102,12 @@ METRICS: tuple[_Definition, ...] = (
         ("tool", "outcome"),
         "Every call that reached the guard, once, by how it ended.",
     ),
-    _Definition("shed_total", "counter", ("tool", "reason"), "SERVER_BUSY answers, by reason."),
+    _Definition(
+        "shed_total",
+        "counter",
+        ("tool", "reason", "priority"),
+        "SERVER_BUSY answers, by reason and the refused call's priority.",
+    ),
     _Definition(
         "retries_total",
         "counter",
@@ -113,8 +123,8 @@ METRICS: tuple[_Definition, ...] = (
     _Definition(
         "queue_wait_seconds",
         "histogram",
-        ("tool",),
-        "Time from arrival to a slot, for admitted calls.",
+        ("tool", "priority"),
+        "Time from arrival to a slot, for admitted calls, by priority.",
         "queue_wait",
     ),
     _Definition(
@@ -200,7 +210,12 @@ def _le(bound: float) -> str:
 
 
 class _LeanTool:
-    """One tool's figures as plain Python numbers: what the hot path touches."""
+    """One tool's figures as plain Python numbers: what the hot path touches.
+
+    The tool's object is also its default priority's; ``for_priority`` makes each other
+    priority's, a sibling with its own ``wait``, ``shed_counts`` and ``inflight`` (the figures
+    shown by priority) sharing the rest, so that a call of any priority records through the same
+    methods at the same cost. The scrape adds the siblings up where a metric has no priority."""
 
     __slots__ = (
         "_backend",
@@ -210,6 +225,8 @@ class _LeanTool:
         "inflight",
         "limit",
         "live",
+        "priority",
+        "ranked",
         "retries",
         "retry_busy",
         "retry_limited",
@@ -220,6 +237,8 @@ class _LeanTool:
 
     def __init__(self, tool: str, backend: dict[tuple[str, str], int], buckets: _Buckets) -> None:
         self.tool = tool
+        self.priority = DEFAULT_PRIORITY
+        self.ranked: dict[str, _LeanTool] = {DEFAULT_PRIORITY: self}  # shared by the siblings
         self.limit: int | None = None
         self.live: LiveFigures | None = None
         self.inflight = 0
@@ -232,6 +251,33 @@ class _LeanTool:
         self.retry_busy = _Histogram(buckets.retry_after)
         self.retry_limited = _Histogram(buckets.retry_after)
         self._backend = backend
+
+    def for_priority(self, priority: str) -> _LeanTool:
+        """The figures of the tool's calls of ``priority`` (made once per priority)."""
+        priority = str(priority)  # a Priority is its name
+        ranked = self.ranked
+        bound = ranked.get(priority)
+        if bound is None:
+            bound = ranked[priority] = _LeanTool.__new__(_LeanTool)
+            for shared in _LeanTool.__slots__:
+                setattr(bound, shared, getattr(self, shared))
+            bound.priority = priority
+            bound.inflight = 0
+            bound.shed_counts = dict.fromkeys(SHED_REASONS, 0)
+            bound.wait = _Histogram(self.wait.bounds)
+        return bound
+
+    def shown(self) -> list[_LeanTool]:
+        """The priorities whose figures a scrape shows, highest first: the default's alone
+        until a call of another priority is recorded, then every priority's (from 0, so that
+        ``rate()`` sees their first calls)."""
+        ranked = self.ranked
+        others = [b for p, b in ranked.items() if p != DEFAULT_PRIORITY]
+        if not any(b.wait.zeros or any(b.wait.counts) or any(b.shed_counts.values())
+                   for b in others):  # fmt: skip
+            return [ranked[DEFAULT_PRIORITY]]
+        order = {p.value: rank for rank, p in enumerate(PRIORITY_NAMES)}
+        return sorted(ranked.values(), key=lambda b: order.get(b.priority, len(order)))
 
     def set_limit(self, max_active: int) -> None:
         self.limit = max_active
@@ -299,7 +345,7 @@ class _LeanTool:
         (no queue figure then)."""
         live = self.live
         if live is None:
-            return max(self.inflight, 0), 0
+            return max(sum(b.inflight for b in self.ranked.values()), 0), 0
         return live.active, live.queued
 
 
@@ -402,11 +448,14 @@ class _Families:
             self.limit.add_metric([name], float(limit))
         for outcome, count in list(bound.calls.items()):
             self.calls.add_metric([name, outcome], float(count))
-        for reason, count in list(bound.shed_counts.items()):
-            self.shed.add_metric([name, reason], float(count))
+        shown = bound.shown()
+        for ranked in shown:
+            for reason, count in list(ranked.shed_counts.items()):
+                self.shed.add_metric([name, reason, ranked.priority], float(count))
         self.retries.add_metric([name], float(bound.retries))
         self.hints.add_metric([name], float(bound.hints_ignored))
-        _add_histogram(self.wait, [name], bound.wait)
+        for ranked in shown:
+            _add_histogram(self.wait, [name, ranked.priority], ranked.wait)
         _add_histogram(self.duration, [name], bound.duration)
         _add_histogram(self.retry, [name, "SERVER_BUSY"], bound.retry_busy)
         _add_histogram(self.retry, [name, "RATE_LIMITED"], bound.retry_limited)
@@ -429,23 +478,36 @@ class _ClientTool:
         "_inflight",
         "_limit",
         "_limited",
+        "_metrics",
         "_queue",
+        "_ranked",
         "_retries",
         "_shed",
+        "_tool",
         "_wait",
         "live",
     )
 
-    def __init__(self, metrics: _ClientMetrics, tool: str) -> None:
+    def __init__(
+        self,
+        metrics: _ClientMetrics,
+        tool: str,
+        priority: str = DEFAULT_PRIORITY,
+        ranked: dict[str, _ClientTool] | None = None,
+    ) -> None:
         self.live: LiveFigures | None = None
+        self._metrics = metrics
+        self._tool = tool
+        # Each priority's children (this one's for ``priority``), shared by the siblings.
+        self._ranked = {priority: self} if ranked is None else ranked
         self._inflight = metrics.inflight.labels(tool)
         self._queue = metrics.queue.labels(tool)
         self._limit = metrics.limit.labels(tool)
         self._calls = {o: metrics.calls.labels(tool, o) for o in OUTCOMES}
-        self._shed = {r: metrics.shed.labels(tool, r) for r in SHED_REASONS}
+        self._shed = {r: metrics.shed.labels(tool, r, priority) for r in SHED_REASONS}
         self._retries = metrics.retries.labels(tool)
         self._hints = metrics.hints.labels(tool)
-        self._wait = metrics.wait.labels(tool)
+        self._wait = metrics.wait.labels(tool, priority)
         self._duration = metrics.duration.labels(tool)
         self._busy = metrics.retry.labels(tool, "SERVER_BUSY")
         self._limited = metrics.retry.labels(tool, "RATE_LIMITED")
@@ -454,10 +516,21 @@ class _ClientTool:
     def set_limit(self, max_active: int) -> None:
         self._limit.set(max_active)
 
+    def for_priority(self, priority: str) -> _ClientTool:
+        """The children of the tool's calls of ``priority`` (bound once per priority)."""
+        priority = str(priority)  # a Priority is its name
+        bound = self._ranked.get(priority)
+        if bound is None:
+            bound = _ClientTool(self._metrics, self._tool, priority, self._ranked)
+            bound.live = self.live
+            self._ranked[priority] = bound
+        return bound
+
     def watch(self, figures: LiveFigures) -> None:
         """Refresh ``queue_depth`` from ``figures`` at every event (there is no scrape-time hook
-        in a worker process)."""
-        self.live = figures
+        in a worker process), whichever priority's children record it."""
+        for bound in self._ranked.values():
+            bound.live = figures
 
     def _sample_queue(self, queued: int | None = None) -> None:
         live = self.live
