@@ -175,9 +175,12 @@ class Slot:
         if ends is not None:
             self._ends = None
             try:
-                ends.finished(outcome, self._core.clock() - self._start)
+                ends.finished(outcome, self._now() - self._start)
             except Exception as failure:  # observers never change an outcome
                 observer_failed(ends, "finished", failure)
+
+    def _now(self) -> float:
+        return self._core.clock()
 
     def release(self) -> None:
         """Give the slot back (to the next waiter, if any), the call reported ``ok``. Safe to
@@ -467,13 +470,8 @@ class UnboundedSlot(Slot):
     def _timed_out(self) -> HandlerTimeout:
         return self._slots.timeouts.refusal(self._timeout or 0.0)
 
-    def report(self, outcome: Outcome) -> None:
-        if not self._held:
-            return
-        ends = self._ends
-        if ends is not None:
-            self._ends = None
-            ends.finished(outcome, self._slots.clock() - self._start)
+    def _now(self) -> float:
+        return self._slots.clock()
 
     def _end(self, outcome: Outcome) -> None:
         if self._held:
