@@ -1,0 +1,608 @@
+"""The tool zoo's models: tools that do not look like the demo's (issue 41, docs/zoo.md).
+
+Each model is a frozen dataclass of its parameters that documents its true capacity (calls/s)
+and its true parallel worker count (what an operator who knew the tool would give
+``max_active``: the oracle's fixed limit). ``draw(rng)`` draws one call's work (its service
+time, its argument), once per arrival, so that every policy in a run serves the very same calls;
+``make_tool()`` makes a fresh instance (its pool, its bucket), one per policy. Tools are async,
+read the event loop's clock and hold no thread, so a run in virtual time repeats exactly for a
+seed; the same tools run on the real clock for the spot checks.
+
+The errors the tools raise are the ones real tools raise: ``PoolExhausted`` (a connection pool
+that refuses at once), ``UpstreamRateLimited`` (an API's 429), ``BackendDown`` (every call fails
+at once) and ``BadInput`` (a load-independent error: the caller's arguments).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import anyio
+
+from ._shifting import _Pool
+from ._tool import WorkerTime
+
+__all__ = [
+    "MODELS",
+    "ArgumentCost",
+    "BackendDown",
+    "BadInput",
+    "BimodalCache",
+    "CpuThreads",
+    "FailFastPool",
+    "HeavyTail",
+    "Job",
+    "PoolExhausted",
+    "QueueingPool",
+    "ShiftingPool",
+    "SlowLLM",
+    "UpstreamRateLimited",
+    "UpstreamApi",
+    "ZooModel",
+    "ZooTool",
+    "model_named",
+]
+
+#: How long a tool takes to raise an error that needs no work: a refusal, bad input, a backend
+#: that is down (seconds).
+FAST_ERROR_S = 0.001
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+class PoolExhausted(Exception):
+    """Every connection of the pool is busy (as SQLAlchemy's ``TimeoutError`` with no wait)."""
+
+
+class UpstreamRateLimited(Exception):
+    """The upstream API answered 429: its own rate limit is exceeded."""
+
+
+class BackendDown(ConnectionError):
+    """The backend is unreachable: every call fails at once."""
+
+
+class BadInput(ValueError):
+    """The caller's arguments are wrong: an error whatever the load."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One call's work, drawn once per arrival: ``service`` (seconds of a worker, or of CPU for
+    ``CpuThreads``, or the upstream's latency) and whether its input is bad."""
+
+    service: float
+    bad: bool = False
+
+
+def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
+    return rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma)
+
+
+def _lognormal_p99(mean: float, sigma: float) -> float:
+    return math.exp(math.log(mean) - sigma**2 / 2 + _Z99 * sigma)
+
+
+class ZooTool:
+    """``await tool(job)``: one call. Bad input fails at once (no connection taken), so does any
+    call while the backend is down (``down`` between two loop times); otherwise ``_work``.
+    ``entered`` counts the calls that reached the tool (probes, during an outage)."""
+
+    def __init__(self) -> None:
+        self.down: tuple[float, float] | None = None
+        self.entered: list[float] = []
+
+    async def __call__(self, job: Job) -> str:
+        now = anyio.current_time()
+        self.entered.append(now)
+        if job.bad:
+            await anyio.sleep(FAST_ERROR_S)
+            raise BadInput("unknown customer id")
+        if self.down is not None and self.down[0] <= now < self.down[1]:
+            await anyio.sleep(FAST_ERROR_S)
+            raise BackendDown("connection refused")
+        await self._work(job)
+        return "ok"
+
+    async def _work(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def set_workers(self, workers: int) -> None:
+        """The true parallel worker count changes (``ShiftingPool``)."""
+        raise NotImplementedError
+
+
+class _QueueingTool(ZooTool):
+    """A FIFO pool of workers; calls beyond it wait inside, and each call waiting slows every
+    service by ``1 / contention_scale`` (a crowded database thrashing)."""
+
+    def __init__(self, workers: int, contention_scale: float) -> None:
+        super().__init__()
+        self.pool = _Pool(workers)
+        self._scale = contention_scale
+        self._time = WorkerTime()
+        self.inside = 0
+
+    async def _work(self, job: Job) -> None:
+        self.inside += 1
+        try:
+            await self.pool.acquire()
+            try:
+                piled_up = max(0, self.inside - self.pool.workers)
+                await self._time.serve(job.service, piled_up, self._scale)
+            finally:
+                self.pool.release()
+        finally:
+            self.inside -= 1
+
+    def set_workers(self, workers: int) -> None:
+        self.pool.resize(workers)
+
+
+class _FailFastTool(ZooTool):
+    def __init__(self, connections: int) -> None:
+        super().__init__()
+        self._free = connections
+        self._time = WorkerTime()
+
+    async def _work(self, job: Job) -> None:
+        if self._free == 0:
+            await anyio.sleep(FAST_ERROR_S)
+            raise PoolExhausted("QueuePool limit reached, connection timed out, timeout 0")
+        self._free -= 1
+        try:
+            await self._time.serve(job.service, 0, math.inf)
+        finally:
+            self._free += 1
+
+
+class _UpstreamTool(ZooTool):
+    """A token bucket at the upstream: a call that finds no token is answered 429 quickly."""
+
+    def __init__(self, rate: float, burst: int, reject_s: float) -> None:
+        super().__init__()
+        self._rate, self._burst, self._reject_s = rate, burst, reject_s
+        self._tokens = float(burst)
+        self._at: float | None = None
+        self._time = WorkerTime()
+
+    async def _work(self, job: Job) -> None:
+        now = anyio.current_time()
+        if self._at is not None:
+            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1:
+            await anyio.sleep(self._reject_s)
+            raise UpstreamRateLimited("429 Too Many Requests")
+        self._tokens -= 1
+        await self._time.serve(job.service, 0, math.inf)
+
+
+class _CpuTool(ZooTool):
+    """A sync handler run in a pool of ``threads`` threads (anyio's ``to_thread`` with a
+    limiter): its CPU work runs in slices of ``slice_s`` (the interpreter's switch interval) on
+    ``cores`` cores, round robin among the threads that hold work, so more threads than cores
+    only share the cores. Once a thread has the call it runs to the end: a thread cannot be
+    cancelled (``to_thread.run_sync`` waits for it), only the wait for a thread can."""
+
+    def __init__(self, threads: int, cores: int, slice_s: float) -> None:
+        super().__init__()
+        self._threads = _Pool(threads)
+        self._cores = _Pool(cores)
+        self._slice = slice_s
+
+    async def _work(self, job: Job) -> None:
+        await self._threads.acquire()
+        try:
+            with anyio.CancelScope(shield=True):
+                left = job.service
+                while left > 1e-12:
+                    await self._cores.acquire()
+                    try:
+                        step = min(self._slice, left)
+                        await anyio.sleep(step)
+                        left -= step
+                    finally:
+                        self._cores.release()
+        finally:
+            self._threads.release()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZooModel:
+    """One kind of tool. ``workers``: the true parallel worker count (the oracle's fixed limit);
+    ``capacity_rps``: the calls per second it really serves at best; ``slo_s``: the latency an
+    answer counts as good within; ``client_timeout_s``: when a caller gives up (cancels);
+    ``settle_s``: the start left out of the figures (a limit finding the tool);
+    ``duration_s``: the measured window after it."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    overload_errors: ClassVar[tuple[type[Exception], ...]] = ()
+    """The exceptions this tool raises when overloaded (for ``Guard(overload_errors=...)``)."""
+
+    workers: int
+    slo_s: float
+    client_timeout_s: float
+    settle_s: float = 3.0
+    duration_s: float = 12.0
+
+    @property
+    def capacity_rps(self) -> float:
+        raise NotImplementedError
+
+    def phases(self) -> Sequence[tuple[float, int, float]]:
+        """(seconds from the start, true worker count, capacity in calls/s) of each phase."""
+        return ((0.0, self.workers, self.capacity_rps),)
+
+    def draw(self, rng: random.Random) -> Job:
+        raise NotImplementedError
+
+    def make_tool(self) -> ZooTool:
+        raise NotImplementedError
+
+    def parameters(self) -> str:
+        """Its parameters in one line (the table's caption and docs/zoo.md)."""
+        raise NotImplementedError
+
+    @property
+    def total_s(self) -> float:
+        return self.settle_s + self.duration_s
+
+    def workers_at(self, offset: float) -> int:
+        """The true worker count ``offset`` seconds from the start."""
+        workers = self.workers
+        for begin, count, _ in self.phases():
+            if offset >= begin:
+                workers = count
+        return workers
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueingPool(ZooModel):
+    """A database pool that queues: calls beyond the pool wait inside and slow each other."""
+
+    name: ClassVar[str] = "db_pool"
+    title: ClassVar[str] = "database pool that queues"
+    workers: int = 4
+    mean_s: float = 0.040
+    sigma: float = 0.5
+    contention_scale: float = 50.0
+    slo_s: float = 0.25
+    client_timeout_s: float = 1.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} connections, log-normal {self.mean_s * 1000:g} ms (sigma"
+            f" {self.sigma:g}), each call waiting inside slows service by"
+            f" {100 / self.contention_scale:g} %"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailFastPool(ZooModel):
+    """A pool that raises ``PoolExhausted`` at once (1 ms) when every connection is busy."""
+
+    name: ClassVar[str] = "fail_fast"
+    title: ClassVar[str] = "pool that fails fast"
+    overload_errors: ClassVar[tuple[type[Exception], ...]] = (PoolExhausted,)
+    workers: int = 4
+    mean_s: float = 0.040
+    sigma: float = 0.3
+    slo_s: float = 0.25
+    client_timeout_s: float = 1.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _FailFastTool(self.workers)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} connections, log-normal {self.mean_s * 1000:g} ms (sigma"
+            f" {self.sigma:g}); PoolExhausted after {FAST_ERROR_S * 1000:g} ms when all are busy"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamApi(ZooModel):
+    """An upstream API with its own rate limit (a token bucket): past it, 429 within 5 ms. Its
+    true worker count is the concurrency its rate sustains: rate x mean latency."""
+
+    name: ClassVar[str] = "upstream"
+    title: ClassVar[str] = "upstream API with its own rate limit"
+    overload_errors: ClassVar[tuple[type[Exception], ...]] = (UpstreamRateLimited,)
+    rate: float = 50.0
+    burst: int = 10
+    mean_s: float = 0.080
+    sigma: float = 0.4
+    reject_s: float = 0.005
+    workers: int = 4
+    slo_s: float = 0.4
+    client_timeout_s: float = 2.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.rate
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _UpstreamTool(self.rate, self.burst, self.reject_s)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.rate:g} calls/s (burst {self.burst}), log-normal {self.mean_s * 1000:g} ms"
+            f" (sigma {self.sigma:g}); UpstreamRateLimited (429) after"
+            f" {self.reject_s * 1000:g} ms past the rate"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BimodalCache(ZooModel):
+    """A cache: most calls hit (uniform 1-2 ms), some miss (uniform 100-300 ms); both hold one
+    of its connections, calls beyond them queue."""
+
+    name: ClassVar[str] = "cache"
+    title: ClassVar[str] = "cache, bimodal latency"
+    workers: int = 4
+    miss: float = 0.15
+    hit_s: tuple[float, float] = (0.001, 0.002)
+    miss_s: tuple[float, float] = (0.100, 0.300)
+    contention_scale: float = 100.0
+    slo_s: float = 0.5
+    client_timeout_s: float = 2.0
+
+    @property
+    def mean_s(self) -> float:
+        return (1 - self.miss) * sum(self.hit_s) / 2 + self.miss * sum(self.miss_s) / 2
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        low, high = self.miss_s if rng.random() < self.miss else self.hit_s
+        return Job(rng.uniform(low, high))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} connections; {1 - self.miss:.0%} hits of"
+            f" {self.hit_s[0] * 1000:g}-{self.hit_s[1] * 1000:g} ms, {self.miss:.0%} misses of"
+            f" {self.miss_s[0] * 1000:g}-{self.miss_s[1] * 1000:g} ms (mean"
+            f" {self.mean_s * 1000:.1f} ms)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgumentCost(ZooModel):
+    """One tool, two kinds of call: cheap lookups and expensive queries, by their arguments."""
+
+    name: ClassVar[str] = "arg_cost"
+    title: ClassVar[str] = "argument-dependent cost"
+    workers: int = 4
+    expensive: float = 0.2
+    cheap_s: float = 0.005
+    expensive_s: float = 0.150
+    sigma: float = 0.3
+    contention_scale: float = 100.0
+    slo_s: float = 0.5
+    client_timeout_s: float = 2.0
+
+    @property
+    def mean_s(self) -> float:
+        return (1 - self.expensive) * self.cheap_s + self.expensive * self.expensive_s
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        mean = self.expensive_s if rng.random() < self.expensive else self.cheap_s
+        return Job(_lognormal(rng, mean, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} workers; {1 - self.expensive:.0%} lookups of"
+            f" {self.cheap_s * 1000:g} ms, {self.expensive:.0%} queries of"
+            f" {self.expensive_s * 1000:g} ms (log-normal, sigma {self.sigma:g}; mean"
+            f" {self.mean_s * 1000:.0f} ms)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuThreads(ZooModel):
+    """CPU-bound work of a sync handler in a thread pool larger than the cores: the threads
+    share the cores in 5 ms slices, so its true worker count is the cores."""
+
+    name: ClassVar[str] = "cpu_threads"
+    title: ClassVar[str] = "CPU-bound work in a thread pool"
+    threads: int = 8
+    workers: int = 2
+    """The cores the work runs on (it releases the GIL, as numpy does)."""
+    mean_s: float = 0.025
+    sigma: float = 0.3
+    slice_s: float = 0.005
+    slo_s: float = 0.25
+    client_timeout_s: float = 1.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _CpuTool(self.threads, self.workers, self.slice_s)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.threads} threads on {self.workers} cores, log-normal"
+            f" {self.mean_s * 1000:g} ms of CPU (sigma {self.sigma:g}) in"
+            f" {self.slice_s * 1000:g} ms slices; a thread, once running, is not cancelled"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeavyTail(ZooModel):
+    """A heavy tail: log-normal service with sigma 1.1."""
+
+    name: ClassVar[str] = "heavy_tail"
+    title: ClassVar[str] = "heavy tail"
+    workers: int = 4
+    mean_s: float = 0.040
+    sigma: float = 1.1
+    contention_scale: float = 100.0
+    slo_s: float = 0.6
+    client_timeout_s: float = 2.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} workers, log-normal {self.mean_s * 1000:g} ms (sigma"
+            f" {self.sigma:g}; uncontended p99"
+            f" {_lognormal_p99(self.mean_s, self.sigma) * 1000:.0f} ms)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowLLM(ZooModel):
+    """A tool that calls an LLM: 1-5 s a call (uniform), at most ``workers`` requests at once
+    at the provider, the rest waiting in its gateway."""
+
+    name: ClassVar[str] = "slow_llm"
+    title: ClassVar[str] = "slow LLM-backed tool"
+    workers: int = 8
+    service_s: tuple[float, float] = (1.0, 5.0)
+    contention_scale: float = 100.0
+    slo_s: float = 10.0
+    client_timeout_s: float = 30.0
+    settle_s: float = 30.0
+    duration_s: float = 120.0
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / (sum(self.service_s) / 2)
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(rng.uniform(*self.service_s))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{self.workers} requests at once, uniform {self.service_s[0]:g}-"
+            f"{self.service_s[1]:g} s a call"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShiftingPool(ZooModel):
+    """Capacity shifting under a heavy tail: the pool's workers go through ``shifts`` (8 -> 1
+    -> 4), ``phase_s`` each; offered load follows the current capacity."""
+
+    name: ClassVar[str] = "shifting"
+    title: ClassVar[str] = "capacity shifting, heavy tail"
+    shifts: tuple[int, ...] = (8, 1, 4)
+    phase_s: float | tuple[float, ...] = 8.0
+    """Each phase's length (one for all, or one per phase)."""
+    workers: int = 8
+    mean_s: float = 0.050
+    sigma: float = 1.0
+    contention_scale: float = 100.0
+    slo_s: float = 0.6
+    client_timeout_s: float = 2.0
+    settle_s: float = 3.0
+    duration_s: float = 21.0
+
+    def __post_init__(self) -> None:
+        # Derived, not chosen: the first phase's count, and the run's length less the settling.
+        object.__setattr__(self, "workers", self.shifts[0])
+        object.__setattr__(self, "duration_s", sum(self.lengths) - self.settle_s)
+
+    @property
+    def lengths(self) -> tuple[float, ...]:
+        if isinstance(self.phase_s, tuple):
+            return self.phase_s
+        return (self.phase_s,) * len(self.shifts)
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.shifts[0] / self.mean_s
+
+    def phases(self) -> Sequence[tuple[float, int, float]]:
+        begins = [sum(self.lengths[:i]) for i in range(len(self.shifts))]
+        return tuple((b, n, n / self.mean_s) for b, n in zip(begins, self.shifts, strict=True))
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.shifts[0], self.contention_scale)
+
+    def parameters(self) -> str:
+        return (
+            f"{' -> '.join(map(str, self.shifts))} workers,"
+            f" {'/'.join(f'{x:g}' for x in self.lengths)} s, log-normal"
+            f" {self.mean_s * 1000:g} ms (sigma {self.sigma:g})"
+        )
+
+
+#: The zoo, in the table's order.
+MODELS: tuple[ZooModel, ...] = (
+    QueueingPool(),
+    FailFastPool(),
+    UpstreamApi(),
+    BimodalCache(),
+    ArgumentCost(),
+    CpuThreads(),
+    HeavyTail(),
+    SlowLLM(),
+    ShiftingPool(),
+)
+
+
+def model_named(name: str) -> ZooModel:
+    """The zoo's model called ``name`` (ValueError naming the known ones)."""
+    for model in MODELS:
+        if model.name == name:
+            return model
+    raise ValueError(
+        f"{name!r} is no model of the zoo; expected one of {', '.join(m.name for m in MODELS)}"
+    )
