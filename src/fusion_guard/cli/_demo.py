@@ -23,6 +23,12 @@ the same seed, in about 25 seconds. Needs the MCP SDK (fusion-guard[mcp]).
 ``--scenario priorities`` (docs/priorities.md): interactive and background agents through one
 tool of 4 workers at 1x-4x its capacity, a priority-blind guard against a priority-aware one on
 the same arrivals, in virtual time (25 s of each load in a few seconds).
+
+``--scenario zoo`` (docs/zoo.md): nine tool models that do not look like the demo's (a pool that
+queues, one that fails fast, a rate-limited upstream, a bimodal cache, argument-dependent cost,
+CPU work in threads, a heavy tail, a slow LLM tool, a shifting pool) at 0.5x-4x their capacity,
+under no guard, the oracle's fixed limit, fixed 10 and auto, plus an outage, a capacity drop and
+a cold burst, in virtual time (about 30 s of CPU a seed).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ _DEFAULT_CHARTS: dict[str, Path | None] = {
     "tenants": Path("demo-output/tenants.png"),
     "agents": None,
     "priorities": Path("demo-output/priorities.png"),
+    "zoo": Path("demo-output/zoo.png"),
 }
 #: Options that belong to one scenario, refused with the others.
 _SCENARIO_OPTIONS = {
@@ -62,6 +69,7 @@ _SCENARIO_OPTIONS = {
     "tenants": ("mode", "clients"),
     "agents": ("retry_policies",),
     "priorities": ("interactive",),
+    "zoo": ("seeds", "models"),
 }
 #: How many clients the crowd of the tenants scenario may have.
 _CROWD_SIZES = range(2, 1001)
@@ -138,6 +146,33 @@ def _clients(text: str) -> int:
     return int(text)
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """``--seeds``: ``1-3`` or ``1,4,7``."""
+    try:
+        if "-" in text.strip()[1:]:
+            first, last = text.split("-", 1)
+            seeds = tuple(range(int(first), int(last) + 1))
+        else:
+            seeds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        seeds = ()
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seeds as 1-3 or 1,4,7")
+    return seeds
+
+
+def _models(text: str) -> tuple[str, ...]:
+    from ..demo._zoo_models import MODELS
+
+    known = [m.name for m in MODELS]
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names or any(n not in known for n in names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a comma-separated subset of {','.join(known)}"
+        )
+    return names
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port from 1 to 65535")
@@ -158,7 +193,8 @@ def register(commands: Any) -> None:
         help="overload (default): every policy across loads; shifting: a tool whose capacity"
         " moves, fixed limit vs oracle vs auto; tenants: clients of different appetite, fair"
         " queueing on vs off; agents: a fleet of agents, retry policies side by side;"
-        " priorities: interactive and background agents, priority-blind vs aware",
+        " priorities: interactive and background agents, priority-blind vs aware; zoo: nine"
+        " tool models, every policy at 0.5x-4x their capacity",
     )
     parser.add_argument(
         "--duration",
@@ -211,6 +247,18 @@ def register(commands: Any) -> None:
         help=f"with --scenario priorities: the interactive clients' share of the calls"
         f" (default: {PrioritiesScenario.interactive:g})",
     )
+    parser.add_argument(
+        "--seeds",
+        type=_seeds,
+        metavar="A-B|A,B,...",
+        help="with --scenario zoo: the seeds to run, one table each (default: --seed)",
+    )
+    parser.add_argument(
+        "--models",
+        type=_models,
+        metavar="A,B,...",
+        help="with --scenario zoo: the models to run (default: all nine)",
+    )
     parser.add_argument("--seed", type=int, default=Scenario.seed, help="random seed")
     parser.add_argument(
         "--max-active",
@@ -226,7 +274,8 @@ def register(commands: Any) -> None:
         help="PNG chart of goodput and p99 against load (default:"
         f" {_DEFAULT_CHARTS['overload']}; with --scenario shifting, of the limits over time:"
         f" {_DEFAULT_CHARTS['shifting']}; with --scenario priorities, blind vs aware against"
-        f" load: {_DEFAULT_CHARTS['priorities']})",
+        f" load: {_DEFAULT_CHARTS['priorities']}; with --scenario zoo, goodput against load per"
+        f" model: {_DEFAULT_CHARTS['zoo']})",
     )
     parser.add_argument("--no-chart", action="store_true", help="do not write the chart")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write all figures as JSON")
@@ -242,7 +291,7 @@ def register(commands: Any) -> None:
         default=True,
         help="exit 1 when fusion_guard misses a target of docs/benchmarks.md (with --scenario"
         " shifting, of docs/adaptive.md; tenants and agents, of docs/demo.md; priorities, of"
-        " docs/priorities.md), the default;"
+        " docs/priorities.md; zoo, of docs/zoo.md), the default;"
         " --no-check"
         " prints the targets without failing, for a busy or noisy machine",
     )
@@ -289,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_tenants(args)
     if args.scenario == "priorities":
         return _run_priorities(args)
+    if args.scenario == "zoo":
+        return _run_zoo(args)
     args.duration = Scenario.duration_s if args.duration is None else args.duration
     args.loads = DEFAULT_LOADS if args.loads is None else args.loads
     args.policies = POLICY_NAMES if args.policies is None else args.policies
@@ -581,5 +632,52 @@ def _run_priorities(args: argparse.Namespace) -> int:
         targets,
         functools.partial(write_priorities_json, result),
         functools.partial(write_priorities_chart, result),
+        virtual=True,
+    )
+
+
+def _run_zoo(args: argparse.Namespace) -> int:
+    from ..demo._report import format_targets
+    from ..demo._virtual_time import run_in_virtual_time
+    from ..demo._zoo import ZooScenario, run_zoo
+    from ..demo._zoo_report import (
+        check_zoo_targets,
+        format_zoo,
+        write_zoo_chart,
+        write_zoo_json,
+    )
+
+    if args.duration is not None:
+        sys.stderr.write(
+            "fusion-guard demo: the zoo's models each have their own length: drop --duration\n"
+        )
+        return 2
+    # Every overload error is logged with its traceback at ERROR: thousands of them are the
+    # point of the fail-fast models.
+    if not logging.getLogger().handlers:
+        logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)
+    seeds = args.seeds or (args.seed,)
+    defaults = ZooScenario()
+    models = defaults.models if args.models is None else args.models
+    results = []
+    for seed in seeds:
+        scenario = ZooScenario(models=models, seed=seed)
+
+        def progress(what: str, seed: int = seed) -> None:
+            sys.stderr.write(f"[seed {seed}] {what}\n")
+            sys.stderr.flush()
+
+        results.append(run_in_virtual_time(functools.partial(run_zoo, scenario, progress=progress)))
+    targets = [t for r in results for t in check_zoo_targets(r)]
+    out = []
+    for result in results:
+        out += [format_zoo(result), ""]
+    out.append(format_targets(targets, "max_active=auto", "docs/zoo.md, issue 41"))
+    return _report(
+        args,
+        out,
+        targets,
+        functools.partial(write_zoo_json, results),
+        functools.partial(write_zoo_chart, results[0]),
         virtual=True,
     )

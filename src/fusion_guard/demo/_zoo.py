@@ -332,8 +332,8 @@ def _bare_caller(run: _Run, jobs: Sequence[Job]) -> _Caller:
 def _make_policy(
     policy: str, model: ZooModel, run: _Run, jobs: Sequence[Job], oracle: _OracleLimit
 ) -> tuple[_Caller, Callable[[], int] | None] | None:
-    """How a call goes through ``policy`` and how to read its limit in force; None when the
-    policy does not apply to the model or this Guard lacks it."""
+    """How a call goes through ``policy`` and how to read its limit in force; None when this
+    Guard lacks it (``overload_errors``)."""
     from .._guard import Guard
 
     if policy == "none":
@@ -356,8 +356,6 @@ def _make_policy(
     elif policy == "fixed10":
         options["max_active"] = FIXED_LIMIT
     elif policy == "auto_named":
-        if not model.overload_errors:
-            return None
         if not overload_errors_supported():
             return None
         options["overload_errors"] = model.overload_errors
@@ -396,6 +394,8 @@ async def _simulate(
     runs: dict[str, _Run | None] = {}
     callers: dict[str, tuple[_Caller, Callable[[], int] | None]] = {}
     for policy in policies:
+        if policy == "auto_named" and not model.overload_errors:
+            continue  # nothing to name
         run = _Run(model.make_tool())
         if down is not None:
             run.tool.down = (begin + down[0], begin + down[1])
