@@ -34,6 +34,7 @@ from ..admission._concurrency import ConcurrencyGuard
 from ._loadgen import CallRecord, Outcome, drive_calls, percentile, poisson_arrivals
 from ._zoo_models import (
     MODELS,
+    HeavyTail,
     Job,
     PoolExhausted,
     QueueingPool,
@@ -62,8 +63,11 @@ __all__ = [
     "run_zoo",
 ]
 
-POLICIES = ("none", "oracle", "fixed10", "auto", "auto_named")
-"""``auto_named``: ``Guard(overload_errors=<the model's>)``, for models that raise one."""
+POLICIES = ("none", "oracle", "fixed10", "auto", "auto_named", "oracle_tight")
+"""``auto_named``: ``Guard(overload_errors=<the model's>)``, for models that raise one;
+``oracle_tight`` (the ``tight`` cell only): the oracle's limit with ``TIGHT_QUEUE``."""
+#: The queue of issue 41's case of predictive shedding at 0.8x.
+TIGHT_QUEUE: dict[str, Any] = {"max_queue": 16, "queue_timeout": 0.15}
 DEFAULT_LOADS = (0.5, 0.8, 1.5, 4.0)
 #: Loads some models are also run at: the fail-fast pool's targets are at 2x and 3x.
 EXTRA_LOADS: dict[str, tuple[float, ...]] = {"fail_fast": (2.0, 3.0)}
@@ -115,7 +119,8 @@ class CellResult:
     policies: dict[str, PolicyFigures | None]
     """None: the policy is not available with this Guard (``auto_named`` before issue 41)."""
     variant: str = ""
-    """"" for the grid, ``errors20`` for the load-independent errors' cell."""
+    """"" for the grid, ``errors20`` for the load-independent errors' cell, ``tight`` for the
+    heavy tail behind ``max_active=2`` and a tight queue (``TIGHT_QUEUE``)."""
 
     def ratio(self, policy: str, to: str = "oracle") -> float | None:
         """``policy``'s goodput within the SLO over ``to``'s (None: either missing)."""
@@ -205,9 +210,7 @@ class ZooResult:
     """Per model: its parameters, capacity, true worker count, SLO."""
 
     def cell(self, model: str, load: float, variant: str = "") -> CellResult:
-        return next(
-            c for c in self.cells if (c.model, c.load, c.variant) == (model, load, variant)
-        )
+        return next(c for c in self.cells if (c.model, c.load, c.variant) == (model, load, variant))
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -353,6 +356,8 @@ def _make_policy(
             )
             return _slots_caller(slots, run, jobs), lambda: slots.limit
         options["max_active"] = model.workers
+    elif policy == "oracle_tight":  # issue 41's predictive-shedding case
+        options.update(max_active=model.workers, **TIGHT_QUEUE)
     elif policy == "fixed10":
         options["max_active"] = FIXED_LIMIT
     elif policy == "auto_named":
@@ -383,9 +388,7 @@ async def _simulate(
     arrivals: list[float] = []
     for i, (offset, _, capacity) in enumerate(phases):
         until = phases[i + 1][0] if i + 1 < len(phases) else model.total_s
-        arrivals += poisson_arrivals(
-            load * capacity, begin + offset, until - offset, arrival_rng
-        )
+        arrivals += poisson_arrivals(load * capacity, begin + offset, until - offset, arrival_rng)
     jobs = [
         replace(job, bad=True) if bad_rng.random() < bad_share else job
         for job in (model.draw(job_rng) for _ in arrivals)
@@ -425,10 +428,11 @@ async def _simulate(
         if len(phases) > 1:
             tg.start_soon(shift)
         tg.start_soon(sample)
+        index_of = {t: i for i, t in enumerate(arrivals)}
         for policy, (caller, _) in callers.items():
-            run = runs[policy]
-            assert run is not None
-            run.index_of = {t: i for i, t in enumerate(arrivals)}
+            driven = runs[policy]
+            assert driven is not None
+            driven.index_of = index_of
             tg.start_soon(
                 functools.partial(
                     drive_calls,
@@ -436,7 +440,7 @@ async def _simulate(
                     caller,
                     lambda index: index,
                     client_timeout=model.client_timeout_s,
-                    records=run.records,
+                    records=driven.records,
                 )
             )
     return begin, runs
@@ -685,6 +689,9 @@ async def run_cold_burst() -> ColdBurstResult:
 
 ERRORS_SHARE, ERRORS_LOAD = 0.2, 0.5
 ERRORS_MODEL = QueueingPool()
+TIGHT_MODEL = HeavyTail(workers=2, mean_s=0.020, sigma=1.0)
+"""The demo's tool (2 workers, 20 ms, sigma 1) for the ``tight`` cell at 0.8x."""
+TIGHT_LOAD = 0.8
 
 
 async def run_zoo(
@@ -704,7 +711,9 @@ async def run_zoo(
         for load in scenario.loads_of(model.name):
             tell(f"{model.name} at {load:g}x")
             cells.append(await run_cell(model, load, scenario.seed))
-    outage, drops, cold = None, (), None
+    outage: OutageResult | None = None
+    drops: tuple[DropResult, ...] = ()
+    cold: ColdBurstResult | None = None
     if scenario.special:
         tell(f"{ERRORS_MODEL.name} with {ERRORS_SHARE:.0%} bad input at {ERRORS_LOAD:g}x")
         cells.append(
@@ -717,6 +726,16 @@ async def run_zoo(
                 variant="errors20",
             )
         )
+        tell(f"{TIGHT_MODEL.name}, 2 workers, max_active=2, a tight queue, at {TIGHT_LOAD:g}x")
+        cells.append(
+            await run_cell(
+                TIGHT_MODEL,
+                TIGHT_LOAD,
+                scenario.seed,
+                ("none", "oracle", "oracle_tight", "auto"),
+                variant="tight",
+            )
+        )
         tell("a backend down for 10 s")
         outage = await run_outage(scenario.seed)
         tell("a capacity drop 8 -> 1 (sigma 0.7 and 1.0)")
@@ -726,6 +745,7 @@ async def run_zoo(
     described = {m.name: describe(m) for m in models}
     if scenario.special:
         described[f"{ERRORS_MODEL.name}+errors20"] = describe(ERRORS_MODEL)
+        described[f"{TIGHT_MODEL.name}+tight"] = describe(TIGHT_MODEL)
     return ZooResult(
         scenario,
         tuple(cells),
@@ -735,4 +755,3 @@ async def run_zoo(
         named_available=overload_errors_supported(),
         models=described,
     )
-

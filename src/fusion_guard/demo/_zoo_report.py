@@ -137,6 +137,20 @@ def _special_targets(result: ZooResult, seed: str) -> list[Target]:
         shed = errors.policies["auto"].shed  # type: ignore[union-attr]
         targets.append(Target(f"{at}auto shed <= {ERRORS_SHED:.0%}", shed <= ERRORS_SHED,
                               _pct(shed)))  # fmt: skip
+    tight = next((c for c in result.cells if c.variant == "tight"), None)
+    if tight is not None:
+        at = f"{seed}{tight.model} of 2 workers (oracle_tight: max_queue=16, queue_timeout=0.15): "
+        bound = SHED_AT[0.8]
+        for name in ("oracle_tight", "oracle", "auto"):
+            figures = tight.policies[name]
+            assert figures is not None
+            targets.append(
+                Target(
+                    f"{at}{name} shed <= {bound:.1%} at {tight.load:g}x",
+                    figures.shed <= bound,
+                    f"{figures.shed:.1%} (timed out: {figures.timeouts:.1%})",
+                )
+            )
     if result.outage is not None:
         auto = result.outage.policies["auto"]
         at = f"{seed}backend down {result.outage.down_s:g} s: "
@@ -262,12 +276,12 @@ def format_zoo(result: ZooResult) -> str:
             f"drop 8 -> 1 workers at {drop.load:g}x, sigma {drop.sigma:g} (goodput from"
             f" {drop.follow_s:g} s after the drop):",
         ]
-        for policy, f in drop.policies.items():
-            reach = "never" if f.reach_s is None else f"{f.reach_s:g} s"
+        for policy, d in drop.policies.items():
+            reach = "never" if d.reach_s is None else f"{d.reach_s:g} s"
             lines.append(
-                f"  {policy:8} within 2x of 1 after {reach}; goodput {f.goodput_slo:.3f}"
+                f"  {policy:8} within 2x of 1 after {reach}; goodput {d.goodput_slo:.3f}"
                 f" ({_cell(drop.ratio(policy), '.2f')}x oracle); mean limit"
-                f" {_cell(f.mean_limit, '.1f')}"
+                f" {_cell(d.mean_limit, '.1f')}"
             )
     if result.cold is not None:
         cold = result.cold
@@ -317,9 +331,7 @@ def write_zoo_chart(result: ZooResult, path: Path) -> None:
         cells = [c for c in result.cells if c.model == model and not c.variant]
         for policy in POLICIES:
             points = [
-                (c.load, f.goodput_slo)
-                for c in cells
-                if (f := c.policies.get(policy)) is not None
+                (c.load, f.goodput_slo) for c in cells if (f := c.policies.get(policy)) is not None
             ]
             if points:
                 ax.plot(*zip(*points, strict=True), _STYLES[policy], marker="o", label=policy)
