@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -52,6 +54,9 @@ from fusion_guard.demo._zoo_report import (
     WARM_X,
 )
 
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from virtual_time import run_virtual  # noqa: E402
+
 T = TypeVar("T")
 SEED = 1
 NAMED = "auto_named needs Guard(overload_errors=...)" + (
@@ -82,13 +87,15 @@ def cell(model: str, load: float, policies: tuple[str, ...], seed: int = SEED) -
 # --- the harness -------------------------------------------------------------------------------
 
 
-def test_the_oracle_at_half_load_serves_every_call_within_the_slo() -> None:
-    result = cell("db_pool", 0.5, ("oracle",))
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_oracle_at_half_load_serves_every_call_within_the_slo(backend: str) -> None:
+    model = model_named("db_pool")
+    result = run_virtual(functools.partial(run_cell, model, 0.5, SEED, ("oracle",)), backend)
     oracle = result.policies["oracle"]
     assert oracle is not None
     assert (oracle.shed, oracle.timeouts, oracle.errors, oracle.overload_errors) == (0, 0, 0, 0)
     assert oracle.p99_ms is not None
-    assert oracle.p99_ms < 1000 * model_named("db_pool").slo_s
+    assert oracle.p99_ms < 1000 * model.slo_s
     # Every call answered OK within the SLO: goodput is the offered half, give or take the
     # Poisson draw of ~600 calls.
     assert 0.45 <= oracle.goodput_slo <= 0.55

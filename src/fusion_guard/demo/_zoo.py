@@ -47,6 +47,7 @@ from ._zoo_models import (
 __all__ = [
     "DEFAULT_LOADS",
     "EXTRA_LOADS",
+    "GRID_POLICIES",
     "POLICIES",
     "CellResult",
     "ColdBurstResult",
@@ -63,9 +64,11 @@ __all__ = [
     "run_zoo",
 ]
 
-POLICIES = ("none", "oracle", "fixed10", "auto", "auto_named", "oracle_tight")
-"""``auto_named``: ``Guard(overload_errors=<the model's>)``, for models that raise one;
-``oracle_tight`` (the ``tight`` cell only): the oracle's limit with ``TIGHT_QUEUE``."""
+GRID_POLICIES = ("none", "oracle", "fixed10", "auto", "auto_named")
+"""Every model at every load: ``auto_named`` is ``Guard(overload_errors=<the model's>)``, for
+models that raise one."""
+POLICIES = (*GRID_POLICIES, "oracle_tight")
+"""And ``oracle_tight`` (the ``tight`` cell only): the oracle's limit with ``TIGHT_QUEUE``."""
 #: The queue of issue 41's case of predictive shedding at 0.8x.
 TIGHT_QUEUE: dict[str, Any] = {"max_queue": 16, "queue_timeout": 0.15}
 DEFAULT_LOADS = (0.5, 0.8, 1.5, 4.0)
@@ -508,7 +511,7 @@ async def run_cell(
     model: ZooModel,
     load: float,
     seed: int,
-    policies: Sequence[str] = POLICIES,
+    policies: Sequence[str] = GRID_POLICIES,
     *,
     bad_share: float = 0.0,
     variant: str = "",
