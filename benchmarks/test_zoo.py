@@ -55,7 +55,7 @@ from fusion_guard.demo._zoo_report import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from virtual_time import run_virtual  # noqa: E402
+from virtual_time import run_virtual
 
 T = TypeVar("T")
 SEED = 1
