@@ -80,7 +80,6 @@ def _virtual(fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 @functools.cache
 def cell(model: str, load: float, policies: tuple[str, ...], seed: int = SEED) -> CellResult:
-    logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)
     return _virtual(functools.partial(run_cell, model_named(model), load, seed, policies))
 
 
