@@ -19,11 +19,12 @@ import anyio
 
 from ..wire._client import FusionClientError
 from ..wire._shedding import RETRY_NOW
-from ._advice import RETRYABLE_CODES, is_error, refusal_of
+from ._advice import FLAGGED, RETRYABLE_CODES, is_error, refusal_of
 from ._budget import (
     AdaptiveThrottle,
     Budget,
     Pushback,
+    RetryBudget,
     shared_budget,
     shared_pushback,
     shared_throttle,
@@ -109,37 +110,24 @@ class RetryCall(Generic[R]):
     A ``RetryCall`` is one call's: not shared between tasks, not reused.
     """
 
-    __slots__ = (
-        "_error",
-        "_result",
-        "_retrying",
-        "_state",
-        "_stopped",
-        "_until",
-        "_why",
-        "bound",
-        "deadline",
-        "number",
-        "remaining",
-        "tool",
-        "waited",
-    )  # fmt: skip
-
+    # No __slots__: the fields a call that succeeds at once never sets are read from these
+    # class defaults, so making one writes two fields (the success path's cost is measured in
+    # attribute writes: docs/client-measured.md).
+    number: int = 1
+    remaining: float | None = None
+    waited: float = 0.0
+    _state: int = _READY
+    _deadline: float = math.inf  # the call's own bounds (its deadline, the read timeout)
+    _bound: StopReason = "deadline"  # which of them is ``_deadline``
+    _error: FusionClientError | None = None  # the last refusal's envelope
+    _until: float | None = None  # the waits' bound, the enclosing deadline's included
+    _why: StopReason = "deadline"
     _result: R  # the last answer settled
     _stopped: StopReason  # why it is the call's (set with the state _DONE)
 
     def __init__(self, retrying: Retrying, tool: str) -> None:
         self._retrying = retrying
         self.tool = tool
-        self.number = 1
-        self.deadline = math.inf  # the call's own bounds (its deadline, the read timeout)
-        self.bound: StopReason = "deadline"  # which of them is ``deadline``
-        self.remaining: float | None = None
-        self.waited = 0.0
-        self._state = _READY
-        self._error: FusionClientError | None = None  # the last refusal's envelope
-        self._until: float | None = None  # the waits' bound, the enclosing deadline's included
-        self._why: StopReason = "deadline"
 
     def settle(self, result: R) -> bool:
         """Attempt ``number``'s answer: True when it is the call's, False for a refusal to
@@ -150,17 +138,20 @@ class RetryCall(Generic[R]):
             )
         self._result = result
         retrying = self._retrying
-        if not is_error(result):  # a success: the path of most calls
-            if retrying._budget is not None:
-                retrying._budget.answered(refused=False)
+        # A result of a class known to carry the flag (the SDKs' results) is read here, without
+        # a call: the path of most calls.
+        failed = result.is_error if type(result) in FLAGGED else is_error(result)  # type: ignore[attr-defined]
+        if not failed:
+            if retrying._budget_answers is not None:
+                retrying._budget_answers.answered(refused=False)
             if retrying._throttle is not None:
                 retrying._throttle.accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
         error = refusal_of(result)
         final = error is None or error.code not in RETRYABLE_CODES
-        if retrying._budget is not None:
-            retrying._budget.answered(refused=not final)
+        if retrying._budget_answers is not None:
+            retrying._budget_answers.answered(refused=not final)
         throttle = retrying._throttle
         if throttle is not None:
             if final:
@@ -184,8 +175,8 @@ class RetryCall(Generic[R]):
             # The caller's own cancel scopes bound the waits too; the attempts are bounded by
             # them already, so ``remaining`` stays the call's own bounds.
             enclosing = anyio.current_effective_deadline()
-            self._until, self._why = self.deadline, self.bound
-            if enclosing < self.deadline:
+            self._until, self._why = self._deadline, self._bound
+            if enclosing < self._deadline:
                 self._until, self._why = enclosing, "deadline"
         until = self._until
         error = self._error
@@ -210,8 +201,8 @@ class RetryCall(Generic[R]):
             self._state, self._stopped = _DONE, stop
             return False
         self.number += 1
-        if self.deadline != math.inf:
-            self.remaining = self.deadline - anyio.current_time()
+        if self._deadline != math.inf:
+            self.remaining = self._deadline - anyio.current_time()
         retrying._sent(self)
         self._state = _READY
         return True
@@ -287,6 +278,7 @@ class Retrying:
     __slots__ = (
         "_backoff",
         "_budget",
+        "_budget_answers",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
@@ -328,6 +320,14 @@ class Retrying:
             self._budget, self._pushback = shared_budget(server), shared_pushback(server)
         else:
             self._budget, self._pushback = budget, Pushback()
+        # Told of answers unless it ignores them (a ``RetryBudget`` counts what is sent): one
+        # call fewer on the path of every call.
+        self._budget_answers = (
+            None
+            if self._budget is None
+            or getattr(type(self._budget), "answered", None) is RetryBudget.answered
+            else self._budget
+        )
         self._throttle = shared_throttle(server) if isinstance(throttle, Shared) else throttle
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
@@ -401,34 +401,30 @@ class Retrying:
         on the whole call like ``deadline`` (seconds from now). Raises ``ThrottledLocally``
         when client-side throttling holds the call back (nothing is to be sent)."""
         call: RetryCall[Any] = RetryCall(self, tool)
-        if self._plain and read_timeout is None and deadline is None:
-            self._admit()
-            if self._budget is not None:
-                self._budget.sent(retry=False)
-            return call
-        timeout = (
-            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
-        )
-        self._admit()
-        # The clock is read only when a bound of the call's own needs its start (an enclosing
-        # cancel scope's deadline is absolute, and read on the first refusal).
-        if timeout is not None or read_timeout is not None:
-            start = anyio.current_time()
-            if timeout is not None:
-                call.deadline = start + timeout
-            if read_timeout is not None and start + read_timeout < call.deadline:
-                call.deadline, call.bound = start + read_timeout, "read_timeout"
-            call.remaining = call.deadline - start
-        self._sent(call)
-        return call
-
-    def _admit(self) -> None:
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
             raise ThrottledLocally(
                 "THROTTLED_LOCALLY",
                 f"not sent: {self.server!r} has been refusing most calls from this process",
             )
+        if self._plain and read_timeout is None and deadline is None:  # the path of most calls
+            if self._budget is not None:
+                self._budget.sent(retry=False)
+            return call
+        timeout = (
+            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
+        )
+        # The clock is read only when a bound of the call's own needs its start (an enclosing
+        # cancel scope's deadline is absolute, and read on the first refusal).
+        if timeout is not None or read_timeout is not None:
+            start = anyio.current_time()
+            bound = math.inf if timeout is None else start + timeout
+            if read_timeout is not None and start + read_timeout < bound:
+                bound, call._bound = start + read_timeout, "read_timeout"
+            call._deadline = bound
+            call.remaining = bound - start
+        self._sent(call)
+        return call
 
     def _sent(self, call: RetryCall[Any]) -> None:
         if self._observer is not None:

@@ -108,7 +108,7 @@ class RetryingSession(_Wrapper):
             arguments,
             read_timeout_seconds if remaining is None else remaining,
             progress_callback,
-            meta=_with_attempt(meta, 1),
+            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
             **kwargs,
         )
         if call.settle(result):
@@ -188,7 +188,7 @@ class RetryingFastMCPClient(_Wrapper):
             arguments,
             timeout=timeout if remaining is None else remaining,
             raise_on_error=False,
-            meta=_with_attempt(meta, 1),
+            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
             **kwargs,
         )
         if not call.settle(result):
