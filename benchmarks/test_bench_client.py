@@ -17,8 +17,10 @@ paired ratios moves by a few thousandths.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -31,7 +33,7 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from bench_support import SMOKE_ROUNDS, Figures
-from fusion_guard.client import reset_shared_budgets, wrap
+from fusion_guard.client import ATTEMPT_META_KEY, reset_shared_budgets, wrap
 
 OPS = 20
 ROUNDS = 150
@@ -63,14 +65,15 @@ async def _interleaved(
     connect: Callable[[], AbstractAsyncContextManager[Any]],
     call: Callable[[Any], Awaitable[Any]],
     rounds: int,
+    make: Callable[[Any], Any] = wrap,
 ) -> tuple[float, float]:
     """(wrapped, direct) seconds per call, their ratio the median of ``rounds`` paired rounds
     (see the module): the direct figure is the median direct batch, the wrapped one that times
-    the median ratio."""
+    the median ratio. ``make``: the wrapped session, from the client."""
     ratios: list[float] = []
     direct_batches: list[float] = []
     async with connect() as client:
-        wrapped = wrap(client)
+        wrapped = make(client)
         for session in (client, wrapped):  # tool lookup, the shared budget's creation
             warm_up = await call(session)
             assert not warm_up.is_error, warm_up
@@ -94,16 +97,18 @@ async def _interleaved(
     return statistics.median(ratios) * baseline, baseline
 
 
-def _mcp(rounds: int) -> tuple[float, float]:
+def _ping(client: Any) -> Awaitable[Any]:
+    return client.call_tool("ping", {})
+
+
+def _mcp(rounds: int, make: Callable[[Any], Any] = wrap) -> tuple[float, float]:
     app = _mcpserver()
-    call = lambda c: c.call_tool("ping", {})  # noqa: E731
-    return asyncio.run(_interleaved(lambda: Client(app), call, rounds))
+    return asyncio.run(_interleaved(lambda: Client(app), _ping, rounds, make))
 
 
-def _fastmcp_client(rounds: int) -> tuple[float, float]:
+def _fastmcp_client(rounds: int, make: Callable[[Any], Any] = wrap) -> tuple[float, float]:
     app = _fastmcp()
-    call = lambda c: c.call_tool("ping", {})  # noqa: E731
-    return asyncio.run(_interleaved(lambda: FastMCPClient(app), call, rounds))
+    return asyncio.run(_interleaved(lambda: FastMCPClient(app), _ping, rounds, make))
 
 
 @pytest.mark.parametrize(("sdk", "measure"), [("MCP SDK", _mcp), ("FastMCP", _fastmcp_client)])
@@ -118,3 +123,51 @@ def test_wrapped_call_vs_direct(
     name = f"wrap(client).call_tool vs client.call_tool ({sdk})"
     figures.at_most(name, candidate, baseline, TARGET)
     benchmark.pedantic(measure, args=(1,), rounds=1, iterations=1)
+
+
+# -- where the overhead goes: ``python benchmarks/test_bench_client.py`` ----------------------
+
+
+class _AttemptNumberOnly:
+    """The direct call carrying the attempt number in ``_meta``, as a wrapped first attempt does:
+    what the SDK and the server pay for it, without the wrapper."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> Awaitable[Any]:
+        return self.client.call_tool(name, arguments, meta={ATTEMPT_META_KEY: 1})
+
+
+PARTS: dict[str, Callable[[Any], Any]] = {
+    "the attempt number in _meta alone": _AttemptNumberOnly,
+    "wrap(client, budget=None, throttle=None)": lambda c: wrap(c, budget=None, throttle=None),
+    "wrap(client, throttle=None): the budget": lambda c: wrap(c, throttle=None),
+    "wrap(client, budget=None): the throttle": lambda c: wrap(c, budget=None),
+    "wrap(client): the defaults": wrap,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="The wrapper's overhead on a call that succeeds, part by part, against the"
+        " direct call (median of paired rounds, thread CPU time; see the module)."
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--sdk", nargs="+", default=["MCP SDK", "FastMCP"],
+                        choices=["MCP SDK", "FastMCP"])  # fmt: skip
+    args = parser.parse_args(argv)
+    for sdk in args.sdk:
+        measure = _mcp if sdk == "MCP SDK" else _fastmcp_client
+        for label, make in PARTS.items():
+            reset_shared_budgets()
+            candidate, baseline = measure(args.rounds, make)
+            print(
+                f"{sdk:<8} {label:<44} {candidate / baseline:6.3f}x"
+                f"  (+{(candidate - baseline) * 1e6:4.1f} us on {baseline * 1e6:5.0f} us)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
