@@ -156,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--sdk", nargs="+", default=["MCP SDK", "FastMCP"],
                         choices=["MCP SDK", "FastMCP"])  # fmt: skip
+    parser.add_argument("--reverse", action="store_true", help="the parts in the reverse order")
     args = parser.parse_args(argv)
+    parts = list(PARTS.items())
     for sdk in args.sdk:
         measure = _mcp if sdk == "MCP SDK" else _fastmcp_client
-        for label, make in PARTS.items():
+        for label, make in reversed(parts) if args.reverse else parts:
             reset_shared_budgets()
             candidate, baseline = measure(args.rounds, make)
             print(
