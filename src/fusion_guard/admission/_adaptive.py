@@ -28,6 +28,19 @@ limit in seconds:
 - A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
   overload there is. (The guard feeds as dropped only the timeouts that speak of the tool's
   capacity, not of one client's arguments: ``_feedback.py``.)
+- **An overload error** (``on_overload``: a call that raised one of the guard's
+  ``overload_errors``, answered SERVER_BUSY, RATE_LIMITED or TIMEOUT, or failed where failures
+  rise with the calls in flight) that started with ``n`` calls in flight says the tool serves
+  fewer than ``n``: the limit goes to ``n - 1`` at most, and does not grow past that *ceiling*
+  for ``CEILING_SECONDS`` (or ``CEILING_BASELINES`` uncrowded latencies, if longer). A ceiling
+  confirmed again by the first try above it, soon after it lapsed, is held twice as long the
+  next time (up to ``CEILING_MAX_SECONDS``): a pool that fails fast when full is tried one call
+  above its size once in a while, not every window. Halving instead would cut a pool of 4 to 2
+  and climb back through 3, losing a third of its service on every error.
+- **A call that failed alone** (``n = 1``) tells no capacity: the tool failed with nothing else
+  in it (a backend that is down). The limit keeps what it has, and when a call succeeds again it
+  goes back to the value it had before the overload errors that led there, without ceilings:
+  an outage does not leave the limit at its minimum.
 - **Not below what calls were seen served at once**: a call that ends while ``k`` calls admitted
   before it still run shows the tool serving ``k + 1`` at once (a tool that serves one at a
   time, in order, never lets a call overtake another). For ``OVERTAKING_MEMORY`` calls after
@@ -101,6 +114,14 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: After an overload error at ``n`` calls in flight, the limit does not grow to ``n`` again for
+#: this long (seconds), or CEILING_BASELINES uncrowded latencies if longer: each try above a
+#: pool that fails fast when full costs at least one failed call.
+CEILING_SECONDS = 1.0
+CEILING_BASELINES = 20
+#: A ceiling confirmed again within its own hold after it lapsed is held twice as long, up to
+#: this (seconds): a pool that stays the same size is tried less and less often.
+CEILING_MAX_SECONDS = 16.0
 
 
 class GradientLimit:
@@ -120,7 +141,11 @@ class GradientLimit:
 
     __slots__ = (
         "_baseline",
+        "_ceiling",
+        "_ceiling_hold",
+        "_ceiling_until",
         "_crowded_unmeasured",
+        "_down",
         "_estimate",
         "_limit",
         "_measured",
@@ -133,6 +158,7 @@ class GradientLimit:
         "_quiet",
         "_quiet_floor",
         "_quiet_sorted",
+        "_restore",
         "_samples",
         "_window",
         "_window_crowd",
@@ -205,6 +231,14 @@ class GradientLimit:
         # sliding maximum: (sample number, count), counts falling from the oldest to the newest.
         self._overtaking: deque[tuple[int, int]] = deque()
         self._samples = 0
+        # The ceiling the last overload error set (``on_overload``), until when it holds, and how
+        # long the next one holds; the estimate to go back to after a run of overload errors
+        # (NaN: none), and whether the last one failed alone (the tool down).
+        self._ceiling = self.max_limit
+        self._ceiling_until = -math.inf
+        self._ceiling_hold = CEILING_SECONDS
+        self._restore = math.nan
+        self._down = False
 
     @property
     def limit(self) -> int:
@@ -243,6 +277,9 @@ class GradientLimit:
             seen.popleft()
         if dropped:
             self._set(self._estimate / 2)
+            return True
+        if self._down:  # the first call served since calls failed alone: the tool is back
+            self._recovered()
             return True
         # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
         if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
@@ -295,7 +332,7 @@ class GradientLimit:
         if (due and gathered >= self.window_samples) or (
             gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
-            self._decide(_median(window))
+            self._decide(_median(window), end)
             window.clear()
             return True
         if (
@@ -305,7 +342,7 @@ class GradientLimit:
         ):
             latency = _median(window)
             if self.tolerance * self._baseline >= GROWTH_GRADIENT * latency:
-                self._decide(latency)
+                self._decide(latency, end)
                 window.clear()
                 return True
         return False
@@ -320,10 +357,55 @@ class GradientLimit:
         otherwise set it."""
         return self._parallelism
 
-    def _decide(self, latency: float) -> None:
+    def on_overload(
+        self, start: float, duration: float, inflight: int, *, overtook: int = 0
+    ) -> bool:
+        """Learn from a call that said the tool is overloaded (see the module): it took its slot
+        at ``start`` with ``inflight`` calls holding one, itself included, and ended after
+        ``duration`` seconds (``overtook``: as in ``on_sample``; not used). Returns False when
+        neither ``limit`` nor ``parallelism`` moved."""
+        end = start + duration
+        if end - end or not duration >= 0.0:
+            return False
+        if inflight <= 1:  # failed alone: no capacity to learn, and no cut below one call
+            self._down = True
+            return False
+        if self._restore != self._restore:  # NaN: the first of a run of overload errors
+            self._restore = self._estimate
+        ceiling = int(inflight) - 1
+        hold = self._ceiling_hold
+        if end >= self._ceiling_until:  # none in force: a new one
+            if end < self._ceiling_until + hold and ceiling >= self._ceiling:
+                hold = min(2.0 * hold, CEILING_MAX_SECONDS)  # the same size, confirmed again
+            else:
+                hold = max(CEILING_SECONDS, CEILING_BASELINES * self._baseline)  # NaN: the first
+            self._ceiling_hold = hold
+            self._ceiling = ceiling
+        elif ceiling < self._ceiling:
+            self._ceiling = ceiling
+        self._ceiling_until = end + hold
+        if self._estimate > self._ceiling:
+            self._set(float(self._ceiling))
+            return True
+        return False
+
+    def _recovered(self) -> None:
+        """A call served after calls failed alone: back to the estimate held before the overload
+        errors (if any), without the ceilings they set."""
+        self._down = False
+        restore = self._restore
+        if restore == restore and restore > self._estimate:  # not NaN
+            self._set(restore)
+        self._restore = math.nan
+        self._ceiling = self.max_limit
+        self._ceiling_until = -math.inf
+
+    def _decide(self, latency: float, end: float) -> None:
         baseline = self._baseline
         if not (latency > 0 and baseline > 0):
             return
+        # A window of calls served: the estimate before the overload errors is history now.
+        self._restore = math.nan
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
         if self._parallelism_measured and measured > self._parallelism:
@@ -342,7 +424,15 @@ class GradientLimit:
                 cut = min(self._estimate, float(at_once))
             self._set(cut)
         elif self._window_peak >= self._limit:
-            self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
+            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force.
+            grown = self._estimate + 1
+            if grown > self._ceiling:
+                if end < self._ceiling_until:
+                    return
+                if grown > self._ceiling + 1:  # a slot past it served a window: forget it
+                    self._ceiling = self.max_limit
+                    self._ceiling_hold = CEILING_SECONDS
+            self._set(grown)
 
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""

@@ -32,9 +32,9 @@ from ._service_time import ServiceTimeEstimator
 
 __all__ = ["Core", "Learn", "Waiter"]
 
-Learn = Callable[[Seat, float, float, int, float | None, bool, int, bool], None]
+Learn = Callable[[Seat, float, float, int, float | None, str, bool, int, bool], None]
 """What a finished call teaches an adaptive limit: ``learn(seat, start, held, inflight, timeout,
-timed_out, overtook, reached_tool)`` (``_learning.LimitLearning.learn``)."""
+outcome, overload, overtook, reached_tool)`` (``_learning.LimitLearning.learn``)."""
 
 
 class Arrive(Protocol):
