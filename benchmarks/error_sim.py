@@ -1,0 +1,254 @@
+"""Tools that fail under load, in front of the real ConcurrencyGuard, in virtual time.
+
+::
+
+    python benchmarks/error_sim.py                 # every scenario, seeds 1-3
+    python benchmarks/error_sim.py --seeds 4-8     # seeds not tuned on
+
+The guard runs as it is (``ConcurrencyGuard``, its queue, its refusals), on trio with a mock
+clock that jumps to the next timer whenever every task waits: time passes in sleeps only, so a
+20 s run takes about a second and the same seed gives the same figures. The tools:
+
+- **fail-fast pool**: ``pool`` connections; a call that finds them all taken raises
+  ``PoolExhausted`` after 1 ms, one that gets one holds it for its service (40 ms, log-normal
+  sigma 0.1). Offered ``load`` times the pool's capacity in Poisson arrivals; policies: a fixed
+  limit of the pool's size (the oracle), fixed 10, ``auto`` with ``overload_errors`` named, and
+  ``auto`` with nothing named (the unnamed detection).
+- **load-independent errors**: a pool that queues (no fail-fast), 8 connections, 20 % of calls
+  raise ``ValueError`` after 1 ms whatever the load.
+- **outage**: the fail-fast pool, every call failing at once for 10 s in the middle of a run;
+  how many calls a second reach the tool during it, and how soon goodput is back after it.
+
+Printed per scenario and seed: goodput (calls answered ok per second) against the oracle's,
+overload errors as a share of admitted calls, the share of the excess load (arrivals beyond what
+the oracle served) answered SERVER_BUSY with a ``retry_after``, and the limit's mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+from trio.testing import MockClock
+
+from fusion_guard import ServerBusy
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._concurrency import ConcurrencyGuard
+
+
+class PoolExhausted(Exception):
+    """The pool had no free connection."""
+
+
+@dataclass
+class Run:
+    ok: int = 0
+    errors: int = 0  # overload errors (PoolExhausted)
+    other_errors: int = 0  # load-independent ones
+    busy: int = 0  # SERVER_BUSY with a retry_after
+    busy_without_advice: int = 0
+    admitted: int = 0
+    arrivals: int = 0
+    ok_times: list[float] = field(default_factory=list)
+    limits: list[float] = field(default_factory=list)
+    tool_calls: list[float] = field(default_factory=list)  # when calls reached the tool
+
+    def goodput(self, seconds: float) -> float:
+        return self.ok / seconds
+
+
+@dataclass
+class Tool:
+    pool: int
+    service: float = 0.04
+    sigma: float = 0.1
+    fail_fast: bool = True
+    random_errors: float = 0.0
+    down: tuple[float, float] | None = None  # (from, to): every call fails at once
+    busy: int = 0
+
+    async def call(self, rng: random.Random, run: Run) -> None:
+        now = trio.current_time()
+        run.tool_calls.append(now)
+        if self.down is not None and self.down[0] <= now < self.down[1]:
+            await trio.sleep(0.001)
+            raise PoolExhausted
+        if self.random_errors and rng.random() < self.random_errors:
+            await trio.sleep(0.001)
+            raise ValueError("bad input")
+        if self.busy >= self.pool:
+            if self.fail_fast:
+                await trio.sleep(0.001)
+                raise PoolExhausted
+        mu = math.log(self.service) - self.sigma**2 / 2
+        self.busy += 1
+        try:
+            inside = max(0, self.busy - self.pool)  # beyond the pool, calls share it
+            await trio.sleep(rng.lognormvariate(mu, self.sigma) * (1 + inside / self.pool))
+        finally:
+            self.busy -= 1
+
+
+def simulate(
+    tool: Tool,
+    *,
+    policy: str,
+    load: float,
+    seconds: float = 20.0,
+    seed: int = 1,
+    queue_timeout: float = 0.5,
+) -> Run:
+    """One run: ``policy`` is ``oracle`` (fixed at the pool), ``fixed10``, ``auto`` (overload
+    errors named) or ``auto-unnamed``."""
+    rng = random.Random(seed)
+    run = Run()
+    capacity = tool.pool / tool.service
+
+    async def main() -> None:
+        named: tuple[type[BaseException], ...] = (PoolExhausted,) if policy == "auto" else ()
+        if policy == "oracle":
+            guard = ConcurrencyGuard(
+                tool.pool, queue_timeout=queue_timeout, clock=trio.current_time
+            )
+        elif policy == "fixed10":
+            guard = ConcurrencyGuard(10, queue_timeout=queue_timeout, clock=trio.current_time)
+        else:
+            guard = ConcurrencyGuard(
+                limit=GradientLimit(),
+                queue_timeout=queue_timeout,
+                overload_errors=named,
+                clock=trio.current_time,
+            )
+
+        async def one() -> None:
+            try:
+                async with guard.slot():
+                    run.admitted += 1
+                    await tool.call(rng, run)
+                run.ok += 1
+                run.ok_times.append(trio.current_time())
+            except ServerBusy as busy:
+                if busy.retry_after is not None and busy.retry_after > 0:
+                    run.busy += 1
+                else:
+                    run.busy_without_advice += 1
+            except PoolExhausted:
+                run.errors += 1
+            except ValueError:
+                run.other_errors += 1
+
+        async def sample_limit() -> None:
+            while True:
+                run.limits.append(guard.limit)
+                await trio.sleep(0.05)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample_limit)
+            now = 0.0
+            while True:
+                now += rng.expovariate(load * capacity)
+                if now >= seconds:
+                    break
+                await trio.sleep_until(now)
+                run.arrivals += 1
+                nursery.start_soon(one)
+            await trio.sleep(2.0)  # the last calls end
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=MockClock(autojump_threshold=0))
+    return run
+
+
+def _seeds(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def fail_fast(seeds: list[int], pool: int = 4) -> list[dict[str, float]]:
+    rows = []
+    for load in (2.0, 3.0):
+        for seed in seeds:
+            runs = {
+                p: simulate(Tool(pool), policy=p, load=load, seed=seed)
+                for p in ("oracle", "fixed10", "auto", "auto-unnamed")
+            }
+            oracle = runs["oracle"]
+            for name, run in runs.items():
+                excess = max(1, run.arrivals - oracle.ok)
+                row = {
+                    "load": load,
+                    "seed": seed,
+                    "policy": name,
+                    "goodput_vs_oracle": run.ok / max(1, oracle.ok),
+                    "overload_errors": run.errors / max(1, run.admitted),
+                    "busy_of_excess": run.busy / excess,
+                    "mean_limit": statistics.mean(run.limits),
+                }
+                rows.append(row)
+                print(
+                    f"fail-fast pool {pool}, {load:.0f}x, seed {seed}, {name:12s}"
+                    f" goodput {row['goodput_vs_oracle']:.3f}x oracle"
+                    f"  overload errors {row['overload_errors'] * 100:5.1f} % of admitted"
+                    f"  SERVER_BUSY {row['busy_of_excess'] * 100:5.1f} % of the excess"
+                    f"  limit {row['mean_limit']:.1f}"
+                )
+    return rows
+
+
+def independent(seeds: list[int]) -> None:
+    for seed in seeds:
+        tool: Callable[[], Tool] = lambda: Tool(8, fail_fast=False, random_errors=0.2)  # noqa: E731
+        oracle = simulate(tool(), policy="oracle", load=0.5, seed=seed)
+        for name in ("auto", "auto-unnamed"):
+            run = simulate(tool(), policy=name, load=0.5, seed=seed)
+            print(
+                f"20 % load-independent errors, 0.5x, seed {seed}, {name:12s}"
+                f" goodput {run.ok / max(1, oracle.ok):.3f}x oracle"
+                f"  shed {(run.busy + run.busy_without_advice) / run.arrivals * 100:.2f} %"
+                f"  limit {statistics.mean(run.limits):.1f} (min {min(run.limits)})"
+            )
+
+
+def outage(seeds: list[int], load: float = 1.0) -> None:
+    for seed in seeds:
+        for name in ("auto", "auto-unnamed"):
+            tool = Tool(4, down=(5.0, 15.0))
+            run = simulate(tool, policy=name, load=load, seconds=20.0, seed=seed)
+            reached = [t for t in run.tool_calls if 5.0 <= t < 15.0]
+            per_second = [sum(1 for t in reached if s <= t < s + 1) for s in range(5, 15)]
+            # goodput back: the first 0.25 s bin after 15 s at 0.9x the served rate before
+            before = sum(1 for t in run.ok_times if 2.0 <= t < 5.0) / 3.0
+            back = next(
+                (
+                    s / 4
+                    for s in range(0, 20)
+                    if sum(1 for t in run.ok_times if 15 + s / 4 <= t < 15 + s / 4 + 0.5) / 0.5
+                    >= 0.9 * before
+                ),
+                math.inf,
+            )
+            print(
+                f"outage 10 s at {load:.1f}x, seed {seed}, {name:12s} calls reaching the tool"
+                f" per second during it: min {min(per_second)}; goodput at 0.9x of before"
+                f" {back:.2f} s after recovery; limit min {min(run.limits)}"
+            )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", default="1-3")
+    parser.add_argument("--pool", type=int, default=4)
+    parser.add_argument("--only", choices=("failfast", "independent", "outage"))
+    args = parser.parse_args()
+    seeds = _seeds(args.seeds)
+    if args.only in (None, "failfast"):
+        fail_fast(seeds, args.pool)
+    if args.only in (None, "independent"):
+        independent(seeds)
+    if args.only in (None, "outage"):
+        outage(seeds)
