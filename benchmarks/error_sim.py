@@ -32,6 +32,7 @@ import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from trio.testing import MockClock
@@ -160,8 +161,17 @@ def simulate(
             await trio.sleep(2.0)  # the last calls end
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=MockClock(autojump_threshold=0))
+    trio.run(main, clock=_seeded(seed))
     return run
+
+
+def _seeded(seed: int) -> MockClock:
+    """A mock clock, and trio's shuffle of tasks ready together seeded: the same seed gives the
+    same run (as ``virtual_demo.py`` does)."""
+    shuffle = getattr(getattr(trio, "_core", None), "_run", None)
+    if shuffle is not None and hasattr(shuffle, "_r"):
+        shuffle._r.seed(seed)
+    return MockClock(autojump_threshold=0)
 
 
 def _seeds(text: str) -> list[int]:
@@ -252,3 +262,132 @@ if __name__ == "__main__":
         independent(seeds)
     if args.only in (None, "outage"):
         outage(seeds)
+
+
+class ShiftingTool:
+    """Workers that go ``phases`` (workers, seconds); calls beyond the workers wait inside the
+    tool, in order, and each call waiting slows every service by ``1 / contention``."""
+
+    def __init__(self, phases: list[tuple[int, float]], mean: float, sigma: float) -> None:
+        self.phases = phases
+        self.mu = math.log(mean) - sigma**2 / 2
+        self.sigma = sigma
+        self.busy = 0
+        self.waiting: list[trio.Event] = []
+        self.contention = 100.0
+
+    def workers(self, now: float) -> int:
+        start = 0.0
+        for workers, seconds in self.phases:
+            if now < start + seconds:
+                return workers
+            start += seconds
+        return self.phases[-1][0]
+
+    def wake(self) -> None:
+        while self.waiting and self.busy < self.workers(trio.current_time()):
+            self.busy += 1
+            self.waiting.pop(0).set()
+
+    async def call(self, rng: random.Random) -> None:
+        if self.busy < self.workers(trio.current_time()):
+            self.busy += 1
+        else:
+            event = trio.Event()
+            self.waiting.append(event)
+            try:
+                await event.wait()
+            except BaseException:
+                if event in self.waiting:
+                    self.waiting.remove(event)
+                else:
+                    self.busy -= 1
+                    self.wake()
+                raise
+        try:
+            slow = 1 + len(self.waiting) / self.contention
+            await trio.sleep(rng.lognormvariate(self.mu, self.sigma) * slow)
+        finally:
+            self.busy -= 1
+            self.wake()
+
+
+def simulate_shifting(
+    phases: list[tuple[int, float]],
+    *,
+    policy: str,
+    load: float = 1.5,
+    mean: float = 0.02,
+    sigma: float = 0.7,
+    seed: int = 1,
+    slo: float = 0.25,
+    settle: float = 3.0,
+    queue_timeout: float | None = None,
+) -> tuple[list[float], list[float | None], list[tuple[float, int]]]:
+    """The real guard in front of a ``ShiftingTool``: goodput within ``slo`` per phase (from
+    ``settle`` s after its start, over its capacity), the seconds until the limit came within 2x
+    of the true count after each change, and the limit over time."""
+    rng = random.Random(seed)
+    tool = ShiftingTool(phases, mean, sigma)
+    good: list[float] = []
+    limits: list[tuple[float, int]] = []
+    end = sum(s for _, s in phases)
+
+    async def main() -> None:
+        waits = slo if queue_timeout is None else queue_timeout
+        auto = ConcurrencyGuard(limit=GradientLimit(), queue_timeout=waits, clock=trio.current_time)
+        # The oracle: a fixed guard of the true count in each phase (its own default queue).
+        fixed = {
+            workers: ConcurrencyGuard(workers, queue_timeout=waits, clock=trio.current_time)
+            for workers, _ in phases
+        }
+
+        def guard_now() -> ConcurrencyGuard:
+            if policy == "auto":
+                return auto
+            return fixed[tool.workers(trio.current_time())]
+
+        async def one(arrival: float) -> None:
+            try:
+                async with guard_now().slot():
+                    await tool.call(rng)
+            except ServerBusy:
+                return
+            if trio.current_time() - arrival <= slo:
+                good.append(trio.current_time())
+
+        async def watch() -> None:
+            workers = tool.workers(0.0)
+            while True:
+                limits.append((trio.current_time(), guard_now().limit))
+                if tool.workers(trio.current_time()) != workers:
+                    workers = tool.workers(trio.current_time())
+                    tool.wake()
+                await trio.sleep(0.01)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            now = 0.0
+            while True:
+                now += rng.expovariate(load * tool.workers(now) / mean)
+                if now >= end:
+                    break
+                await trio.sleep_until(now)
+                nursery.start_soon(one, now)
+            await trio.sleep(2.0)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=_seeded(seed))
+    goodput, within = [], []
+    start = 0.0
+    for workers, seconds in phases:
+        lo, hi = start + settle, start + seconds
+        goodput.append(sum(lo <= t < hi for t in good) / (workers / mean * (hi - lo)))
+        within.append(
+            next(
+                (t - start for t, lim in limits if start <= t < hi and 0.5 * workers <= lim <= 2 * workers),
+                None,
+            )
+        )
+        start = hi
+    return goodput, within, limits

@@ -14,8 +14,10 @@ limit in seconds:
   the baseline follows a tool that slows down or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
-  A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
-  ``EARLY_FACTOR`` times the tolerated latency: a tool that lost capacity answers so slowly that
+  A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took
+  ``EARLY_FACTOR`` times the tolerated latency or more, and is decided on those calls alone (the
+  calls of the window that ended before the tool slowed down do not hold it back): a tool that
+  lost capacity answers so slowly that
   a full window of its calls would take seconds to gather. A window that would only grow the
   limit closes after ``GROWTH_SAMPLES_PER_SLOT`` calls per slot: at a small limit a full window
   is many services in a row, and a limit cut too low costs throughput for every one of them.
@@ -163,7 +165,8 @@ class GradientLimit:
         "_window",
         "_window_crowd",
         "_window_end",
-        "_window_fastest",
+        "_early_bar",
+        "_slow_run",
         "_window_peak",
         "max_limit",
         "min_limit",
@@ -219,7 +222,8 @@ class GradientLimit:
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
         self._window: list[float] = []
-        self._window_fastest = _INF
+        self._slow_run = 0  # the window's last calls in a row at or above the early bar
+        self._early_bar = math.nan  # EARLY_FACTOR x the tolerated latency, with the baseline
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
@@ -289,11 +293,12 @@ class GradientLimit:
                 del ordered[bisect_left(ordered, quiet[0])]
                 quiet.append(duration)
                 insort(ordered, duration)
-                self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
+                baseline = self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
             else:
                 quiet.append(duration)
                 insort(ordered, duration)
-                self._baseline = _median_of_sorted(ordered)
+                baseline = self._baseline = _median_of_sorted(ordered)
+            self._early_bar = EARLY_FACTOR * self.tolerance * baseline
             self._probe_taken += 1
         elif not self._measured:
             self._crowded_unmeasured += 1
@@ -319,19 +324,22 @@ class GradientLimit:
             self._window_end = end + self.window
             self._window_peak = 0
             self._window_crowd = 0
-            self._window_fastest = _INF
+            self._slow_run = 0
         window.append(duration)
-        fastest = self._window_fastest
-        if duration < fastest:
-            fastest = self._window_fastest = duration
+        if duration >= self._early_bar:  # (never while the bar is NaN)
+            slow = self._slow_run = self._slow_run + 1
+        else:
+            slow = self._slow_run = 0
         if inflight > self._window_peak:
             self._window_peak = inflight
         self._window_crowd += inflight
         gathered = len(window)
         due = end >= self._window_end
-        if (due and gathered >= self.window_samples) or (
-            gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
-        ):
+        if slow >= EARLY_SAMPLES:  # the tool lost capacity: decided on the slow calls alone
+            self._decide(_median(window[-slow:]), end, early=slow)
+            window.clear()
+            return True
+        if due and gathered >= self.window_samples:
             self._decide(_median(window), end)
             window.clear()
             return True
@@ -400,7 +408,7 @@ class GradientLimit:
         self._ceiling = self.max_limit
         self._ceiling_until = -math.inf
 
-    def _decide(self, latency: float, end: float) -> None:
+    def _decide(self, latency: float, end: float, *, early: int = 0) -> None:
         baseline = self._baseline
         if not (latency > 0 and baseline > 0):
             return
@@ -413,9 +421,17 @@ class GradientLimit:
         else:  # the first estimate, or a lower one: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
-        at_once = self._seen_at_once()
+        # An early window (a run of calls each EARLY_FACTOR x the tolerated latency) is no
+        # baseline measured low: the calls seen served at once were served before the tool lost
+        # its capacity, and the cut may go to a quarter at once.
+        # An early window (the last ``early`` calls, each EARLY_FACTOR x the tolerated latency)
+        # cuts to a quarter at once if its median says so, and only the calls seen served at
+        # once during those calls hold it up: those seen before were served before the tool
+        # lost its capacity (a tool gone from 8 workers to 1 finishes the 8 calls it was serving
+        # in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
+        at_once = self._seen_at_once(self._samples - early + 1 if early else 0)
         self._parallelism = max(self._parallelism, float(at_once))
-        gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
+        gradient = min(max(self.tolerance * baseline / latency, 0.25 if early else 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once
@@ -448,10 +464,13 @@ class GradientLimit:
             at_once = min(at_once, self._limit)
         return max(self._quiet_floor, at_once)
 
-    def _seen_at_once(self) -> int:
+    def _seen_at_once(self, since: int = 0) -> int:
         """The most calls the tool was seen serving at once within the last OVERTAKING_MEMORY
-        samples (1 when none overtook another)."""
-        return self._overtaking[0][1] if self._overtaking else 1
+        samples, and from sample number ``since`` on (1 when none overtook another)."""
+        if not since:
+            return self._overtaking[0][1] if self._overtaking else 1
+        # Counts fall from the oldest sighting to the newest: the first one since is the most.
+        return next((count for number, count in self._overtaking if number >= since), 1)
 
     def _set(self, estimate: float) -> None:
         self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))
