@@ -32,7 +32,6 @@ import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 from trio.testing import MockClock
@@ -82,10 +81,9 @@ class Tool:
         if self.random_errors and rng.random() < self.random_errors:
             await trio.sleep(0.001)
             raise ValueError("bad input")
-        if self.busy >= self.pool:
-            if self.fail_fast:
-                await trio.sleep(0.001)
-                raise PoolExhausted
+        if self.busy >= self.pool and self.fail_fast:
+            await trio.sleep(0.001)
+            raise PoolExhausted
         mu = math.log(self.service) - self.sigma**2 / 2
         self.busy += 1
         try:
@@ -385,7 +383,11 @@ def simulate_shifting(
         goodput.append(sum(lo <= t < hi for t in good) / (workers / mean * (hi - lo)))
         within.append(
             next(
-                (t - start for t, lim in limits if start <= t < hi and 0.5 * workers <= lim <= 2 * workers),
+                (
+                    t - start
+                    for t, lim in limits
+                    if start <= t < hi and 0.5 * workers <= lim <= 2 * workers
+                ),
                 None,
             )
         )

@@ -51,7 +51,9 @@ def _end(feedback: CapacityFeedback, inflight: int, outcome: str, overload: bool
     "value", [[PoolExhausted], (PoolExhausted, "TimeoutError"), ("x",), PoolExhausted, (int,)]
 )
 def test_bad_overload_errors_fail_at_construction_naming_the_setting(value: object) -> None:
-    with pytest.raises(ConfigurationError, match=r"^overload_errors=.* is invalid: expected a tuple"):
+    with pytest.raises(
+        ConfigurationError, match=r"^overload_errors=.* is invalid: expected a tuple"
+    ):
         ConcurrencyGuard(4, overload_errors=value)  # type: ignore[arg-type]
 
 
@@ -241,7 +243,8 @@ async def test_an_overload_answer_lowers_the_limit_and_is_reported_as_an_error()
             tg.start_soon(guard.call, "search", hold)
         await anyio.sleep(0.1)
         slots = guard.concurrency("search")
-        assert slots is not None and slots.active == 3
+        assert slots is not None
+        assert slots.active == 3
         held.append(await guard.call("search", busy))
     assert held[0].code == ErrorCode.SERVER_BUSY  # passed through as the tool answered
     assert slots.limit == 3  # 4 in flight when it started
@@ -275,6 +278,7 @@ class Figures:
     ok: int = 0
     errors: int = 0
     busy: int = 0
+    advised: int = 0  # of busy, with a retry_after
     admitted: int = 0
     ok_at: list[float] = field(default_factory=list)  # seconds into the run
     start: float = 0.0
@@ -294,7 +298,7 @@ async def _offer(
             figures.ok += 1
             figures.ok_at.append(anyio.current_time() - figures.start)
         except ServerBusy as refusal:
-            assert refusal.retry_after is not None and refusal.retry_after > 0
+            figures.advised += refusal.retry_after is not None and refusal.retry_after > 0
             figures.busy += 1
         except (PoolExhausted, RuntimeError):
             figures.errors += 1
@@ -329,9 +333,9 @@ async def test_a_pool_that_fails_fast_gets_server_busy_not_errors(
     # After the first two seconds (a new limit's first probe), as much served as a fixed 4.
     served = sum(1 for t in run.ok_at if t >= 2.0)
     assert served >= goodput_at_least * sum(1 for t in best.ok_at if t >= 2.0)
-    # The excess is refused with advice (``retry_after`` checked in ``_offer``), not admitted.
+    # The excess is refused with advice, not admitted to fail.
     excess = run.ok + run.errors + run.busy - best.ok
-    assert run.busy >= 0.9 * excess
+    assert run.advised >= 0.9 * excess
 
 
 @pytest.mark.anyio

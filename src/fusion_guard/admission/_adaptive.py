@@ -148,6 +148,7 @@ class GradientLimit:
         "_ceiling_until",
         "_crowded_unmeasured",
         "_down",
+        "_early_bar",
         "_estimate",
         "_limit",
         "_measured",
@@ -162,11 +163,10 @@ class GradientLimit:
         "_quiet_sorted",
         "_restore",
         "_samples",
+        "_slow_run",
         "_window",
         "_window_crowd",
         "_window_end",
-        "_early_bar",
-        "_slow_run",
         "_window_peak",
         "max_limit",
         "min_limit",
@@ -431,7 +431,10 @@ class GradientLimit:
         # in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
         at_once = self._seen_at_once(self._samples - early + 1 if early else 0)
         self._parallelism = max(self._parallelism, float(at_once))
-        gradient = min(max(self.tolerance * baseline / latency, 0.25 if early else 0.5), 2.0)
+        # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
+        # default tolerance) cut the limit to a quarter at once, not a half.
+        deep = early and latency >= 2.0 * self._early_bar
+        gradient = min(max(self.tolerance * baseline / latency, 0.25 if deep else 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once
