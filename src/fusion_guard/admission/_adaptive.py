@@ -84,9 +84,12 @@ QUIET_SAMPLES = 60
 _MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 #: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
 PROBE_SPACING_BASELINES = 200
-#: A window closes early, after this many calls, when even the fastest of them took
-#: EARLY_FACTOR x the tolerated latency: the tool has lost capacity, and waiting for a full
-#: window of such slow calls is what made the limit take seconds to come down.
+#: A window closes early once this many calls in a row each took EARLY_FACTOR x the tolerated
+#: latency or more, and is decided on them alone: the tool has lost capacity, and waiting for a
+#: full window of such slow calls is what made the limit take seconds to come down. (Until
+#: 2026-12-07 it took the window's fastest call so far, so the fast calls that ended before the
+#: tool slowed down held the window open: 0.75-0.80 s, not 0.40 s, for the shifting demo's
+#: limit to come within 2x of one worker after eight, median over seeds 1-40.)
 EARLY_SAMPLES = 5
 EARLY_FACTOR = 3.0
 #: A window that would only grow the limit closes once it holds this many calls per slot (and

@@ -103,32 +103,34 @@ ERROR_LOW_CALLS = 10
 
 class ErrorShare:
     """The share of calls that failed, by the calls in flight at their start (see the module).
-    ``ok(level)`` costs a list index; ``rising(level)`` (a failure) sums the levels."""
+    ``ok(level)`` costs a list index; ``rising(level)`` (a failure) sums the levels. ``served``,
+    the calls served by level, only ever grows in place: a caller may keep it and count into it
+    (``CapacityFeedback`` does, for every call served), calling ``ok`` past its end."""
 
-    __slots__ = ("_errors", "_ok")
+    __slots__ = ("_errors", "served")
 
     def __init__(self) -> None:
-        self._ok: list[float] = [0.0] * 16  # indexed by the calls in flight at the start
+        self.served: list[float] = [0.0] * 16  # indexed by the calls in flight at the start
         self._errors: list[float] = [0.0] * 16
 
     def ok(self, level: int) -> None:
         try:
-            self._ok[level] += 1.0
+            self.served[level] += 1.0
         except IndexError:
             self._grow(level)
-            self._ok[level] += 1.0
+            self.served[level] += 1.0
 
     def _grow(self, level: int) -> None:
-        more = [0.0] * (level + 1 - len(self._ok))
-        self._ok.extend(more)
+        more = [0.0] * (level + 1 - len(self.served))
+        self.served.extend(more)
         self._errors.extend(more)
 
     def rising(self, level: int) -> bool:
         """Count a failure of a call that started with ``level`` calls in flight; True when the
         error share is clearly higher from that count up than below it."""
-        if level >= len(self._ok):
+        if level >= len(self.served):
             self._grow(level)
-        ok, errors = self._ok, self._errors
+        ok, errors = self.served, self._errors
         errors[level] += 1.0
         low_ok, low_errors = sum(ok[:level]), sum(errors[:level])
         high_ok, high_errors = sum(ok[level:]), sum(errors[level:])
@@ -172,7 +174,15 @@ class CapacityFeedback:
     only of a timeout).
     """
 
-    __slots__ = ("_clients", "_errors", "_idle", "_last_drop", "_queued_by_others", "_score")
+    __slots__ = (
+        "_clients",
+        "_errors",
+        "_idle",
+        "_last_drop",
+        "_queued_by_others",
+        "_score",
+        "_served",
+    )
 
     def __init__(self, queued_by_others: Callable[[str | None], int]) -> None:
         self._queued_by_others = queued_by_others
@@ -184,6 +194,7 @@ class CapacityFeedback:
         # call at a time that is every call, so each would otherwise make a record anew.
         self._idle: _Client | None = None
         self._errors = ErrorShare()
+        self._served = self._errors.served  # counted into for every call served (``ended``)
 
     @property
     def clients(self) -> int:
@@ -231,11 +242,10 @@ class CapacityFeedback:
         if outcome == "ok" and (timeout is None or held < NEAR_DEADLINE * timeout):
             record.score += 1
             self._score += 1
-            errors = self._errors  # ErrorShare.ok, inlined: every call
-            try:
-                errors._ok[inflight] += 1.0
+            try:  # ErrorShare.ok, inlined: every call
+                self._served[inflight] += 1.0
             except IndexError:
-                errors.ok(inflight)
+                self._errors.ok(inflight)
             return False
         return self._judged(record, others_then, start, held, inflight, timeout, outcome, overload)
 
