@@ -57,6 +57,7 @@ class Run:
     ok_times: list[float] = field(default_factory=list)
     limits: list[float] = field(default_factory=list)
     tool_calls: list[float] = field(default_factory=list)  # when calls reached the tool
+    arrived: list[float] = field(default_factory=list)
 
     def goodput(self, seconds: float) -> float:
         return self.ok / seconds
@@ -155,6 +156,7 @@ def simulate(
                     break
                 await trio.sleep_until(now)
                 run.arrivals += 1
+                run.arrived.append(now)
                 nursery.start_soon(one)
             await trio.sleep(2.0)  # the last calls end
             nursery.cancel_scope.cancel()
@@ -222,24 +224,21 @@ def independent(seeds: list[int]) -> None:
             )
 
 
-def outage(seeds: list[int], load: float = 1.0) -> None:
-    for seed in seeds:
+def outage(seeds: list[int]) -> None:
+    for seed, load in ((seed, load) for load in (1.0, 2.0) for seed in seeds):
         for name in ("auto", "auto-unnamed"):
             tool = Tool(4, down=(5.0, 15.0))
             run = simulate(tool, policy=name, load=load, seconds=20.0, seed=seed)
             reached = [t for t in run.tool_calls if 5.0 <= t < 15.0]
             per_second = [sum(1 for t in reached if s <= t < s + 1) for s in range(5, 15)]
-            # goodput back: the first 0.25 s bin after 15 s at 0.9x the served rate before
-            before = sum(1 for t in run.ok_times if 2.0 <= t < 5.0) / 3.0
-            back = next(
-                (
-                    s / 4
-                    for s in range(0, 20)
-                    if sum(1 for t in run.ok_times if 15 + s / 4 <= t < 15 + s / 4 + 0.5) / 0.5
-                    >= 0.9 * before
-                ),
-                math.inf,
-            )
+            # Goodput back: the first half-second from 15 s on (in steps of 0.25 s) whose calls
+            # answered ok are 0.9x what the tool can serve of those arriving in it.
+            def served(at: float) -> bool:
+                arrived = sum(1 for t in run.arrived if at <= t < at + 0.5)
+                ok = sum(1 for t in run.ok_times if at <= t < at + 0.5)
+                return ok >= 0.9 * min(arrived, 0.5 * tool.pool / tool.service)
+
+            back = next((s / 4 for s in range(20) if served(15 + s / 4)), math.inf)
             print(
                 f"outage 10 s at {load:.1f}x, seed {seed}, {name:12s} calls reaching the tool"
                 f" per second during it: min {min(per_second)}; goodput at 0.9x of before"

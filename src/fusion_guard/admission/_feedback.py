@@ -107,11 +107,23 @@ class ErrorShare:
     the calls served by level, only ever grows in place: a caller may keep it and count into it
     (``CapacityFeedback`` does, for every call served), calling ``ok`` past its end."""
 
-    __slots__ = ("_errors", "served")
+    __slots__ = ("_down_at", "_errors", "served")
 
     def __init__(self) -> None:
         self.served: list[float] = [0.0] * 16  # indexed by the calls in flight at the start
         self._errors: list[float] = [0.0] * 16
+        self._down_at = -1.0  # the calls served when one failed alone (-1: none since)
+
+    def failed_alone(self) -> None:
+        """A call failed with nothing else in flight: until a call is served again, the tool is
+        taken as down, and its failures are not counted (``down``)."""
+        self._down_at = sum(self.served)
+
+    def down(self) -> bool:
+        """Whether no call was served since one failed alone. A backend that is down fails
+        every call; counted, its failures would weigh for hundreds of calls after it is back,
+        and hide a pool's failures above its size behind a share as high at every count."""
+        return self._down_at >= 0.0 and self._down_at == sum(self.served)
 
     def ok(self, level: int) -> None:
         try:
@@ -281,7 +293,12 @@ class CapacityFeedback:
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
         if outcome == "cancelled":
             return None
-        rising = self._errors.rising(inflight)  # counted, named or not
+        errors = self._errors
+        if errors.down():  # nothing served since a call failed alone: not counted
+            rising = False
+        else:
+            rising = errors.rising(inflight)  # counted, named or not
         if inflight <= 1:
+            errors.failed_alone()
             return ALONE
         return OVERLOAD if overload or rising else None
