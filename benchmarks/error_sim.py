@@ -224,6 +224,14 @@ def independent(seeds: list[int]) -> None:
             )
 
 
+def _served(run: Run, tool: Tool, at: float) -> bool:
+    """Whether the calls answered ok in the half-second from ``at`` are 0.9x what the tool can
+    serve of those arriving in it."""
+    arrived = sum(1 for t in run.arrived if at <= t < at + 0.5)
+    ok = sum(1 for t in run.ok_times if at <= t < at + 0.5)
+    return ok >= 0.9 * min(arrived, 0.5 * tool.pool / tool.service)
+
+
 def outage(seeds: list[int]) -> None:
     for seed, load in ((seed, load) for load in (1.0, 2.0) for seed in seeds):
         for name in ("auto", "auto-unnamed"):
@@ -233,12 +241,7 @@ def outage(seeds: list[int]) -> None:
             per_second = [sum(1 for t in reached if s <= t < s + 1) for s in range(5, 15)]
             # Goodput back: the first half-second from 15 s on (in steps of 0.25 s) whose calls
             # answered ok are 0.9x what the tool can serve of those arriving in it.
-            def served(at: float) -> bool:
-                arrived = sum(1 for t in run.arrived if at <= t < at + 0.5)
-                ok = sum(1 for t in run.ok_times if at <= t < at + 0.5)
-                return ok >= 0.9 * min(arrived, 0.5 * tool.pool / tool.service)
-
-            back = next((s / 4 for s in range(20) if served(15 + s / 4)), math.inf)
+            back = next((s / 4 for s in range(20) if _served(run, tool, 15 + s / 4)), math.inf)
             print(
                 f"outage 10 s at {load:.1f}x, seed {seed}, {name:12s} calls reaching the tool"
                 f" per second during it: min {min(per_second)}; goodput at 0.9x of before"

@@ -294,10 +294,8 @@ class CapacityFeedback:
         if outcome == "cancelled":
             return None
         errors = self._errors
-        if errors.down():  # nothing served since a call failed alone: not counted
-            rising = False
-        else:
-            rising = errors.rising(inflight)  # counted, named or not
+        # Counted, named or not, unless nothing was served since a call failed alone.
+        rising = False if errors.down() else errors.rising(inflight)
         if inflight <= 1:
             errors.failed_alone()
             return ALONE
