@@ -285,9 +285,8 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return True
-        if self._down:  # the first call served since calls failed alone: the tool is back
-            self._recovered()
-            return True
+        if self._down and self._recovered():  # the first call served since calls failed alone
+            return True  # the limit went back: this call was served under the one before
         # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
         if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
@@ -400,16 +399,19 @@ class GradientLimit:
             return True
         return False
 
-    def _recovered(self) -> None:
+    def _recovered(self) -> bool:
         """A call served after calls failed alone: back to the estimate held before the overload
-        errors (if any), without the ceilings they set."""
+        errors (if any), without the ceilings they set. True when the estimate moved (a call
+        that merely failed alone, bad input say, moves nothing: the call learns as any)."""
         self._down = False
         restore = self._restore
-        if restore == restore and restore > self._estimate:  # not NaN
-            self._set(restore)
         self._restore = math.nan
         self._ceiling = self.max_limit
         self._ceiling_until = -math.inf
+        if restore == restore and restore > self._estimate:  # not NaN
+            self._set(restore)
+            return True
+        return False
 
     def _decide(self, latency: float, end: float, *, early: int = 0) -> None:
         baseline = self._baseline
