@@ -93,9 +93,9 @@ Signal = bool | str | None
 #: now within a few hundred calls.
 ERROR_HISTORY = 400
 #: How sure the error share must be to rise with the calls in flight: a z-score of the
-#: difference between the share at or above the failed call's count and below it. 3.5: one
-#: false alarm in several thousand errors that do not depend on the load (each costs at most
-#: the top slots for a second: ``GradientLimit.on_overload``).
+#: difference between the share at or above the failed call's count and below it. At 3.5, 0-3
+#: of 400-980 errors that did not depend on the load read as overload per 20 s run (each costs
+#: the top slots for a second: ``GradientLimit.on_overload``; ``benchmarks/error_sim.py``).
 ERROR_Z = 3.5
 #: Calls below the failed call's count the comparison needs, and at or above it.
 ERROR_LOW_CALLS = 10
