@@ -100,6 +100,22 @@ def test_a_backend_that_fails_everything_is_not_overload() -> None:
     assert signals[-1] is ALONE
 
 
+def test_a_pool_failing_above_its_size_after_an_outage_is_seen_again() -> None:
+    feedback = _feedback()
+    for _ in range(30):
+        for inflight in range(1, 5):
+            _end(feedback, inflight, "ok")
+    # The backend is down: every call fails, many of them alone. Those failures are not
+    # counted until a call is served again (else they would weigh for hundreds of calls).
+    for _ in range(300):
+        for inflight in (1, 2, 3):
+            _end(feedback, inflight, "internal_error")
+    for _ in range(5):  # back: served again
+        for inflight in range(1, 5):
+            assert _end(feedback, inflight, "ok") is False
+    assert _end(feedback, 5, "internal_error") is OVERLOAD  # the pool full, as before
+
+
 def test_cancellations_and_invalid_arguments_teach_nothing() -> None:
     feedback = _feedback()
     for _ in range(30):
