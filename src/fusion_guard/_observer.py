@@ -123,17 +123,26 @@ def overload_response(response: ToolResponse) -> bool:
     return response.is_error and response.code in OVERLOAD_CODES
 
 
-def overload_raised(exc: BaseException, named: tuple[type[BaseException], ...]) -> bool:
+def overload_raised(
+    exc: BaseException, named: tuple[type[BaseException], ...], depth: int = 0
+) -> bool:
     """Whether a call's body raising ``exc`` says that the tool is overloaded: ``exc`` is one of
     the ``named`` overload errors, or a raised SERVER_BUSY, RATE_LIMITED or TIMEOUT envelope (a
-    guard's refusal or timeout from inside the tool too)."""
+    guard's refusal or timeout from inside the tool too); or it was raised from one (its
+    ``__cause__``, as a framework wraps a handler's error), or a task group raised one in an
+    exception group. ``depth``: how far down the causes and groups this one is (up to 3)."""
     if named and isinstance(exc, named):
         return True
     if isinstance(exc, ToolResponse):
         return overload_response(exc)
     if isinstance(exc, Rejected):
         return exc.response.code in OVERLOAD_CODES
-    return False
+    if depth >= 3:
+        return False
+    if isinstance(exc, BaseExceptionGroup):
+        return any(overload_raised(inner, named, depth + 1) for inner in exc.exceptions)
+    cause = exc.__cause__
+    return cause is not None and overload_raised(cause, named, depth + 1)
 
 
 def outcome_of(exc: BaseException) -> Outcome:

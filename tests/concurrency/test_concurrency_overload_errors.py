@@ -242,6 +242,33 @@ async def test_a_call_that_raised_overload_lowers_the_limit_below_its_crowd(
     assert guard.limit == 3  # it started with 4 in flight: the tool serves fewer
 
 
+class Wrapped(Exception):
+    """What a framework raises from a handler's error."""
+
+
+def _wrapped() -> Wrapped:
+    try:
+        raise Wrapped("tool failed") from PoolExhausted()
+    except Wrapped as wrapped:
+        return wrapped
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "raised",
+    [_wrapped(), ExceptionGroup("task group", [ValueError(), PoolExhausted()])],
+    ids=["raised from one", "in a group"],
+)
+async def test_a_named_error_is_found_as_a_cause_or_in_a_group(raised: Exception) -> None:
+    guard = _guard(overload_errors=(PoolExhausted,))
+    for _ in range(3):
+        assert guard.slot().take_free()
+    with pytest.raises(type(raised)):
+        async with guard.slot():
+            raise raised
+    assert guard.limit == 3
+
+
 @pytest.mark.anyio
 async def test_an_overload_answer_lowers_the_limit_and_is_reported_as_an_error() -> None:
     guard = Guard(max_active="auto", clock=anyio.current_time)
