@@ -40,7 +40,13 @@ from ._exceptions import (
 from ._gates import Gate, GateAssembly, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, observer_failed, response_outcome
+from ._observer import (
+    GuardObserver,
+    Outcome,
+    observer_failed,
+    overload_response,
+    response_outcome,
+)
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
 from ._priority import Priority, check_priority
@@ -143,8 +149,11 @@ class Ticket:
     def answered(self, response: ToolResponse) -> None:
         """Say that the call answered ``response`` (returned, or made of what the handler
         raised): its outcome is ``response_outcome(response)``, the one rule the Guard and the
-        adapters share."""
+        adapters share. An answer of SERVER_BUSY, RATE_LIMITED or TIMEOUT also tells the tool's
+        adaptive limit that the tool is overloaded (``docs/overload-errors.md``)."""
         self.outcome = response_outcome(response)
+        if self.outcome == "error" and overload_response(response) and self._slot is not None:
+            self._slot.overloaded()
 
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran (the SDK
