@@ -210,8 +210,8 @@ def _text(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return f"{value:g}"
-    if isinstance(value, list):  # overload_errors: names, as FUSION_GUARD_OVERLOAD_ERRORS takes them
-        return ",".join(value) or "none"
+    if isinstance(value, list):  # overload_errors' names, as the environment takes them
+        return ", ".join(value) or "none"
     return str(value)
 
 

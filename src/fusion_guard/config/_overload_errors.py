@@ -89,10 +89,10 @@ def _exception_class(item: object) -> type[BaseException]:
     if isinstance(item, EnvText):
         name = item.strip()
         found = _import(name)
-        if not isinstance(found, type):  # a name is shown as given, not as what it imported
+        if not isinstance(found, type):
             raise ValueError(f"{name!r} names {_kind(found)}, not an exception class")
-        item = found
-    elif isinstance(item, str):
+        return _exception(found, repr(name))  # a name is shown as given
+    if isinstance(item, str):
         raise ValueError(f"{item!r} is {_IN_CODE}")
     if isinstance(item, BaseException):
         raise ValueError(
@@ -100,16 +100,20 @@ def _exception_class(item: object) -> type[BaseException]:
         )
     if not isinstance(item, type):
         raise ValueError(f"{_shown(item)} is not an exception class")
-    if not issubclass(item, BaseException):
-        raise ValueError(f"{dotted_name(item)} is a class but not an exception")
-    if not issubclass(item, Exception):
+    return _exception(item, dotted_name(item))
+
+
+def _exception(found: type, subject: str) -> type[BaseException]:
+    if not issubclass(found, BaseException):
+        raise ValueError(f"{subject} is a class but not an exception")
+    if not issubclass(found, Exception):
         # Cancellation and exits (CancelledError, KeyboardInterrupt, ...) derive from
         # BaseException alone: they end calls for reasons that say nothing of the backend.
         raise ValueError(
-            f"{dotted_name(item)} is not an Exception subclass: cancellations and exits are"
-            " never overload signals"
+            f"{subject} is not an Exception subclass: cancellations and exits are never overload"
+            " signals"
         )
-    return item
+    return found
 
 
 def _kind(found: object) -> str:
@@ -151,8 +155,7 @@ def _import(name: str) -> object:
                 found = getattr(found, attribute)
             except AttributeError:
                 raise ValueError(
-                    f"{name!r} cannot be imported: {module_name!r} has no attribute"
-                    f" {attribute!r}"
+                    f"{name!r} cannot be imported: {module_name!r} has no attribute {attribute!r}"
                 ) from None
         return found
     raise ValueError(f"{name!r} cannot be imported: no module named {parts[0]!r}")

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Protocol, Self, runtime_checkable
 
 from pydantic import (
     BaseModel,
@@ -36,7 +36,6 @@ from .._bounds import (
     lease_floor,
     rate_problem,
 )
-from .._policy import ToolLimits
 from .._priority import DEFAULT_PRIORITY_SHARE, Priority
 from .._setting_names import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -175,6 +174,14 @@ class ToolPolicy(BaseModel):
 PatternKey = Annotated[str, StringConstraints(min_length=1)]
 
 
+@runtime_checkable
+class Overrides(Protocol):
+    """A per-tool override object: ``ToolPolicy``, or a ``ToolLimits`` written by hand (a type
+    of a higher layer, so named here by what it does)."""
+
+    def overrides(self) -> dict[str, object]: ...
+
+
 class GuardSettings(BaseSettings):
     """Everything the guard is configured with: global defaults and per-tool overrides.
 
@@ -266,7 +273,7 @@ class GuardSettings(BaseSettings):
             return parse_tools_json(value)
         if isinstance(value, Mapping):  # a ToolLimits given as a policy applies what it was given
             return {
-                pattern: policy.overrides() if isinstance(policy, ToolLimits) else policy
+                pattern: policy.overrides() if _foreign_overrides(policy) else policy
                 for pattern, policy in value.items()
             }
         return value
@@ -401,10 +408,15 @@ def _tool_overrides(tools: object) -> dict[str, Any]:
     if not isinstance(tools, Mapping):
         return {}
     return {
-        pattern: policy.overrides() if isinstance(policy, ToolPolicy | ToolLimits) else policy
+        pattern: policy.overrides() if isinstance(policy, Overrides) else policy
         for pattern, policy in tools.items()
-        if isinstance(policy, ToolPolicy | ToolLimits | Mapping)
+        if isinstance(policy, Overrides | Mapping)
     }
+
+
+def _foreign_overrides(policy: object) -> bool:
+    """An override object other than a ``ToolPolicy`` (which validates as itself)."""
+    return isinstance(policy, Overrides) and not isinstance(policy, ToolPolicy | Mapping)
 
 
 def _fusion_variables(environ: Mapping[str, str]) -> dict[str, str]:
