@@ -5,6 +5,8 @@ at construction. The last test needs the admission core to take the classes
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from fusion_guard import Guard, InvalidSettings, Priority, ToolLimits, ToolPolicy
@@ -104,6 +106,19 @@ def test_a_bad_name_stops_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "'myapp_not_installed.errors.PoolExhausted' is invalid: 'myapp_not_installed.errors."
         "PoolExhausted' cannot be imported: no module named 'myapp_not_installed'; accepted: "
     )
+
+
+def test_the_start_up_log_names_them(caplog: pytest.LogCaptureFixture) -> None:
+    from fusion_guard.integrations._common import log_limits
+
+    caplog.set_level(logging.INFO, logger="fusion_guard")
+    guard = Guard(metrics=False, overload_errors=(TimeoutError, PoolExhausted))
+    log_limits(guard, "test")
+    (line,) = [r for r in caplog.records if "guard_limits" in r.getMessage()]
+    assert line.fields["overload_errors"] == [  # type: ignore[attr-defined]
+        "TimeoutError",
+        f"{__name__}.PoolExhausted",
+    ]
 
 
 # -- after merging branch errsig -----------------------------------------------------------------
