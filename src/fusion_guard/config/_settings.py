@@ -366,7 +366,7 @@ def parse_tools_json(value: str | bytes) -> object:
         # Checked before parsing: json and repr recurse once per level and would overflow.
         raise ValueError(
             f"nested {depth} levels deep; at most {MAX_TOOLS_DEPTH} are read (the accepted value"
-            " nests 2: patterns, then their limits)"
+            " nests 3: patterns, their limits, a list of overload_errors)"
         )
     try:
         parsed = json.loads(value)
