@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import anyio
 import pytest
 
 from fusion_guard import Guard, InvalidSettings, Priority, ToolLimits, ToolPolicy
@@ -128,18 +129,33 @@ def test_the_start_up_log_names_them(caplog: pytest.LogCaptureFixture) -> None:
 @pytest.mark.xfail(
     strict=False, reason="needs ConcurrencyGuard(overload_errors=) from branch errsig"
 )
-async def test_after_merge_named_overload_errors_reach_the_slots_and_shrink_the_limit() -> None:
-    """The one test of the pass-through: the tool's slots get the classes, and named overload
-    errors count as drops (an adaptive limit halves on a drop, as on a timeout), so twenty of
-    them in a row bring the limit down."""
+async def test_after_merge_named_overload_errors_reach_the_slots_and_lower_the_limit() -> None:
+    """The one test of the pass-through: the tool's slots get the classes, and a named overload
+    error raised while other calls hold the tool lowers its adaptive limit (a fail-fast pool of
+    4 connections, 5 calls at once: the one it refuses says the tool serves fewer than 5)."""
     guard = Guard(max_active="auto", auto_initial_active=8, overload_errors=(PoolExhausted,))
+    pool = 4
+    refused, release = anyio.Event(), anyio.Event()
 
-    async def saturated() -> str:
-        raise PoolExhausted("all 4 connections busy")
+    async def query() -> str:
+        nonlocal pool
+        if pool == 0:
+            raise PoolExhausted("all 4 connections busy")
+        pool -= 1
+        await release.wait()
+        pool += 1
+        return "rows"
+
+    async def call() -> None:
+        if (await guard.call("db_query", query)).is_error:  # answered: its slot is left
+            refused.set()
 
     slots = guard.concurrency("db_query")  # made here: raises TypeError before the merge
     assert slots is not None
     assert slots.limit == 8
-    for _ in range(20):  # refused or failed, every call is answered with an envelope
-        assert (await guard.call("db_query", saturated)).is_error
-    assert slots.limit < 8
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(call)
+        await refused.wait()
+        assert slots.limit < 5  # below the calls in flight when the pool refused
+        release.set()
