@@ -282,6 +282,9 @@ class Guard:
     ``Guard(settings)``, or ``Guard(max_active=5, tools={"billing.*": {"max_active": 2}})``
     (keyword limits, as ``GuardSettings`` names them; the environment is not read), or
     ``Guard.from_env(**overrides)`` (``FUSION_GUARD_*`` variables, the overrides on top).
+    ``overload_errors=(PoolExhausted, ...)``: exception classes that mean a tool's backend is
+    saturated, counted by its slots as overload (per tool in ``tools``; dotted names in
+    ``FUSION_GUARD_OVERLOAD_ERRORS``); a bad one fails here, as every bad setting does.
     ``registry``: the Prometheus registry for the default metrics; ``observer``: a
     ``GuardObserver`` that receives every decision, besides the default observers.
     ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``); when it

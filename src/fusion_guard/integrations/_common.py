@@ -166,6 +166,10 @@ def _listing(tools: Iterable[str]) -> str:
 def _shown(name: str, value: object) -> object:
     if value is None:  # what None means differs: sized from max_active / rate, or no limit
         return "auto" if name in ("max_queue", "burst") else "off"
+    if name == "overload_errors" and isinstance(value, tuple):  # classes: shown by their names
+        from ..config._overload_errors import dotted_name  # loaded with the guard's settings
+
+        return [dotted_name(error) for error in value]
     return value
 
 
