@@ -122,14 +122,11 @@ def test_the_start_up_log_names_them(caplog: pytest.LogCaptureFixture) -> None:
     ]
 
 
-# -- after merging branch errsig -----------------------------------------------------------------
+# -- the pass-through to the slots ------------------------------------------------------------------
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=False, reason="needs ConcurrencyGuard(overload_errors=) from branch errsig"
-)
-async def test_after_merge_named_overload_errors_reach_the_slots_and_lower_the_limit() -> None:
+async def test_named_overload_errors_reach_the_slots_and_lower_the_limit() -> None:
     """The one test of the pass-through: the tool's slots get the classes, and a named overload
     error raised while other calls hold the tool lowers its adaptive limit (a fail-fast pool of
     4 connections, 5 calls at once: the one it refuses says the tool serves fewer than 5)."""
