@@ -155,6 +155,13 @@ class Ticket:
         if self.outcome == "error" and overload_response(response) and self._slot is not None:
             self._slot.overloaded()
 
+    def caught(self, exc: BaseException) -> None:
+        """Say that the call's body raised ``exc``, which its SDK caught and the adapter answers
+        as an envelope: a named overload error (or one it was raised from) still tells the
+        tool's adaptive limit that the tool is overloaded."""
+        if self._slot is not None:
+            self._slot.caught(exc)
+
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran (the SDK
         adapters do): the call is still reported, but the adaptive limit and the service time

@@ -210,6 +210,13 @@ class Slot:
             self._overload = True
         self._end(outcome_of(exc))
 
+    def caught(self, exc: BaseException) -> None:
+        """Say that the call's body raised ``exc`` and its SDK caught it (an adapter answers it
+        as an envelope): the limit learns whether it says the tool is overloaded, as when the
+        body's exception leaves the slot itself. The outcome is the answer's."""
+        if overload_raised(exc, self._core.overload_errors):
+            self._overload = True
+
     def overloaded(self) -> None:
         """Say that the call's answer says the tool is overloaded (a SERVER_BUSY, RATE_LIMITED
         or TIMEOUT envelope: ``Ticket.answered``): an adaptive limit learns it as a drop. The
@@ -502,6 +509,9 @@ class UnboundedSlot(Slot):
 
     def _raised(self, exc: BaseException) -> None:
         self._end(outcome_of(exc))  # no limit to tell
+
+    def caught(self, exc: BaseException) -> None:
+        pass  # no limit to tell
 
     def _now(self) -> float:
         return self._slots.clock()

@@ -393,8 +393,12 @@ def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolRespon
     """The envelope for an exception the SDK caught and wrapped (``exc`` is the original).
 
     A raised envelope arrives intact; anything else becomes INTERNAL_ERROR, logged in full with
-    a reference id and without its text in the message. The admitted call's outcome follows.
+    a reference id and without its text in the message. The admitted call's outcome follows, and
+    its tool's limit learns whether ``exc`` was an overload error.
     """
+    ticket = _current_ticket.get()
+    if ticket is not None:  # the exception, not its envelope, says whether it was overload
+        ticket.caught(exc)
     response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
     return answered(response)
 
