@@ -122,7 +122,7 @@ def test_the_start_up_log_names_them(caplog: pytest.LogCaptureFixture) -> None:
     ]
 
 
-# -- the pass-through to the slots ------------------------------------------------------------------
+# -- the pass-through to the slots ----------------------------------------------------------------
 
 
 @pytest.mark.anyio
