@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +23,9 @@ from fusion_guard import (
     ToolObserver,
 )
 from fusion_guard.admission._context import CallContext
+from fusion_guard.admission._distributed import RedisLease
 from fusion_guard.admission._failure import backend_failure
+from fusion_guard.backends._redis import RedisConnection
 from fusion_guard.testing import FailingBackend
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +103,33 @@ async def test_open_admits_at_every_priority_without_a_shed() -> None:
     failure = backend_failure("index", "open", FailingBackend(), Heard(heard))
     assert failure.handle(BackendError("redis unreachable"), Priority.BACKGROUND.rank) is None
     assert heard == [(None, "backend_error True")]
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:  # a loopback port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py's client is asyncio-only
+async def test_a_fleet_lease_refused_for_a_failed_redis_is_counted_under_the_calls_priority() -> (
+    None
+):
+    heard: list[tuple[str | None, str]] = []
+    connection = RedisConnection(f"redis://127.0.0.1:{_closed_port()}/0", timeout=0.05)
+    lease = RedisLease(
+        connection,
+        "index",
+        limit=1,
+        lease=10.0,
+        failure_policy="closed",
+        clock=time.monotonic,
+        observer=Heard(heard),
+    )
+    with pytest.raises(ServerBusy) as refused:
+        await lease.take(time.monotonic() + 1.0, Priority.SHEDDABLE.rank)
+    assert refused.value.reason == "backend_unavailable"
+    assert heard == [(None, "backend_error False"), ("sheddable", "backend_unavailable")]
 
 
 @pytest.mark.xfail(
