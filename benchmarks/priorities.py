@@ -6,6 +6,7 @@ in virtual time.
     python benchmarks/priorities.py --seeds 1-3 --priority-share 0.5  # slots kept from background
     python benchmarks/priorities.py --seeds 1-3 --max-active 10  # fixed, 2.5x the tool's workers
     python benchmarks/priorities.py --seeds 3 --service-seed 103  # same arrivals, other draws
+    python benchmarks/priorities.py --seeds 1-4 --workers 8  # a tool of 8 workers
 
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
@@ -28,6 +29,7 @@ from trio.testing import MockClock
 
 from fusion_guard.demo._priorities import PrioritiesResult, PrioritiesScenario, run_priorities_load
 from fusion_guard.demo._priorities_report import missed_targets
+from fusion_guard.demo._tool import ToolModel
 
 
 def _run(scenario: PrioritiesScenario, load: float) -> PrioritiesResult:
@@ -52,6 +54,7 @@ def main() -> int:
     parser.add_argument(
         "--max-active", type=int, help="the guards' fixed max_active (default: auto)"
     )
+    parser.add_argument("--workers", type=int, default=4, help="the tool's (default 4)")
     parser.add_argument(
         "--service-seed", type=int, help="seeds the service times apart (default: the seed)"
     )
@@ -68,6 +71,7 @@ def main() -> int:
             interactive=args.interactive,
             priority_share=args.priority_share,
             max_active=args.max_active,
+            model=ToolModel(workers=args.workers),
             seed=seed,
             service_seed=args.service_seed,
         )
