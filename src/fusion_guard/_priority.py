@@ -50,8 +50,8 @@ DEFAULT_RANK = 1
 #: lately) may hold: the rest are kept for the calls above them. 1 by default, strict priority
 #: alone: a share of the *limit* keeps background calls out of the tool's own queue only when
 #: it is below the tool's parallelism over the limit, so at a limit near the parallelism (where
-#: ``auto`` settles) 0.5 idled workers (total goodput 0.95 instead of 0.99) without shortening
-#: the interactive tail, and at twice the parallelism or more it held nothing back
+#: ``auto`` settles) 0.5 idled workers (total goodput 0.95 instead of 0.99) for an interactive
+#: tail no shorter beyond the noise of a run, and at twice the parallelism it held back little
 #: (``docs/priorities.md``, "The share of the slots").
 DEFAULT_PRIORITY_SHARE = 1.0
 _ACCEPTED = "one of " + ", ".join(repr(p.value) for p in Priority)
