@@ -3,7 +3,10 @@ in virtual time.
 
     python benchmarks/priorities.py --seeds 1-3                 # 3x capacity, 20 % interactive
     python benchmarks/priorities.py --seeds 1-3 --load 2 --interactive 0.3
-    python benchmarks/priorities.py --seeds 1-3 --priority-share 1   # strict priority alone
+    python benchmarks/priorities.py --seeds 1-3 --priority-share 0.5  # slots kept from background
+    python benchmarks/priorities.py --seeds 1-3 --max-active 10  # fixed, 2.5x the tool's workers
+    python benchmarks/priorities.py --seeds 3 --service-seed 103  # same arrivals, other draws
+    python benchmarks/priorities.py --seeds 1-4 --workers 8  # a tool of 8 workers
 
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
@@ -26,6 +29,7 @@ from trio.testing import MockClock
 
 from fusion_guard.demo._priorities import PrioritiesResult, PrioritiesScenario, run_priorities_load
 from fusion_guard.demo._priorities_report import missed_targets
+from fusion_guard.demo._tool import ToolModel
 
 
 def _run(scenario: PrioritiesScenario, load: float) -> PrioritiesResult:
@@ -47,6 +51,13 @@ def main() -> int:
     parser.add_argument(
         "--priority-share", type=float, help="the guards' priority_share (default: theirs)"
     )
+    parser.add_argument(
+        "--max-active", type=int, help="the guards' fixed max_active (default: auto)"
+    )
+    parser.add_argument("--workers", type=int, default=4, help="the tool's (default 4)")
+    parser.add_argument(
+        "--service-seed", type=int, help="seeds the service times apart (default: the seed)"
+    )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     first, _, last = args.seeds.partition("-")
@@ -59,7 +70,10 @@ def main() -> int:
             loads=(args.load,),
             interactive=args.interactive,
             priority_share=args.priority_share,
+            max_active=args.max_active,
+            model=ToolModel(workers=args.workers),
             seed=seed,
+            service_seed=args.service_seed,
         )
         result = _run(scenario, args.load)
         figures = {mode: asdict(f) for mode, f in result.loads[0].modes.items()}

@@ -47,8 +47,13 @@ PRIORITY_NAMES: tuple[Priority, ...] = tuple(Priority)
 #: The rank of a call whose priority is set nowhere (``interactive``).
 DEFAULT_RANK = 1
 #: The share of a tool's slots that calls below the highest priority waiting (or arrived
-#: lately) may hold: the rest are kept for the calls above them (``docs/priorities.md``).
-DEFAULT_PRIORITY_SHARE = 0.5
+#: lately) may hold: the rest are kept for the calls above them. 1 by default, strict priority
+#: alone: a share of the *limit* keeps background calls out of the tool's own queue only when
+#: it is below the tool's parallelism over the limit, so at a limit near the parallelism (where
+#: ``auto`` settles) 0.5 idled workers (total goodput 0.95 instead of 0.99) for an interactive
+#: tail no shorter beyond the noise of a run, and at twice the parallelism it held back little
+#: (``docs/priorities.md``, "The share of the slots").
+DEFAULT_PRIORITY_SHARE = 1.0
 _ACCEPTED = "one of " + ", ".join(repr(p.value) for p in Priority)
 
 

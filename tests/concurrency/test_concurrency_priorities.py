@@ -125,6 +125,37 @@ async def test_calls_below_interactive_hold_a_share_while_interactive_ones_come(
     assert sorted(running) == ["b0", "b1", "b2", "b3", "i", "i2"]
 
 
+async def test_by_default_calls_below_interactive_may_take_every_free_slot() -> None:
+    # Strict priority alone (priority_share 1): a share of the limit idled workers at a limit
+    # near the tool's parallelism and held nothing back at twice it (docs/priorities.md).
+    clock = FakeClock()
+    guard = ConcurrencyGuard(max_active=3, max_queue=10, clock=clock)
+    done = {name: anyio.Event() for name in ("i", "b0", "b1", "b2", "i2")}
+    running: list[str] = []
+
+    async def call(name: str, priority: str) -> None:
+        async with guard.slot(priority=priority):
+            running.append(name)
+            await done[name].wait()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(call, "i", "interactive")
+        await anyio.wait_all_tasks_blocked()
+        for n in range(3):  # an interactive call arrived just now: the free slots go all the same
+            tasks.start_soon(call, f"b{n}", "background")
+            await anyio.wait_all_tasks_blocked()
+        assert running == ["i", "b0", "b1"]
+        assert (guard.active, guard.queued) == (3, 1)
+        tasks.start_soon(call, "i2", "interactive")
+        await anyio.wait_all_tasks_blocked()
+        done["b0"].set()  # the slot freed goes to the interactive call, ahead of b2
+        await anyio.wait_all_tasks_blocked()
+        assert running == ["i", "b0", "b1", "i2"]
+        for event in done.values():
+            event.set()
+    assert running[-1] == "b2"
+
+
 async def test_alone_calls_below_interactive_use_every_slot() -> None:
     clock = FakeClock()
     guard = ConcurrencyGuard(max_active=2, max_queue=10, clock=clock, priority_share=0.5)

@@ -18,7 +18,7 @@ def test_the_four_priorities_highest_first() -> None:
 def test_no_priority_set_means_interactive() -> None:
     limits = Guard(max_active=2).limits("search")
     assert limits.priority is Priority.INTERACTIVE
-    assert limits.priority_share == 0.5
+    assert limits.priority_share == 1.0  # strict priority alone (docs/priorities.md)
 
 
 def test_the_guard_default_and_a_pattern_per_tool() -> None:

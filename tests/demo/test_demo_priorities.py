@@ -58,6 +58,24 @@ def test_background_yields_to_interactive_calls_only_when_they_carry_priorities(
     assert "3x   aware     100.0%" in format_priorities(result)
 
 
+def test_a_fixed_limit_and_other_service_draws() -> None:
+    # benchmarks/priorities.py --max-active / --service-seed: a fixed limit of one slot serves
+    # a quarter of the 4 workers' capacity, and another service seed draws other service times.
+    def aware(**settings: int) -> ModeFigures:
+        scenario = PrioritiesScenario(
+            loads=(3.0,), warmup_s=0.5, duration_s=1.5, client_timeout_s=1.0, seed=2, **settings
+        )
+        result = run_virtual(functools.partial(run_priorities, scenario), "asyncio")
+        return result.loads[0].modes["aware"]
+
+    assert aware(max_active=1).total_goodput < 0.3
+    assert aware(max_active=4).total_goodput > 0.9
+    assert (
+        aware(max_active=4).interactive_p99_x
+        != aware(max_active=4, service_seed=7).interactive_p99_x
+    )
+
+
 def _synthetic(interactive_ok: float, small_fair: float) -> PrioritiesResult:
     def figures(ok: float, fair: float) -> ModeFigures:
         return ModeFigures(

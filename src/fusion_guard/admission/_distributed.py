@@ -46,7 +46,7 @@ from .._checks import check_failure_policy, check_int, check_name, check_seconds
 from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._observer import ToolObserver
-from .._priority import Priority
+from .._priority import DEFAULT_RANK, Priority
 from ..backends._redis import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
@@ -154,15 +154,16 @@ class RedisLease:
         its capacity as at the first failure, the calls running and waiting at each."""
         self._figures = figures
 
-    async def take(self, deadline: float) -> str | None:
+    async def take(self, deadline: float, rank: int = DEFAULT_RANK) -> str | None:
         """A lease's holder id; None when Redis failed and the policy is open. Raises
-        ``TimeoutError`` when the fleet stayed full until ``deadline`` (the guard's clock)."""
+        ``TimeoutError`` when the fleet stayed full until ``deadline`` (the guard's clock).
+        ``rank``: the call's priority, which a refusal for a failed Redis is reported under."""
         backoff = _FIRST_BACKOFF
         while True:
             try:
                 grant = await self._semaphore.try_acquire()
             except BackendError as exc:
-                busy = self._failed().handle(exc)
+                busy = self._failed().handle(exc, rank)
                 if busy is not None:
                     raise busy from exc
                 return None

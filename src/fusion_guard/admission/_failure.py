@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._checks import check_failure_policy
 from .._exceptions import BackendError, ServerBusy
-from .._observer import ToolObserver, ToolObservers
+from .._observer import ToolObserver, ToolObservers, bind_priorities
+from .._priority import DEFAULT_RANK
 from ..backends._redis import FailurePolicy, Outage
 from ..wire._shedding import BackendUnavailableTemplate, ServerBusyTemplate
 
@@ -50,15 +51,16 @@ class Figures(Protocol):
 class BackendFailure:
     """Applies one tool's failure policy to a :class:`~fusion_guard.BackendError`.
 
-    ``handle(exc)`` reports it (``observer.backend_error("redis", allowed)`` and a sampled log
-    line), then returns ``None`` under ``open`` (admit the call) or, under ``closed``, the
+    ``handle(exc, rank)`` reports it (``observer.backend_error("redis", allowed)`` and a sampled
+    log line), then returns ``None`` under ``open`` (admit the call) or, under ``closed``, the
     :class:`~fusion_guard.ServerBusy` to raise (reason ``backend_unavailable``, reported as a
-    shed). The envelope is the standard SERVER_BUSY of the wire contract when the tool has
+    shed of the call's own priority, ``rank``: to its priority's observer, ``for_priority``).
+    The envelope is the standard SERVER_BUSY of the wire contract when the tool has
     slots (``slots``: their capacity, and the calls running and waiting when it fails), else one
     without capacity figures.
     """
 
-    __slots__ = ("_busy", "_log", "_observer", "_outage", "_slots", "policy")
+    __slots__ = ("_busy", "_log", "_observer", "_outage", "_ranked", "_slots", "policy")
 
     def __init__(
         self,
@@ -80,9 +82,13 @@ class BackendFailure:
         )
         # Contained: what an observer raises never replaces the policy's answer.
         self._observer = None if observer is None else _contained(observer)
+        # Each priority's observer, by rank, bound at the first refusal of a call not of the
+        # default priority (a guard without priorities binds none).
+        self._ranked: tuple[ToolObserver, ...] | None = None
         self._log = log
 
-    def handle(self, exc: BackendError) -> ServerBusy | None:
+    def handle(self, exc: BackendError, rank: int = DEFAULT_RANK) -> ServerBusy | None:
+        """The policy's answer to ``exc`` for a call of priority ``rank`` (see the class)."""
         allowed = self.policy == "open"
         if self._log is not None:
             self._log(exc, allowed)
@@ -95,6 +101,11 @@ class BackendFailure:
         slots = self._slots
         active, queued = (0, 0) if slots is None else (slots.active, slots.queued)
         if observer is not None:
+            if rank != DEFAULT_RANK:
+                ranked = self._ranked
+                if ranked is None:
+                    ranked = self._ranked = bind_priorities(observer)
+                observer = ranked[rank]
             observer.shed("backend_unavailable", active, queued, retry_after)
         response = self._busy.render("backend_unavailable", active, queued, retry_after)
         busy = ServerBusy(response, retry_after, "backend_unavailable")

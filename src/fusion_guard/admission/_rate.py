@@ -31,6 +31,7 @@ from .._checks import check_failure_policy
 from .._clock import Clock
 from .._exceptions import BackendError, ConfigurationError, RateLimited, ServerBusy
 from .._keys import MAX_KEY_CHARS, bounded_key
+from .._priority import DEFAULT_RANK
 from .._setting_names import FailurePolicy
 from ..backends._base import GcraRequest, GcraResult, RateBackend, SyncRateBackend
 from ..backends._memory import MemoryBackend
@@ -39,6 +40,7 @@ from ._context import CallContext
 from ._rate_limit import SCOPES, KeyFunction, RateLimit, check_limits
 
 if TYPE_CHECKING:
+    from .._priority import Priority
     from ._failure import BackendFailure
 
 __all__ = ["SCOPES", "KeyFunction", "RateDecision", "RateLimit", "RateLimiter", "RateLimits"]
@@ -266,16 +268,19 @@ class RateLimiter:
         try:
             result = await self._decide(self.requests(ctx), ctx.client)
         except BackendError as exc:
-            refusal = self._backend_failed(exc, ctx.tool)
+            refusal = self._backend_failed(exc, ctx.tool, ctx.priority)
             if refusal is not None:
                 raise refusal from exc
             return None
         return None if result.allowed else self._refusal(ctx.tool, result)
 
-    def _backend_failed(self, exc: BackendError, tool: str) -> ServerBusy | None:
-        """The failure policy: None admits; a ServerBusy refuses; ``raise`` re-raises."""
+    def _backend_failed(
+        self, exc: BackendError, tool: str, priority: Priority | None = None
+    ) -> ServerBusy | None:
+        """The failure policy: None admits; a ServerBusy refuses (reported under the call's
+        ``priority``); ``raise`` re-raises."""
         if self._failure is not None:
-            return self._failure.handle(exc)
+            return self._failure.handle(exc, DEFAULT_RANK if priority is None else priority.rank)
         policy = self._failure_policy
         if policy == "raise":
             raise exc

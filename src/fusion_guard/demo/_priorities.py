@@ -62,7 +62,12 @@ class PrioritiesScenario:
     model: ToolModel = field(default_factory=lambda: ToolModel(workers=4))
     priority_share: float | None = None
     """The guards' ``priority_share`` (None: the default)."""
+    max_active: int | None = None
+    """The guards' fixed ``max_active`` (None: the default, ``auto``)."""
     seed: int = 1
+    service_seed: int | None = None
+    """Seeds the tool's service times apart from the arrivals (None: ``seed``): the same
+    arrivals with other draws."""
 
     def demand(self, load: float) -> dict[str, float]:
         """Each client's offered load, as a multiple of capacity."""
@@ -135,12 +140,17 @@ async def run_priorities_load(scenario: PrioritiesScenario, load: float) -> Load
         )
         for name, share in demand.items()
     }
-    tools = {m: SimulatedTool(model, random.Random(f"{seed}:prio:service")) for m in PRIORITY_MODES}
+    drawn = seed if scenario.service_seed is None else scenario.service_seed
+    tools = {
+        m: SimulatedTool(model, random.Random(f"{drawn}:prio:service")) for m in PRIORITY_MODES
+    }
     # On the loop's clock: in virtual time when the loop's time is virtual.
-    share: dict[str, Any] = (
-        {} if scenario.priority_share is None else {"priority_share": scenario.priority_share}
-    )
-    guards = {m: Guard(metrics=False, clock=anyio.current_time, **share) for m in PRIORITY_MODES}
+    settings: dict[str, Any] = {}
+    if scenario.priority_share is not None:
+        settings["priority_share"] = scenario.priority_share
+    if scenario.max_active is not None:
+        settings["max_active"] = scenario.max_active
+    guards = {m: Guard(metrics=False, clock=anyio.current_time, **settings) for m in PRIORITY_MODES}
     records: dict[tuple[str, str], list[CallRecord]] = {
         (m, name): [] for m in PRIORITY_MODES for name in demand
     }
