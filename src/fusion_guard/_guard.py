@@ -209,9 +209,9 @@ class Ticket:
         return slot.take_free()
 
     def _context(self, gate: Gate) -> CallContext:
-        if self._client is None and self._request is None:
+        if self._client is None and self._request is None and self._priority is None:
             return gate.context
-        return CallContext(gate.tool, self._client, self._request)
+        return CallContext(gate.tool, self._client, self._request, self._priority)
 
     async def _check_rates(self, gate: Gate, rates: RateLimiter) -> None:
         # A failing backend: the limiter applies the tool's failure policy (admit, or raise

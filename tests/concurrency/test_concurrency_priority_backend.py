@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from fusion_guard import (
     BackendError,
+    ConcurrencyGuard,
     Guard,
     Outcome,
     Priority,
@@ -132,11 +133,6 @@ async def test_a_fleet_lease_refused_for_a_failed_redis_is_counted_under_the_cal
     assert heard == [(None, "backend_error False"), ("sheddable", "backend_unavailable")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs Ticket._context (src/fusion_guard/_guard.py) to pass the call's priority to "
-    "CallContext: see the prio42 branch's report; remove this mark once it does",
-)
 async def test_through_the_guard_a_background_calls_refusal_is_counted_as_background() -> None:
     registry = CollectorRegistry()
     guard = Guard(
@@ -150,3 +146,41 @@ async def test_through_the_guard_a_background_calls_refusal_is_counted_as_backgr
         async with guard.admit("index", priority="background"):
             pass  # pragma: no cover
     assert shed_by_priority(registry, "index")["background"] == 1.0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py's client is asyncio-only
+async def test_a_fleet_slot_hands_its_lease_the_calls_priority() -> None:
+    heard: list[tuple[str | None, str]] = []
+    connection = RedisConnection(f"redis://127.0.0.1:{_closed_port()}/0", timeout=0.05)
+    lease = RedisLease(
+        connection,
+        "index",
+        limit=1,
+        lease=10.0,
+        failure_policy="closed",
+        clock=time.monotonic,
+        observer=Heard(heard),
+    )
+    guard = ConcurrencyGuard(max_active=2, permit=lease)
+    with pytest.raises(ServerBusy):
+        async with guard.slot(priority="sheddable"):
+            pass  # pragma: no cover
+    assert ("sheddable", "backend_unavailable") in heard
+
+
+async def test_a_permit_that_takes_no_rank_is_called_with_the_deadline_alone() -> None:
+    # Permit is public: a user's permit written before priorities keeps working for them.
+    taken: list[float] = []
+
+    class Ticketed:
+        async def take(self, deadline: float) -> object | None:
+            taken.append(deadline)
+            return "token"
+
+        async def give_back(self, token: object) -> None:
+            pass
+
+    guard = ConcurrencyGuard(max_active=2, permit=Ticketed())
+    async with guard.slot(priority="background"):
+        pass
+    assert len(taken) == 1

@@ -37,7 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
@@ -88,6 +88,9 @@ class RedisLease:
     ``backend_unavailable``, reported to ``observer``). It sees nothing of the guard but the
     figures it reads for that envelope (``watch``).
     """
+
+    #: ``take`` is given the call's priority rank (``Permit``).
+    takes_rank: ClassVar[bool] = True
 
     __slots__ = (
         "_clock",

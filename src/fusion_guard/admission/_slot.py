@@ -336,7 +336,9 @@ class Permit(Protocol):
     admitted by a failure policy), raises ``TimeoutError`` when no permit came by the deadline
     (the guard then refuses the call ``queue_timeout``, counted, reported and advised like its
     own refusals), or raises a :class:`~fusion_guard.ServerBusy` of its own, which passes as it
-    is. ``give_back`` is awaited, shielded, before the local slot is released."""
+    is. ``give_back`` is awaited, shielded, before the local slot is released. A permit whose
+    class sets ``takes_rank = True`` is called ``take(deadline, rank)``, ``rank`` being the
+    call's priority (``Priority.rank``), so that a refusal it reports counts under it."""
 
     async def take(self, deadline: float) -> object | None: ...
 
@@ -377,7 +379,11 @@ class _PermitSlot(_LevelSlot):
         else:
             await core.wait(None)  # sheds (and reports) queue_full or queue_timeout
         try:
-            self._token = await self._permit.take(arrival + core.queue_timeout)
+            permit, deadline = self._permit, arrival + core.queue_timeout
+            if getattr(permit, "takes_rank", False) is True:
+                self._token = await permit.take(deadline, self._level)  # type: ignore[call-arg]
+            else:
+                self._token = await permit.take(deadline)
         except TimeoutError:  # no permit in time: the guard's own refusal
             refusals = self._refusals
             # Counted and advised while the local slot is still held, as every refusal is.
