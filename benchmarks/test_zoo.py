@@ -30,7 +30,6 @@ from fusion_guard.demo._zoo import (
     TIGHT_MODEL,
     CellResult,
     cold_burst,
-    overload_errors_supported,
     run_cell,
     run_drop,
     run_outage,
@@ -59,9 +58,6 @@ from virtual_time import run_virtual
 
 T = TypeVar("T")
 SEED = 1
-NAMED = "auto_named needs Guard(overload_errors=...)" + (
-    "" if overload_errors_supported() else " (not in this Guard yet)"
-)
 
 
 @pytest.fixture(autouse=True)

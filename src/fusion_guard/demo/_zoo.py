@@ -57,7 +57,6 @@ __all__ = [
     "ZooResult",
     "ZooScenario",
     "cold_burst",
-    "overload_errors_supported",
     "run_cell",
     "run_drop",
     "run_outage",
@@ -79,17 +78,6 @@ _TOOL = "zoo.tool"
 _SAMPLE_S = 0.05
 #: What the tools raise when overloaded, counted apart from other errors.
 _OVERLOAD = (PoolExhausted, UpstreamRateLimited)
-
-
-def overload_errors_supported() -> bool:
-    """Whether this ``Guard`` takes ``overload_errors=`` (issue 41 adds it)."""
-    from .._guard import Guard
-
-    try:
-        Guard(overload_errors=(PoolExhausted,), metrics=False)
-    except (TypeError, ValueError):  # an unknown keyword: TypeError, or a settings error
-        return False
-    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,8 +107,7 @@ class PolicyFigures:
 class CellResult:
     model: str
     load: float
-    policies: dict[str, PolicyFigures | None]
-    """None: the policy is not available with this Guard (``auto_named`` before issue 41)."""
+    policies: dict[str, PolicyFigures]
     variant: str = ""
     """"" for the grid, ``errors20`` for the load-independent errors' cell, ``tight`` for the
     heavy tail behind ``max_active=2`` and a tight queue (``TIGHT_QUEUE``)."""
@@ -208,7 +195,6 @@ class ZooResult:
     outage: OutageResult | None = None
     drops: tuple[DropResult, ...] = ()
     cold: ColdBurstResult | None = None
-    named_available: bool = False
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per model: its parameters, capacity, true worker count, SLO."""
 
@@ -218,7 +204,6 @@ class ZooResult:
     def to_json(self) -> dict[str, object]:
         return {
             "scenario": asdict(self.scenario),
-            "overload_errors_available": self.named_available,
             "models": self.models,
             "cells": [asdict(c) for c in self.cells],
             "outage": None if self.outage is None else asdict(self.outage),
@@ -337,9 +322,8 @@ def _bare_caller(run: _Run, jobs: Sequence[Job]) -> _Caller:
 
 def _make_policy(
     policy: str, model: ZooModel, run: _Run, jobs: Sequence[Job], oracle: _OracleLimit
-) -> tuple[_Caller, Callable[[], int] | None] | None:
-    """How a call goes through ``policy`` and how to read its limit in force; None when this
-    Guard lacks it (``overload_errors``)."""
+) -> tuple[_Caller, Callable[[], int] | None]:
+    """How a call goes through ``policy`` and how to read its limit in force."""
     from .._guard import Guard
 
     if policy == "none":
@@ -364,8 +348,6 @@ def _make_policy(
     elif policy == "fixed10":
         options["max_active"] = FIXED_LIMIT
     elif policy == "auto_named":
-        if not overload_errors_supported():
-            return None
         options["overload_errors"] = model.overload_errors
     elif policy != "auto":
         raise ValueError(f"policy {policy!r}: expected one of {', '.join(POLICIES)}")
@@ -382,7 +364,7 @@ async def _simulate(
     *,
     bad_share: float = 0.0,
     down: tuple[float, float] | None = None,
-) -> tuple[float, dict[str, _Run | None]]:
+) -> tuple[float, dict[str, _Run]]:
     """Every policy on the same arrivals and calls; (the start's loop time, each run)."""
     tag = f"{seed}:zoo:{model.name}:{load:g}:{bad_share:g}"
     arrival_rng, job_rng, bad_rng = (random.Random(f"{tag}:{part}") for part in "ajb")
@@ -397,7 +379,7 @@ async def _simulate(
         for job in (model.draw(job_rng) for _ in arrivals)
     ]
     oracle = _OracleLimit(model.workers)
-    runs: dict[str, _Run | None] = {}
+    runs: dict[str, _Run] = {}
     callers: dict[str, tuple[_Caller, Callable[[], int] | None]] = {}
     for policy in policies:
         if policy == "auto_named" and not model.overload_errors:
@@ -405,10 +387,8 @@ async def _simulate(
         run = _Run(model.make_tool())
         if down is not None:
             run.tool.down = (begin + down[0], begin + down[1])
-        made = _make_policy(policy, model, run, jobs, oracle)
-        runs[policy] = None if made is None else run
-        if made is not None:
-            callers[policy] = made
+        callers[policy] = _make_policy(policy, model, run, jobs, oracle)
+        runs[policy] = run
     end = begin + model.total_s
 
     async def shift() -> None:
@@ -424,7 +404,7 @@ async def _simulate(
             at = anyio.current_time() - begin
             for policy, (_, limit_of) in callers.items():
                 if limit_of is not None:
-                    runs[policy].limits.append((at, limit_of()))  # type: ignore[union-attr]
+                    runs[policy].limits.append((at, limit_of()))
             await anyio.sleep(_SAMPLE_S)
 
     async with anyio.create_task_group() as tg:
@@ -523,9 +503,7 @@ async def run_cell(
         model.name,
         load,
         {
-            policy: None
-            if run is None
-            else _figures(model, run, begin, model.settle_s, model.total_s)
+            policy: _figures(model, run, begin, model.settle_s, model.total_s)
             for policy, run in runs.items()
         },
         variant,
@@ -755,6 +733,5 @@ async def run_zoo(
         outage,
         drops,
         cold,
-        named_available=overload_errors_supported(),
         models=described,
     )

@@ -96,7 +96,7 @@ def _fail_fast_targets(cell: CellResult, at: str) -> list[Target]:
     ):
         figures = cell.policies.get(name)
         if figures is None:
-            targets.append(Target(f"{at}{name}", False, "not available: no overload_errors"))
+            targets.append(Target(f"{at}{name}", False, "not run"))
             continue
         errors = figures.overload_errors or 0.0
         targets.append(
@@ -134,7 +134,7 @@ def _special_targets(result: ZooResult, seed: str) -> list[Target]:
                 "-" if ratio is None else f"{ratio:.3f}x",
             )
         )
-        shed = errors.policies["auto"].shed  # type: ignore[union-attr]
+        shed = errors.policies["auto"].shed
         targets.append(Target(f"{at}auto shed <= {ERRORS_SHED:.0%}", shed <= ERRORS_SHED,
                               _pct(shed)))  # fmt: skip
     tight = next((c for c in result.cells if c.variant == "tight"), None)
@@ -252,8 +252,7 @@ def format_zoo(result: ZooResult) -> str:
         "gp SLO: OK answers within the SLO per second / capacity; shed: SERVER_BUSY and"
         " RATE_LIMITED / calls; errors, overload: / calls admitted; busy/excess: SERVER_BUSY"
         " with retry_after / calls beyond capacity; limit: mean limit in force",
-        "auto: Guard() at its defaults; auto_named: Guard(overload_errors=<the tool's>)"
-        + ("" if result.named_available else " (n/a: this Guard has no overload_errors)"),
+        "auto: Guard() at its defaults; auto_named: Guard(overload_errors=<the tool's>)",
         "",
         _line(_HEADER),
     ]
