@@ -24,9 +24,15 @@ of the youngest call in flight. What it decides (see the guard's module for the 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from ._overload import LOOK_EVERY, OverloadDetector
-from ._service_time import ServiceTimeEstimator, expected_wait
+from ._service_time import (
+    EVIDENCE_SPREADS,
+    SPREAD_SAMPLES,
+    ServiceTimeEstimator,
+    expected_wait,
+)
 
 __all__ = ["LOOK_EVERY", "QueueDiscipline", "whole_calls"]
 
@@ -39,6 +45,13 @@ MIN_JUDGE_DELAY = 0.001
 #: A start expected within this many drain steps (mean hold / slots) of a waiter's deadline
 #: counts as a miss.
 LATE_MARGIN_STEPS = 0.5
+#: A call is shed early only when it would miss its ``queue_timeout`` with at least this
+#: probability, on the spread of the holds measured (``typical_share``). Judged again and again
+#: as it waits, a call shed at the first look past the bar would have been served in time with
+#: the probability left, ``1 - MISS_PROBABILITY``: at 0.5, twice as many calls were shed as the
+#: queue would have timed out.
+MISS_PROBABILITY = 0.9
+_Z_SERVED = NormalDist().inv_cdf(1.0 - MISS_PROBABILITY)
 #: Under an adaptive limit, a standing queue need keep the slots idle no more than this share of
 #: the time (``keeping_busy``).
 IDLE_SHARE = 0.01
@@ -55,6 +68,22 @@ def whole_calls(parallelism: float) -> int:
     nearest call (halves up), at least one. The default queue and the slots under overload both
     count in it."""
     return max(1, math.floor(parallelism + 0.5))
+
+
+def typical_share(position: int, spread: float) -> float:
+    """The wait a call at ``position`` is served within with probability
+    ``1 - MISS_PROBABILITY``, over its expected wait, for holds of squared coefficient of
+    variation ``spread`` (``ServiceTimeEstimator.spread``; 1.0 when it is 0).
+
+    The wait is about the sum of ``position`` holds over the slots: its squared coefficient
+    of variation is ``spread / position``, and a sum of heavy-tailed holds is near a
+    log-normal of that mean and spread (Fenton and Wilkinson). So a call near the head of a
+    queue of a heavy-tailed tool is often served far sooner than the mean says (a third of the
+    mean for sigma 1), and a call deep in a long queue about when the mean says."""
+    if spread <= 0.0:
+        return 1.0
+    log_var = math.log1p(spread / position)
+    return math.exp(_Z_SERVED * math.sqrt(log_var) - 0.5 * log_var)
 
 
 def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
@@ -193,7 +222,10 @@ class QueueDiscipline:
         if self.serves_newest(now, position - 1):
             return False
         hold = service.evidence(now - latest_start)
-        start = self.expected_start(position, now, slots, hold, latest_start, position - 1)
+        share = 1.0
+        if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
+            share = typical_share(position, service.spread())
+        start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
         return start > now + self.queue_timeout
 
     def is_late(
@@ -204,10 +236,12 @@ class QueueDiscipline:
         slots: int,
         hold: float,
         latest_start: float,
+        spread: float = 0.0,
     ) -> bool:
         """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
         before its own deadline: the arrival test, against its deadline."""
-        start = self.expected_start(position, now, slots, hold, latest_start, position)
+        share = typical_share(position, spread) if spread > 0.0 else 1.0
+        start = self.expected_start(position, now, slots, hold, latest_start, position, share)
         return start > since + self.queue_timeout
 
     def expected_start(
@@ -218,15 +252,17 @@ class QueueDiscipline:
         hold: float,
         latest_start: float,
         queued: int,
+        share: float = 1.0,
     ) -> float:
-        """When the caller at ``position`` is expected to get a slot, on the evidence ``hold``
-        (``expected_wait``), plus half a drain step: waiting the whole timeout for a refusal is
+        """When the caller at ``position`` can count on a slot: on the evidence ``hold``
+        (``expected_wait``), plus half a drain step (waiting the whole timeout for a refusal is
         the worst outcome a caller can have, so a start expected that close to the deadline
-        counts as a miss (the openings are not known more precisely than that)."""
+        counts as a miss), times ``share``: the wait it is served within with probability
+        ``1 - MISS_PROBABILITY`` over the expected one (``typical_share``)."""
         youngest = now - latest_start
         mean_age = self._mean_age(youngest, slots, latest_start, queued)
         wait = expected_wait(position, slots, hold, youngest, mean_age)
-        return now + wait + LATE_MARGIN_STEPS * hold / slots
+        return now + (wait + LATE_MARGIN_STEPS * hold / slots) * share
 
     def _mean_age(self, youngest: float, slots: int, latest_start: float, queued: int) -> float:
         """The mean age of the calls in flight, from the slow path alone (tracking every start
@@ -256,12 +292,40 @@ class QueueDiscipline:
         the mean (or before any call has finished) the evidence of the hold grows with it.
         Openings only move the moment later, so a wake then misses nothing.
         """
-        rounds = (queued - 1) // slots
-        slack = tail_since + self.queue_timeout - now
-        margin = LATE_MARGIN_STEPS / slots
         youngest = now - latest_start
-        # The hold grows with the youngest call in flight (the calls in flight are then all due).
-        delay = (slack - (rounds + margin) * youngest) / (1.0 + rounds + margin)
-        if service.samples:  # the mean hold: late once the calls in flight are overdue
-            delay = min(delay, slack - (rounds + margin) * service.mean)
-        return max(delay, MIN_JUDGE_DELAY)
+        hold = service.evidence(youngest)
+        share = typical_share(queued, service.spread())
+        rounds = (queued - 1) // slots
+        # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
+        # hold), the rest of the call in flight whose slot it waits for shrinking with t, the
+        # hold growing with the youngest call in flight once that outlived what the holds'
+        # spread explains (before any call has finished: at once).
+        steps = rounds + LATE_MARGIN_STEPS / slots
+        mean_age = self._mean_age(youngest, slots, latest_start, queued)
+        rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
+        grows_at = 0.0
+        if service.samples and hold <= service.mean:
+            grows_at = service.mean - youngest + EVIDENCE_SPREADS * math.sqrt(service.variance)
+        slack = tail_since + self.queue_timeout - now
+        return _first_late(slack, share, rest, share * steps, hold, grows_at)
+
+
+def _first_late(
+    slack: float, share: float, rest: float, per_hold: float, hold: float, grows_at: float
+) -> float:
+    """The least t >= ``MIN_JUDGE_DELAY`` at which ``t + share * max(0, rest - t) + per_hold *
+    max(hold, hold + t - grows_at)`` reaches ``slack``: a piecewise linear function, non
+    decreasing (``share`` <= 1), solved segment by segment between its two bends."""
+    t = 0.0
+    for end in sorted((max(rest, 0.0), max(grows_at, 0.0), math.inf)):
+        if end <= t:
+            continue
+        value = t + share * max(0.0, rest - t) + per_hold * max(hold, hold + t - grows_at)
+        if value >= slack:
+            break
+        slope = 1.0 - (share if t < rest else 0.0) + (per_hold if t >= grows_at else 0.0)
+        if slope > 0.0 and t + (slack - value) / slope <= end:
+            t += (slack - value) / slope
+            break
+        t = end
+    return max(t, MIN_JUDGE_DELAY)

@@ -33,6 +33,12 @@ __all__ = ["MAX_CALLERS", "RetryPromises", "ServiceTimeEstimator", "expected_wai
 #: (log-normal), so a long memory (about 20 samples) keeps one slow call from swinging the mean.
 EWMA_ALPHA = 0.05
 
+#: Holds measured before their spread is read (``ServiceTimeEstimator.spread``).
+SPREAD_SAMPLES = 20
+#: A call in flight raises the hold to shed by once it outlived the mean by this many standard
+#: deviations of the holds (``ServiceTimeEstimator.evidence``).
+EVIDENCE_SPREADS = 2.0
+
 #: retry_after is never below one millisecond (the wire contract needs it > 0).
 MIN_RETRY_AFTER = 0.001
 
@@ -50,25 +56,51 @@ class ServiceTimeEstimator:
     holding a slot: a lower bound on the hold of every call in flight.
     """
 
-    __slots__ = ("mean", "samples")
+    __slots__ = ("mean", "samples", "variance")
 
     def __init__(self, prior: float) -> None:
         self.mean = prior
         self.samples = 0
+        self.variance = 0.0
 
     def observe(self, duration: float) -> None:
         if self.samples:
-            self.mean += EWMA_ALPHA * (duration - self.mean)
+            # The exponentially weighted variance (West's update) beside the mean: three float
+            # operations on the release path, what predictive shedding needs to tell a heavy
+            # tail from a slow tool.
+            diff = duration - self.mean
+            step = EWMA_ALPHA * diff
+            self.mean += step
+            self.variance = (1.0 - EWMA_ALPHA) * (self.variance + diff * step)
         else:
             self.mean = duration
         self.samples += 1
 
+    def spread(self) -> float:
+        """The squared coefficient of variation of the holds (variance over the squared mean):
+        about 0 for a steady tool, 1.7 for a log-normal of sigma 1, 3.2 for sigma 1.2. 0.0 until
+        ``SPREAD_SAMPLES`` holds have been measured (a spread of a few holds says nothing)."""
+        mean = self.mean
+        if self.samples < SPREAD_SAMPLES or mean <= 0.0:
+            return 0.0
+        return self.variance / (mean * mean)
+
     def evidence(self, in_flight: float) -> float:
         """The hold time known from measurements alone (finished holds, calls in flight): what
-        predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight."""
-        if self.samples and self.mean > in_flight:
-            return self.mean
-        return in_flight
+        predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight.
+
+        Once holds are measured, the youngest call in flight raises it only as far as it
+        outlived what their spread explains (``EVIDENCE_SPREADS`` standard deviations past the
+        mean): with heavy tails a call in flight twice the mean old is common, and the calls
+        after it are new draws, not as long as it (read as a hold, it made a tool of sigma 1
+        at 0.8x capacity refuse 2 % of its calls more)."""
+        if not self.samples:
+            return in_flight
+        mean = self.mean
+        if in_flight <= mean:
+            return mean
+        beyond = in_flight - EVIDENCE_SPREADS * math.sqrt(self.variance)
+        return beyond if beyond > mean else mean
 
 
 def expected_wait(
