@@ -37,7 +37,7 @@ EWMA_ALPHA = 0.05
 SPREAD_SAMPLES = 20
 #: A call in flight raises the hold to shed by once it outlived the mean by this many standard
 #: deviations of the holds (``ServiceTimeEstimator.evidence``).
-EVIDENCE_SPREADS = 2.0
+EVIDENCE_SPREADS = 3.0
 
 #: retry_after is never below one millisecond (the wire contract needs it > 0).
 MIN_RETRY_AFTER = 0.001
