@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import random
-import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,10 +94,18 @@ MODELS = {
         Model("heavy", 2, lognormal(0.020, 1.0), 0.020),
         Model("heavy12", 2, lognormal(0.020, 1.2), 0.020),
         Model("pool", 4, lognormal(0.010, 0.5), 0.010, contention=100.0),
-        Model("cache", 4, mixture((0.9, uniform(0.001, 0.002)), (0.1, uniform(0.1, 0.3))),
-              0.9 * 0.0015 + 0.1 * 0.2),  # fmt: skip
-        Model("argdep", 4, mixture((0.8, lognormal(0.005, 0.3)), (0.2, lognormal(0.080, 0.5))),
-              0.8 * 0.005 + 0.2 * 0.080),  # fmt: skip
+        Model(
+            "cache",
+            4,
+            mixture((0.9, uniform(0.001, 0.002)), (0.1, uniform(0.1, 0.3))),
+            0.9 * 0.0015 + 0.1 * 0.2,
+        ),
+        Model(
+            "argdep",
+            4,
+            mixture((0.8, lognormal(0.005, 0.3)), (0.2, lognormal(0.080, 0.5))),
+            0.8 * 0.005 + 0.2 * 0.080,
+        ),
         Model("slow", 2, uniform(1.0, 5.0), 3.0),
         Model("threads", 4, gamma(0.010, 8.0), 0.010),
     )
@@ -175,8 +182,8 @@ def _make(policy: str, model: Model, predictive: bool) -> Callable[[Tool], Any]:
     limits: dict[str, Any] = {} if policy == "auto" else {"max_active": model.workers}
     whole = Guard(clock=anyio.current_time, metrics=False, **limits)
     if not predictive:  # a harness's reach into the tool's slots: no predictive shedding
-        slots = whole._gate("tool").admission  # noqa: SLF001
-        discipline = slots._core.discipline  # type: ignore[union-attr]  # noqa: SLF001
+        slots = whole._gate("tool").admission
+        discipline = slots._core.discipline  # type: ignore[union-attr]
         discipline.predictive = discipline.rejudging = False
 
     async def through_guard(tool: Tool) -> str | None:
@@ -270,7 +277,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     sheds.append(cell.shed)
                     if off is not None:
                         offs.append(off.shed)
-                    rules = " ".join(f"{k}={v / cell.calls:.2%}" for k, v in sorted(cell.rules.items()))
+                    rules = " ".join(
+                        f"{k}={v / cell.calls:.2%}" for k, v in sorted(cell.rules.items())
+                    )
                     refused = max(sum(cell.rules.values()), 1)
                     print(
                         f"{name:8} {policy:6} {load:4.1f}x seed {seed}: shed {cell.shed:6.2%}"
@@ -284,8 +293,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     row["shed_off"] = None if off is None else off.shed
                     rows.append(row)
                 if len(sheds) > 1:
-                    print(f"{name:8} {policy:6} {load:4.1f}x: shed {min(sheds):.2%}-{max(sheds):.2%}"
-                          + (f" (off {min(offs):.2%}-{max(offs):.2%})" if offs else ""))  # fmt: skip
+                    off_range = f" (off {min(offs):.2%}-{max(offs):.2%})" if offs else ""
+                    print(
+                        f"{name:8} {policy:6} {load:4.1f}x:"
+                        f" shed {min(sheds):.2%}-{max(sheds):.2%}{off_range}"
+                    )
     if args.json is not None:
         json.dump(rows, args.json, indent=1)
 

@@ -207,7 +207,8 @@ async def guarded_burst(calls: int, gap: float, hold: float, warm: bool) -> floa
             await anyio.sleep(index * gap)
             while (response := await guard.call("work", tool)).is_error:
                 refusal = parse_tool_error(response.text)
-                assert refusal is not None and refusal.retry_after is not None
+                assert refusal is not None
+                assert refusal.retry_after is not None
                 await anyio.sleep(refusal.retry_after)
             done = max(done, anyio.current_time() - start)
 
