@@ -196,3 +196,49 @@ def test_the_tail_is_woken_no_later_than_it_turns_late(
         assert late(now + delay + 1e-6)
         if delay > 0.002:
             assert not late(now + delay - 0.001)
+
+
+# -- the spread of the holds, read off the moving mean -------------------------------------------
+
+
+@pytest.mark.parametrize(("sigma", "every"), [(0.5, 1), (1.0, 1), (1.0, 3), (1.2, 2)])
+def test_the_spread_is_read_off_the_mean_s_moves(sigma: float, every: int) -> None:
+    # Read every ``every`` holds (as queued arrivals read it), the spread of log-normal holds
+    # comes out near exp(sigma^2) - 1, averaged over a long run (a moving estimate of a heavy
+    # tail swings: the band is wide).
+    rng = random.Random(5)
+    service = ServiceTimeEstimator(0.1)
+    mu = math.log(0.02) - sigma**2 / 2
+    reads = []
+    for n in range(20_000):
+        service.observe(rng.lognormvariate(mu, sigma))
+        if n % every == 0:
+            reads.append(service.spread())
+    true = math.expm1(sigma**2)
+    assert 0.6 * true <= sum(reads[1000:]) / len(reads[1000:]) <= 1.5 * true
+
+
+def test_a_steady_tool_has_no_spread_and_the_release_path_keeps_only_the_mean() -> None:
+    service = ServiceTimeEstimator(0.1)
+    for _ in range(100):
+        service.observe(0.05)
+    assert service.variance == 0.0  # nothing read yet: the release path never touches it
+    assert service.spread() == pytest.approx(0.0, abs=1e-9)
+    assert service.evidence(0.051) > 0.05  # its calls in flight count as soon as overdue
+
+
+@given(
+    holds=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=60),
+    young=st.floats(0.0, 5.0),
+    older=st.floats(0.0, 5.0),
+)
+def test_evidence_is_the_mean_until_the_calls_in_flight_outlive_the_spread(
+    holds: list[float], young: float, older: float
+) -> None:
+    service = ServiceTimeEstimator(0.1)
+    for hold in holds:
+        service.observe(hold)
+        service.spread()
+    low, high = sorted((young, older))
+    assert service.mean <= service.evidence(low) <= max(service.mean, low)
+    assert service.evidence(low) <= service.evidence(high)  # older calls never say less

@@ -51,7 +51,12 @@ LATE_MARGIN_STEPS = 0.5
 #: the probability left, ``1 - MISS_PROBABILITY``: at 0.5, twice as many calls were shed as the
 #: queue would have timed out.
 MISS_PROBABILITY = 0.9
+#: ... and under sustained overload (``OverloadDetector.overloaded``), when more calls wait
+#: than the slots serve: a call shed there that would have been served leaves its place to
+#: another, while one kept that misses waits its whole timeout for a refusal.
+OVERLOAD_MISS_PROBABILITY = 0.5
 _Z_SERVED = NormalDist().inv_cdf(1.0 - MISS_PROBABILITY)
+_Z_SERVED_IN_OVERLOAD = NormalDist().inv_cdf(1.0 - OVERLOAD_MISS_PROBABILITY)
 #: Under an adaptive limit, a standing queue need keep the slots idle no more than this share of
 #: the time (``keeping_busy``).
 IDLE_SHARE = 0.01
@@ -70,10 +75,11 @@ def whole_calls(parallelism: float) -> int:
     return max(1, math.floor(parallelism + 0.5))
 
 
-def typical_share(position: int, spread: float) -> float:
+def typical_share(position: int, spread: float, z: float = _Z_SERVED) -> float:
     """The wait a call at ``position`` is served within with probability
-    ``1 - MISS_PROBABILITY``, over its expected wait, for holds of squared coefficient of
-    variation ``spread`` (``ServiceTimeEstimator.spread``; 1.0 when it is 0).
+    ``1 - MISS_PROBABILITY`` (the standard normal's quantile ``z`` of it), over its expected
+    wait, for holds of squared coefficient of variation ``spread``
+    (``ServiceTimeEstimator.spread``; 1.0 when it is 0).
 
     The wait is about the sum of ``position`` holds over the slots: its squared coefficient
     of variation is ``spread / position``, and a sum of heavy-tailed holds is near a
@@ -83,7 +89,7 @@ def typical_share(position: int, spread: float) -> float:
     if spread <= 0.0:
         return 1.0
     log_var = math.log1p(spread / position)
-    return math.exp(_Z_SERVED * math.sqrt(log_var) - 0.5 * log_var)
+    return math.exp(z * math.sqrt(log_var) - 0.5 * log_var)
 
 
 def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
@@ -224,7 +230,7 @@ class QueueDiscipline:
         hold = service.evidence(now - latest_start)
         share = 1.0
         if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
-            share = typical_share(position, service.spread())
+            share = typical_share(position, service.spread(), self.miss_bar())
         start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
         return start > now + self.queue_timeout
 
@@ -240,9 +246,14 @@ class QueueDiscipline:
     ) -> bool:
         """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
         before its own deadline: the arrival test, against its deadline."""
-        share = typical_share(position, spread) if spread > 0.0 else 1.0
+        share = typical_share(position, spread, self.miss_bar()) if spread > 0.0 else 1.0
         start = self.expected_start(position, now, slots, hold, latest_start, position, share)
         return start > since + self.queue_timeout
+
+    def miss_bar(self) -> float:
+        """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s,
+        or under sustained overload ``OVERLOAD_MISS_PROBABILITY``'s."""
+        return _Z_SERVED_IN_OVERLOAD if self.overload.overloaded() else _Z_SERVED
 
     def expected_start(
         self,
@@ -294,7 +305,7 @@ class QueueDiscipline:
         """
         youngest = now - latest_start
         hold = service.evidence(youngest)
-        share = typical_share(queued, service.spread())
+        share = typical_share(queued, service.spread(), self.miss_bar())
         rounds = (queued - 1) // slots
         # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
         # hold), the rest of the call in flight whose slot it waits for shrinking with t, the
@@ -303,27 +314,38 @@ class QueueDiscipline:
         steps = rounds + LATE_MARGIN_STEPS / slots
         mean_age = self._mean_age(youngest, slots, latest_start, queued)
         rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
-        grows_at = 0.0
-        if service.samples and hold <= service.mean:
-            grows_at = service.mean - youngest + EVIDENCE_SPREADS * math.sqrt(service.variance)
+        grows_at, growth = 0.0, 1.0
+        if service.samples:  # past the spread, in proportion (``evidence``)
+            mean = service.mean
+            explained = mean + EVIDENCE_SPREADS * math.sqrt(service.variance)
+            growth = mean / explained if mean > 0.0 else 1.0
+            if hold <= mean:
+                grows_at = explained - youngest
         slack = tail_since + self.queue_timeout - now
-        return _first_late(slack, share, rest, share * steps, hold, grows_at)
+        return _first_late(slack, share, rest, share * steps, hold, grows_at, growth)
 
 
 def _first_late(
-    slack: float, share: float, rest: float, per_hold: float, hold: float, grows_at: float
+    slack: float,
+    share: float,
+    rest: float,
+    per_hold: float,
+    hold: float,
+    grows_at: float,
+    growth: float,
 ) -> float:
     """The least t >= ``MIN_JUDGE_DELAY`` at which ``t + share * max(0, rest - t) + per_hold *
-    max(hold, hold + t - grows_at)`` reaches ``slack``: a piecewise linear function, non
-    decreasing (``share`` <= 1), solved segment by segment between its two bends."""
+    max(hold, hold + growth * (t - grows_at))`` reaches ``slack``: a piecewise linear function,
+    non decreasing (``share`` <= 1), solved segment by segment between its two bends."""
     t = 0.0
     for end in sorted((max(rest, 0.0), max(grows_at, 0.0), math.inf)):
         if end <= t:
             continue
-        value = t + share * max(0.0, rest - t) + per_hold * max(hold, hold + t - grows_at)
+        grown = hold + growth * (t - grows_at)
+        value = t + share * max(0.0, rest - t) + per_hold * max(hold, grown)
         if value >= slack:
             break
-        slope = 1.0 - (share if t < rest else 0.0) + (per_hold if t >= grows_at else 0.0)
+        slope = 1.0 - (share if t < rest else 0.0) + (per_hold * growth if t >= grows_at else 0.0)
         if slope > 0.0 and t + (slack - value) / slope <= end:
             t += (slack - value) / slope
             break
