@@ -173,7 +173,8 @@ class Waiting:
             opening = openings.mean
         else:
             opening = core.service.mean / core.max_active
-        core.discipline.overload.observe(now, arrivals, opening, core.service.samples)
+        service = core.service
+        core.discipline.overload.observe(now, arrivals, opening, service.samples, service.spread())
 
     # -- clients (fair shares, the per-client cap) --------------------------------------------
 
