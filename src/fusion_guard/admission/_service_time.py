@@ -120,7 +120,10 @@ class ServiceTimeEstimator:
         if in_flight <= explained:
             return mean
         # (holds of no measurable time: the age past the spread, as it is)
-        return mean * in_flight / explained if mean > 0.0 else in_flight - explained
+        if mean <= 0.0:
+            return in_flight - explained
+        grown = mean * in_flight / explained
+        return grown if grown > mean else mean  # (never below it, however small the figures)
 
 
 def expected_wait(
