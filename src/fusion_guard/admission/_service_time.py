@@ -122,7 +122,7 @@ class ServiceTimeEstimator:
         # (holds of no measurable time: the age past the spread, as it is)
         if mean <= 0.0:
             return in_flight - explained
-        grown = mean * in_flight / explained
+        grown = in_flight * (mean / explained)
         return grown if grown > mean else mean  # (never below it, however small the figures)
 
 
