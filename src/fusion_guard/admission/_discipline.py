@@ -55,7 +55,11 @@ MISS_PROBABILITY = 0.9
 #: than the slots serve: a call shed there that would have been served leaves its place to
 #: another, while one kept that misses waits its whole timeout for a refusal.
 OVERLOAD_MISS_PROBABILITY = 0.5
+#: ... and for a call already waiting, judged again at every look: each look is one more
+#: chance to cross the bar on an estimate that swings.
+REJUDGED_MISS_PROBABILITY = 0.95
 _Z_SERVED = NormalDist().inv_cdf(1.0 - MISS_PROBABILITY)
+_Z_REJUDGED = NormalDist().inv_cdf(1.0 - REJUDGED_MISS_PROBABILITY)
 _Z_SERVED_IN_OVERLOAD = NormalDist().inv_cdf(1.0 - OVERLOAD_MISS_PROBABILITY)
 #: Under an adaptive limit, a standing queue need keep the slots idle no more than this share of
 #: the time (``keeping_busy``).
@@ -246,14 +250,17 @@ class QueueDiscipline:
     ) -> bool:
         """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
         before its own deadline: the arrival test, against its deadline."""
-        share = typical_share(position, spread, self.miss_bar()) if spread > 0.0 else 1.0
+        share = typical_share(position, spread, self.miss_bar(True)) if spread > 0.0 else 1.0
         start = self.expected_start(position, now, slots, hold, latest_start, position, share)
         return start > since + self.queue_timeout
 
-    def miss_bar(self) -> float:
-        """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s,
-        or under sustained overload ``OVERLOAD_MISS_PROBABILITY``'s."""
-        return _Z_SERVED_IN_OVERLOAD if self.overload.overloaded() else _Z_SERVED
+    def miss_bar(self, waiting: bool = False) -> float:
+        """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s
+        (``REJUDGED_MISS_PROBABILITY``'s for a call ``waiting`` already), or under sustained
+        overload ``OVERLOAD_MISS_PROBABILITY``'s."""
+        if self.overload.overloaded():
+            return _Z_SERVED_IN_OVERLOAD
+        return _Z_REJUDGED if waiting else _Z_SERVED
 
     def expected_start(
         self,
@@ -273,7 +280,9 @@ class QueueDiscipline:
         youngest = now - latest_start
         mean_age = self._mean_age(youngest, slots, latest_start, queued)
         wait = expected_wait(position, slots, hold, youngest, mean_age)
-        return now + (wait + LATE_MARGIN_STEPS * hold / slots) * share
+        if share < 1.0:  # the spread is known: no margin beyond it
+            return now + wait * share
+        return now + wait + LATE_MARGIN_STEPS * hold / slots
 
     def _mean_age(self, youngest: float, slots: int, latest_start: float, queued: int) -> float:
         """The mean age of the calls in flight, from the slow path alone (tracking every start
@@ -305,13 +314,13 @@ class QueueDiscipline:
         """
         youngest = now - latest_start
         hold = service.evidence(youngest)
-        share = typical_share(queued, service.spread(), self.miss_bar())
+        share = typical_share(queued, service.spread(), self.miss_bar(True))
         rounds = (queued - 1) // slots
         # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
         # hold), the rest of the call in flight whose slot it waits for shrinking with t, the
         # hold growing with the youngest call in flight once that outlived what the holds'
         # spread explains (before any call has finished: at once).
-        steps = rounds + LATE_MARGIN_STEPS / slots
+        steps = rounds + (LATE_MARGIN_STEPS / slots if share >= 1.0 else 0.0)
         mean_age = self._mean_age(youngest, slots, latest_start, queued)
         rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
         grows_at, growth = 0.0, 1.0
