@@ -96,6 +96,15 @@ def typical_share(position: int, spread: float, z: float = _Z_SERVED) -> float:
     return math.exp(z * math.sqrt(log_var) - 0.5 * log_var)
 
 
+def miss_bar(waiting: bool, overloaded: bool) -> float:
+    """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s
+    (``REJUDGED_MISS_PROBABILITY``'s for a call ``waiting`` already), or under sustained
+    overload ``OVERLOAD_MISS_PROBABILITY``'s."""
+    if overloaded:
+        return _Z_SERVED_IN_OVERLOAD
+    return _Z_REJUDGED if waiting else _Z_SERVED
+
+
 def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
     """The calls beyond the first that keep a server idle at most ``idle`` of the time when
     calls come ``load`` (> 1) times as fast as it serves them: the least K with an idle share
@@ -231,10 +240,12 @@ class QueueDiscipline:
         its wait). Asked only when ``predictive``."""
         if self.serves_newest(now, position - 1):
             return False
-        hold = service.evidence(now - latest_start)
         share = 1.0
+        overloaded = False
         if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
-            share = typical_share(position, service.spread(), self.miss_bar())
+            overloaded = self.overload.overloaded()
+            share = typical_share(position, service.spread(), miss_bar(False, overloaded))
+        hold = service.evidence(now - latest_start, overloaded)
         start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
         return start > now + self.queue_timeout
 
@@ -247,20 +258,14 @@ class QueueDiscipline:
         hold: float,
         latest_start: float,
         spread: float = 0.0,
+        overloaded: bool = False,
     ) -> bool:
         """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
-        before its own deadline: the arrival test, against its deadline."""
-        share = typical_share(position, spread, self.miss_bar(True)) if spread > 0.0 else 1.0
+        before its own deadline: the arrival test, against its deadline (``overloaded``: under
+        sustained overload, as ``hold`` was read)."""
+        share = typical_share(position, spread, miss_bar(True, overloaded)) if spread else 1.0
         start = self.expected_start(position, now, slots, hold, latest_start, position, share)
         return start > since + self.queue_timeout
-
-    def miss_bar(self, waiting: bool = False) -> float:
-        """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s
-        (``REJUDGED_MISS_PROBABILITY``'s for a call ``waiting`` already), or under sustained
-        overload ``OVERLOAD_MISS_PROBABILITY``'s."""
-        if self.overload.overloaded():
-            return _Z_SERVED_IN_OVERLOAD
-        return _Z_REJUDGED if waiting else _Z_SERVED
 
     def expected_start(
         self,
@@ -313,8 +318,9 @@ class QueueDiscipline:
         Openings only move the moment later, so a wake then misses nothing.
         """
         youngest = now - latest_start
-        hold = service.evidence(youngest)
-        share = typical_share(queued, service.spread(), self.miss_bar(True))
+        overloaded = self.overload.overloaded()
+        hold = service.evidence(youngest, overloaded)
+        share = typical_share(queued, service.spread(), miss_bar(True, overloaded))
         rounds = (queued - 1) // slots
         # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
         # hold), the rest of the call in flight whose slot it waits for shrinking with t, the
@@ -327,6 +333,8 @@ class QueueDiscipline:
         if service.samples:  # past the spread, in proportion (``evidence``)
             mean = service.mean
             explained = mean + EVIDENCE_SPREADS * math.sqrt(service.variance)
+            if overloaded:  # as soon as they outlive the mean, and as they age (``evidence``)
+                explained = mean
             growth = mean / explained if mean > 0.0 else 1.0
             if hold <= mean:
                 grows_at = explained - youngest
