@@ -58,6 +58,9 @@ OVERLOAD_MISS_PROBABILITY = 0.5
 #: ... and for a call already waiting, judged again at every look: each look is one more
 #: chance to cross the bar on an estimate that swings.
 REJUDGED_MISS_PROBABILITY = 0.95
+#: The queue is not empty for this many mean holds before predictive shedding reads overload
+#: (``sustained``).
+SUSTAINED_HOLDS = 2.0
 _Z_SERVED = NormalDist().inv_cdf(1.0 - MISS_PROBABILITY)
 _Z_REJUDGED = NormalDist().inv_cdf(1.0 - REJUDGED_MISS_PROBABILITY)
 _Z_SERVED_IN_OVERLOAD = NormalDist().inv_cdf(1.0 - OVERLOAD_MISS_PROBABILITY)
@@ -215,6 +218,17 @@ class QueueDiscipline:
         ``standing_after`` seconds (``last_empty`` is stamped by arrivals that find it empty)."""
         return bool(queued) and now - self.last_empty > self.standing_after
 
+    def sustained(self, now: float, queued: int, hold: float) -> bool:
+        """Sustained overload, as predictive shedding reads it: calls arriving faster than the
+        slots open, and a queue not empty for ``SUSTAINED_HOLDS`` holds of ``hold`` seconds (or
+        ``standing_after``, if longer). The arrival averages see a quarter and a whole second:
+        a tool of 1-5 s calls at half its capacity read two calls a second apart as overload."""
+        return (
+            bool(queued)
+            and now - self.last_empty > max(self.standing_after, SUSTAINED_HOLDS * hold)
+            and self.overload.overloaded()
+        )
+
     def serves_newest(self, now: float, queued: int) -> bool:
         """Adaptive LIFO: the newest waiter is served first while the queue stands."""
         return self.lifo and self.standing(now, queued)
@@ -243,7 +257,7 @@ class QueueDiscipline:
         share = 1.0
         overloaded = False
         if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
-            overloaded = self.overload.overloaded()
+            overloaded = self.sustained(now, position - 1, service.mean)
             share = typical_share(position, service.spread(), miss_bar(False, overloaded))
         hold = service.evidence(now - latest_start, overloaded)
         start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
@@ -318,7 +332,7 @@ class QueueDiscipline:
         Openings only move the moment later, so a wake then misses nothing.
         """
         youngest = now - latest_start
-        overloaded = self.overload.overloaded()
+        overloaded = self.sustained(now, queued, service.mean)
         hold = service.evidence(youngest, overloaded)
         share = typical_share(queued, service.spread(), miss_bar(True, overloaded))
         rounds = (queued - 1) // slots

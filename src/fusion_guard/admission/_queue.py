@@ -101,7 +101,7 @@ class Queue:
         queued = len(core.waiters)
         service = core.service
         discipline = core.discipline
-        overloaded = discipline.overload.overloaded()
+        overloaded = discipline.sustained(now, queued, service.mean)
         hold = service.evidence(now - core.latest_start, overloaded)
         spread = service.spread()
         is_late, slots, latest = discipline.is_late, core.max_active, core.latest_start
