@@ -233,13 +233,12 @@ class QueueDiscipline:
         """Adaptive LIFO: the newest waiter is served first while the queue stands."""
         return self.lifo and self.standing(now, queued)
 
-    def holds_standing(self, now: float, queued: int) -> bool:
-        """Sustained overload with a queue at the standing limit: refuse the newcomer."""
-        return (
-            queued >= self.standing_limit
-            and self.standing(now, queued)
-            and self.overload.overloaded()
-        )
+    def holds_standing(self, now: float, queued: int, hold: float = 0.0) -> bool:
+        """Sustained overload with a queue at the standing limit: refuse the newcomer. The
+        queue stands in the tool's own time too: not empty for ``SUSTAINED_HOLDS`` holds of
+        ``hold`` seconds (``sustained``), which only a slow tool's calls make longer than
+        ``standing_after``."""
+        return queued >= self.standing_limit and self.sustained(now, queued, hold)
 
     def would_time_out(
         self,

@@ -96,7 +96,7 @@ class Waiting:
             and (levels is None or not levels.yielded_to(tenant.rank))  # type: ignore[union-attr]
             and not displaced
             and core.service.samples
-            and discipline.holds_standing(now, ahead)
+            and discipline.holds_standing(now, ahead, core.service.mean)
         ):
             if not self._displace_for(tenant) and not (
                 levels is not None and levels.owed(tenant, now)  # type: ignore[arg-type]
