@@ -179,3 +179,74 @@ def test_every_refusal_of_any_burst_agrees_with_its_reason(
 
     result = run_virtual(scenario, backend)
     assert [inconsistent(r) for r in result.refusals if inconsistent(r)] == []
+
+
+# -- the default Guard (max_active="auto"): issue 41's burst ----------------------------------
+
+
+async def guarded_burst(calls: int, gap: float, hold: float, warm: bool) -> float:
+    """``calls`` callers ``gap`` apart at a fresh default ``Guard()`` of a tool with 2 workers
+    (calls beyond them wait inside it), each refused caller back at exactly its
+    ``retry_after``: when the last is served, over the ideal drain (calls x hold / 2)."""
+    from fusion_guard import Guard, parse_tool_error
+
+    guard = Guard(clock=anyio.current_time, metrics=False)
+    workers = anyio.Semaphore(2)
+
+    async def tool() -> str:
+        async with workers:
+            await anyio.sleep(hold)
+        return "ok"
+
+    async def once() -> float:
+        start = anyio.current_time()
+        done = 0.0
+
+        async def caller(index: int) -> None:
+            nonlocal done
+            await anyio.sleep(index * gap)
+            while (response := await guard.call("work", tool)).is_error:
+                refusal = parse_tool_error(response.text)
+                assert refusal is not None
+                assert refusal.retry_after is not None
+                await anyio.sleep(refusal.retry_after)
+            done = max(done, anyio.current_time() - start)
+
+        async with anyio.create_task_group() as tg:
+            for index in range(calls):
+                tg.start_soon(caller, index)
+        return done / (calls * hold / 2)
+
+    if warm:
+        await once()
+    return await once()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gap", [0.0, 0.005])
+def test_a_cold_burst_at_the_default_guard_drains_near_the_ideal_time(
+    backend: str, gap: float
+) -> None:
+    # Issue 41: 30 calls of 50 ms at a fresh 2-worker tool, retrying at retry_after: 1.00-1.01x
+    # in virtual time (the issue's 1.67x was not reproduced here).
+    async def scenario() -> float:
+        return await guarded_burst(30, gap, 0.05, warm=False)
+
+    assert run_virtual(scenario, backend) <= 1.5
+
+
+@pytest.mark.xfail(
+    reason="GradientLimit probes a 2-worker tool at 1 slot mid-burst (its quiet bound: no call"
+    " seen overtaking another in a FIFO pool; admission/_adaptive.py, not this module's):"
+    " 1.05-1.42x; with the probe held to the parallelism it estimates (2), 1.01x",
+    strict=False,
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gap", [0.0, 0.005])
+def test_a_warm_burst_at_the_default_guard_drains_near_the_ideal_time(
+    backend: str, gap: float
+) -> None:
+    async def scenario() -> float:
+        return await guarded_burst(30, gap, 0.05, warm=True)
+
+    assert run_virtual(scenario, backend) <= 1.1

@@ -24,9 +24,15 @@ of the youngest call in flight. What it decides (see the guard's module for the 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from ._overload import LOOK_EVERY, OverloadDetector
-from ._service_time import ServiceTimeEstimator, expected_wait
+from ._service_time import (
+    EVIDENCE_SPREADS,
+    SPREAD_SAMPLES,
+    ServiceTimeEstimator,
+    expected_wait,
+)
 
 __all__ = ["LOOK_EVERY", "QueueDiscipline", "whole_calls"]
 
@@ -39,6 +45,25 @@ MIN_JUDGE_DELAY = 0.001
 #: A start expected within this many drain steps (mean hold / slots) of a waiter's deadline
 #: counts as a miss.
 LATE_MARGIN_STEPS = 0.5
+#: A call is shed early only when it would miss its ``queue_timeout`` with at least this
+#: probability, on the spread of the holds measured (``typical_share``). Judged again and again
+#: as it waits, a call shed at the first look past the bar would have been served in time with
+#: the probability left, ``1 - MISS_PROBABILITY``: at 0.5, twice as many calls were shed as the
+#: queue would have timed out.
+MISS_PROBABILITY = 0.9
+#: ... and under sustained overload (``OverloadDetector.overloaded``), when more calls wait
+#: than the slots serve: a call shed there that would have been served leaves its place to
+#: another, while one kept that misses waits its whole timeout for a refusal.
+OVERLOAD_MISS_PROBABILITY = 0.5
+#: ... and for a call already waiting, judged again at every look: each look is one more
+#: chance to cross the bar on an estimate that swings.
+REJUDGED_MISS_PROBABILITY = 0.95
+#: The queue is not empty for this many mean holds before predictive shedding reads overload
+#: (``sustained``).
+SUSTAINED_HOLDS = 2.0
+_Z_SERVED = NormalDist().inv_cdf(1.0 - MISS_PROBABILITY)
+_Z_REJUDGED = NormalDist().inv_cdf(1.0 - REJUDGED_MISS_PROBABILITY)
+_Z_SERVED_IN_OVERLOAD = NormalDist().inv_cdf(1.0 - OVERLOAD_MISS_PROBABILITY)
 #: Under an adaptive limit, a standing queue need keep the slots idle no more than this share of
 #: the time (``keeping_busy``).
 IDLE_SHARE = 0.01
@@ -55,6 +80,32 @@ def whole_calls(parallelism: float) -> int:
     nearest call (halves up), at least one. The default queue and the slots under overload both
     count in it."""
     return max(1, math.floor(parallelism + 0.5))
+
+
+def typical_share(position: int, spread: float, z: float = _Z_SERVED) -> float:
+    """The wait a call at ``position`` is served within with probability
+    ``1 - MISS_PROBABILITY`` (the standard normal's quantile ``z`` of it), over its expected
+    wait, for holds of squared coefficient of variation ``spread``
+    (``ServiceTimeEstimator.spread``; 1.0 when it is 0).
+
+    The wait is about the sum of ``position`` holds over the slots: its squared coefficient
+    of variation is ``spread / position``, and a sum of heavy-tailed holds is near a
+    log-normal of that mean and spread (Fenton and Wilkinson). So a call near the head of a
+    queue of a heavy-tailed tool is often served far sooner than the mean says (a third of the
+    mean for sigma 1), and a call deep in a long queue about when the mean says."""
+    if spread <= 0.0:
+        return 1.0
+    log_var = math.log1p(spread / position)
+    return math.exp(z * math.sqrt(log_var) - 0.5 * log_var)
+
+
+def miss_bar(waiting: bool, overloaded: bool) -> float:
+    """The standard normal quantile ``typical_share`` judges by: ``MISS_PROBABILITY``'s
+    (``REJUDGED_MISS_PROBABILITY``'s for a call ``waiting`` already), or under sustained
+    overload ``OVERLOAD_MISS_PROBABILITY``'s."""
+    if overloaded:
+        return _Z_SERVED_IN_OVERLOAD
+    return _Z_REJUDGED if waiting else _Z_SERVED
 
 
 def keeping_busy(load: float, idle: float = IDLE_SHARE) -> int:
@@ -167,17 +218,27 @@ class QueueDiscipline:
         ``standing_after`` seconds (``last_empty`` is stamped by arrivals that find it empty)."""
         return bool(queued) and now - self.last_empty > self.standing_after
 
+    def sustained(self, now: float, queued: int, hold: float) -> bool:
+        """Sustained overload, as predictive shedding reads it: calls arriving faster than the
+        slots open, and a queue not empty for ``SUSTAINED_HOLDS`` holds of ``hold`` seconds (or
+        ``standing_after``, if longer). The arrival averages see a quarter and a whole second:
+        a tool of 1-5 s calls at half its capacity read two calls a second apart as overload."""
+        return (
+            bool(queued)
+            and now - self.last_empty > max(self.standing_after, SUSTAINED_HOLDS * hold)
+            and self.overload.overloaded()
+        )
+
     def serves_newest(self, now: float, queued: int) -> bool:
         """Adaptive LIFO: the newest waiter is served first while the queue stands."""
         return self.lifo and self.standing(now, queued)
 
-    def holds_standing(self, now: float, queued: int) -> bool:
-        """Sustained overload with a queue at the standing limit: refuse the newcomer."""
-        return (
-            queued >= self.standing_limit
-            and self.standing(now, queued)
-            and self.overload.overloaded()
-        )
+    def holds_standing(self, now: float, queued: int, hold: float = 0.0) -> bool:
+        """Sustained overload with a queue at the standing limit: refuse the newcomer. The
+        queue stands in the tool's own time too: not empty for ``SUSTAINED_HOLDS`` holds of
+        ``hold`` seconds (``sustained``), which only a slow tool's calls make longer than
+        ``standing_after``."""
+        return queued >= self.standing_limit and self.sustained(now, queued, hold)
 
     def would_time_out(
         self,
@@ -192,8 +253,13 @@ class QueueDiscipline:
         its wait). Asked only when ``predictive``."""
         if self.serves_newest(now, position - 1):
             return False
-        hold = service.evidence(now - latest_start)
-        start = self.expected_start(position, now, slots, hold, latest_start, position - 1)
+        share = 1.0
+        overloaded = False
+        if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
+            overloaded = self.sustained(now, position - 1, service.mean)
+            share = typical_share(position, service.spread(), miss_bar(False, overloaded))
+        hold = service.evidence(now - latest_start, overloaded)
+        start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
         return start > now + self.queue_timeout
 
     def is_late(
@@ -204,10 +270,14 @@ class QueueDiscipline:
         slots: int,
         hold: float,
         latest_start: float,
+        spread: float = 0.0,
+        overloaded: bool = False,
     ) -> bool:
         """Whether the waiter at ``position`` (queued at ``since``) can no longer expect a slot
-        before its own deadline: the arrival test, against its deadline."""
-        start = self.expected_start(position, now, slots, hold, latest_start, position)
+        before its own deadline: the arrival test, against its deadline (``overloaded``: under
+        sustained overload, as ``hold`` was read)."""
+        share = typical_share(position, spread, miss_bar(True, overloaded)) if spread else 1.0
+        start = self.expected_start(position, now, slots, hold, latest_start, position, share)
         return start > since + self.queue_timeout
 
     def expected_start(
@@ -218,14 +288,18 @@ class QueueDiscipline:
         hold: float,
         latest_start: float,
         queued: int,
+        share: float = 1.0,
     ) -> float:
-        """When the caller at ``position`` is expected to get a slot, on the evidence ``hold``
-        (``expected_wait``), plus half a drain step: waiting the whole timeout for a refusal is
+        """When the caller at ``position`` can count on a slot: on the evidence ``hold``
+        (``expected_wait``), plus half a drain step (waiting the whole timeout for a refusal is
         the worst outcome a caller can have, so a start expected that close to the deadline
-        counts as a miss (the openings are not known more precisely than that)."""
+        counts as a miss), times ``share``: the wait it is served within with probability
+        ``1 - MISS_PROBABILITY`` over the expected one (``typical_share``)."""
         youngest = now - latest_start
         mean_age = self._mean_age(youngest, slots, latest_start, queued)
         wait = expected_wait(position, slots, hold, youngest, mean_age)
+        if share < 1.0:  # the spread is known: no margin beyond it
+            return now + wait * share
         return now + wait + LATE_MARGIN_STEPS * hold / slots
 
     def _mean_age(self, youngest: float, slots: int, latest_start: float, queued: int) -> float:
@@ -256,12 +330,54 @@ class QueueDiscipline:
         the mean (or before any call has finished) the evidence of the hold grows with it.
         Openings only move the moment later, so a wake then misses nothing.
         """
-        rounds = (queued - 1) // slots
-        slack = tail_since + self.queue_timeout - now
-        margin = LATE_MARGIN_STEPS / slots
         youngest = now - latest_start
-        # The hold grows with the youngest call in flight (the calls in flight are then all due).
-        delay = (slack - (rounds + margin) * youngest) / (1.0 + rounds + margin)
-        if service.samples:  # the mean hold: late once the calls in flight are overdue
-            delay = min(delay, slack - (rounds + margin) * service.mean)
-        return max(delay, MIN_JUDGE_DELAY)
+        overloaded = self.sustained(now, queued, service.mean)
+        hold = service.evidence(youngest, overloaded)
+        share = typical_share(queued, service.spread(), miss_bar(True, overloaded))
+        rounds = (queued - 1) // slots
+        # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
+        # hold), the rest of the call in flight whose slot it waits for shrinking with t, the
+        # hold growing with the youngest call in flight once that outlived what the holds'
+        # spread explains (before any call has finished: at once).
+        steps = rounds + (LATE_MARGIN_STEPS / slots if share >= 1.0 else 0.0)
+        mean_age = self._mean_age(youngest, slots, latest_start, queued)
+        rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
+        grows_at, growth = 0.0, 1.0
+        if service.samples:  # past the spread, in proportion (``evidence``)
+            mean = service.mean
+            explained = mean + EVIDENCE_SPREADS * math.sqrt(service.variance)
+            if overloaded:  # as soon as they outlive the mean, and as they age (``evidence``)
+                explained = mean
+            growth = mean / explained if mean > 0.0 else 1.0
+            if hold <= mean:
+                grows_at = explained - youngest
+        slack = tail_since + self.queue_timeout - now
+        return _first_late(slack, share, rest, share * steps, hold, grows_at, growth)
+
+
+def _first_late(
+    slack: float,
+    share: float,
+    rest: float,
+    per_hold: float,
+    hold: float,
+    grows_at: float,
+    growth: float,
+) -> float:
+    """The least t >= ``MIN_JUDGE_DELAY`` at which ``t + share * max(0, rest - t) + per_hold *
+    max(hold, hold + growth * (t - grows_at))`` reaches ``slack``: a piecewise linear function,
+    non decreasing (``share`` <= 1), solved segment by segment between its two bends."""
+    t = 0.0
+    for end in sorted((max(rest, 0.0), max(grows_at, 0.0), math.inf)):
+        if end <= t:
+            continue
+        grown = hold + growth * (t - grows_at)
+        value = t + share * max(0.0, rest - t) + per_hold * max(hold, grown)
+        if value >= slack:
+            break
+        slope = 1.0 - (share if t < rest else 0.0) + (per_hold * growth if t >= grows_at else 0.0)
+        if slope > 0.0 and t + (slack - value) / slope <= end:
+            t += (slack - value) / slope
+            break
+        t = end
+    return max(t, MIN_JUDGE_DELAY)

@@ -49,6 +49,8 @@ SETTLING_CALLS = 100
 #: A new guard's averages are taken as if they had seen this long (seconds) of no arrivals
 #: before its first: one call a few milliseconds after the start is not a rate of hundreds.
 FIRST_AGE = 0.05
+#: Standard errors of the figure for openings, from the spread of the holds, given as margin.
+SPREAD_MARGIN = 0.5
 #: The guard looks at the rates at most this often (seconds): looks closer together change
 #: nothing measurable, and a queued arrival then costs less.
 LOOK_EVERY = 0.001
@@ -92,18 +94,29 @@ class OverloadDetector:
         #: when read: every finished call under an adaptive limit reads it.
         self.offered_load = math.nan
 
-    def observe(self, now: float, arrivals: int, opening: float, evidence: int) -> None:
+    def observe(
+        self, now: float, arrivals: int, opening: float, evidence: int, spread: float = 0.0
+    ) -> None:
         """``arrivals`` so far (a running count) and the guard's current seconds per opening,
-        measured from ``evidence`` finished calls."""
+        measured from ``evidence`` finished calls whose holds have the squared coefficient of
+        variation ``spread`` (``ServiceTimeEstimator.spread``)."""
+        # A figure smoothed over SLOW_HORIZON rests on about SLOW_HORIZON / opening holds, and
+        # is uncertain by sqrt(spread / holds) of itself: the tool is given that much more
+        # capacity than the figure says. A heavy tail's mean swings: a tool of sigma 1.2 read
+        # as serving 66-83 calls a second instead of 100 for a second after a long call, and a
+        # 0.8x load as overload (the queue held to its standing limit: 0.3-0.6 % shed).
+        margin = 1.0
+        if spread > 0.0 and opening > 0.0:
+            margin += SPREAD_MARGIN * math.sqrt(spread * opening / SLOW_HORIZON)
         if self._opening != self._opening or evidence < SETTLING_CALLS:
             self._opening = opening  # the first look, or a figure still settling: taken as is
             # A mean of n holds is uncertain by about 1/sqrt(n) of itself (holds vary about
             # as much as their mean), so until it settles the tool is given that much more
             # capacity than the figure says: a streak of slow calls in a new guard's first
             # second then no longer reads as overload at 0.8x.
-            self._margin = 1.0 + 1.0 / math.sqrt(max(evidence, 1))
+            self._margin = max(margin, 1.0 + 1.0 / math.sqrt(max(evidence, 1)))
         else:
-            self._margin = 1.0
+            self._margin = margin
         elapsed = now - self._time
         if elapsed <= 0.0:
             self._offer()  # the figure for openings may have moved

@@ -99,11 +99,15 @@ class Queue:
         """
         core = self._core
         queued = len(core.waiters)
-        hold = core.service.evidence(now - core.latest_start)
-        is_late, slots, latest = core.discipline.is_late, core.max_active, core.latest_start
+        service = core.service
+        discipline = core.discipline
+        overloaded = discipline.sustained(now, queued, service.mean)
+        hold = service.evidence(now - core.latest_start, overloaded)
+        spread = service.spread()
+        is_late, slots, latest = discipline.is_late, core.max_active, core.latest_start
         while queued:
             tail = self.last_served()
-            if not is_late(tail.since, queued, now, slots, hold, latest):
+            if not is_late(tail.since, queued, now, slots, hold, latest, spread, overloaded):
                 break
             self.drop(tail)
             tail.left = "predicted"

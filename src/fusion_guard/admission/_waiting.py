@@ -96,7 +96,7 @@ class Waiting:
             and (levels is None or not levels.yielded_to(tenant.rank))  # type: ignore[union-attr]
             and not displaced
             and core.service.samples
-            and discipline.holds_standing(now, ahead)
+            and discipline.holds_standing(now, ahead, core.service.mean)
         ):
             if not self._displace_for(tenant) and not (
                 levels is not None and levels.owed(tenant, now)  # type: ignore[arg-type]
@@ -173,7 +173,8 @@ class Waiting:
             opening = openings.mean
         else:
             opening = core.service.mean / core.max_active
-        core.discipline.overload.observe(now, arrivals, opening, core.service.samples)
+        service = core.service
+        core.discipline.overload.observe(now, arrivals, opening, service.samples, service.spread())
 
     # -- clients (fair shares, the per-client cap) --------------------------------------------
 
