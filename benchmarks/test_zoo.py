@@ -194,11 +194,6 @@ def test_little_is_shed_below_capacity_on_a_bimodal_cache(policy: str) -> None:
     assert figures.shed <= SHED_AT[0.8]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41: heavy tail (sigma 1), 2 workers, max_active=2, max_queue=16,"
-    " queue_timeout=0.15 at 0.8x: predictive shedding refuses 4.6 % (nothing times out)",
-)
 def test_predictive_shedding_is_honest_on_a_tight_queue() -> None:
     result = _virtual(functools.partial(run_cell, TIGHT_MODEL, TIGHT_LOAD, SEED, ("oracle_tight",)))
     figures = result.policies["oracle_tight"]
