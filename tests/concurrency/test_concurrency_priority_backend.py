@@ -112,13 +112,10 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py's client is asyncio-only
-async def test_a_fleet_lease_refused_for_a_failed_redis_is_counted_under_the_calls_priority() -> (
-    None
-):
-    heard: list[tuple[str | None, str]] = []
+def _lease_of_a_dead_redis(heard: list[tuple[str | None, str]]) -> RedisLease:
+    """A fail-closed fleet lease on a port nothing listens on, reporting to ``heard``."""
     connection = RedisConnection(f"redis://127.0.0.1:{_closed_port()}/0", timeout=0.05)
-    lease = RedisLease(
+    return RedisLease(
         connection,
         "index",
         limit=1,
@@ -127,6 +124,14 @@ async def test_a_fleet_lease_refused_for_a_failed_redis_is_counted_under_the_cal
         clock=time.monotonic,
         observer=Heard(heard),
     )
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py's client is asyncio-only
+async def test_a_fleet_lease_refused_for_a_failed_redis_is_counted_under_the_calls_priority() -> (
+    None
+):
+    heard: list[tuple[str | None, str]] = []
+    lease = _lease_of_a_dead_redis(heard)
     with pytest.raises(ServerBusy) as refused:
         await lease.take(time.monotonic() + 1.0, Priority.SHEDDABLE.rank)
     assert refused.value.reason == "backend_unavailable"
@@ -151,16 +156,7 @@ async def test_through_the_guard_a_background_calls_refusal_is_counted_as_backgr
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py's client is asyncio-only
 async def test_a_fleet_slot_hands_its_lease_the_calls_priority() -> None:
     heard: list[tuple[str | None, str]] = []
-    connection = RedisConnection(f"redis://127.0.0.1:{_closed_port()}/0", timeout=0.05)
-    lease = RedisLease(
-        connection,
-        "index",
-        limit=1,
-        lease=10.0,
-        failure_policy="closed",
-        clock=time.monotonic,
-        observer=Heard(heard),
-    )
+    lease = _lease_of_a_dead_redis(heard)
     guard = ConcurrencyGuard(max_active=2, permit=lease)
     with pytest.raises(ServerBusy):
         async with guard.slot(priority="sheddable"):
