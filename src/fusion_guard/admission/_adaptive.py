@@ -101,6 +101,7 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+SLOW_WINDOW_SAMPLES = 8
 
 
 class GradientLimit:
@@ -234,6 +235,9 @@ class GradientLimit:
             return False  # no clock gives such a sample (NaN, infinite, negative)
         samples = self._samples = self._samples + 1
         seen = self._overtaking
+        # Quiet by the sightings of the calls before it: a call that overtook others is a short
+        # one, and counted quiet by its own sighting it biased the baseline low.
+        quiet = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
         if overtook > 0:
             at_once = int(overtook) + 1
             while seen and seen[-1][1] <= at_once:
@@ -244,8 +248,7 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return True
-        # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
-        if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
+        if quiet:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
             if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
@@ -261,7 +264,12 @@ class GradientLimit:
         elif not self._measured:
             self._crowded_unmeasured += 1
         if self._probing or not self._measured:
-            if self._probe_taken >= (self.probe_samples if self._measured else FIRST_SAMPLES):
+            taken = self._probe_taken
+            if taken >= (self.probe_samples if self._measured else FIRST_SAMPLES) or (
+                not self._measured
+                and taken >= self.probe_samples
+                and taken * self._baseline >= FIRST_SAMPLES * self.window
+            ):
                 self._probing = False
                 self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
@@ -292,7 +300,16 @@ class GradientLimit:
         self._window_crowd += inflight
         gathered = len(window)
         due = end >= self._window_end
-        if (due and gathered >= self.window_samples) or (
+        if (
+            due
+            and (
+                gathered >= self.window_samples
+                or (
+                    gathered >= SLOW_WINDOW_SAMPLES
+                    and gathered * self._baseline >= self.window_samples * self.window
+                )
+            )
+        ) or (
             gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
             self._decide(_median(window))
@@ -326,14 +343,14 @@ class GradientLimit:
             return
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
-        if self._parallelism_measured and measured > self._parallelism:
+        gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
+        if self._parallelism_measured and measured > self._parallelism and not gradient > DEAD_BAND:
             self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
         else:  # the first estimate, or a lower one: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
         at_once = self._seen_at_once()
         self._parallelism = max(self._parallelism, float(at_once))
-        gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once
