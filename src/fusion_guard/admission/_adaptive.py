@@ -101,7 +101,7 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
-SLOW_WINDOW_SAMPLES = 8
+SLOW_WINDOW_SAMPLES = 5
 
 
 class GradientLimit:
@@ -123,6 +123,7 @@ class GradientLimit:
         "_baseline",
         "_crowded_unmeasured",
         "_estimate",
+        "_first",
         "_limit",
         "_measured",
         "_next_probe",
@@ -190,6 +191,9 @@ class GradientLimit:
         self._probing = False
         self._measured = False  # no baseline yet: the first one is taken from calls as they come
         self._crowded_unmeasured = 0
+        # The warm-up's quiet calls, (start, duration): a slow tool's first baseline
+        # (``_first_settled``).
+        self._first: list[tuple[float, float]] = []
         self._next_probe = math.inf
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
@@ -264,12 +268,16 @@ class GradientLimit:
         elif not self._measured:
             self._crowded_unmeasured += 1
         if self._probing or not self._measured:
+            if quiet and not self._measured:
+                self._first.append((start, duration))
             taken = self._probe_taken
             if taken >= (self.probe_samples if self._measured else FIRST_SAMPLES) or (
                 not self._measured
                 and taken >= self.probe_samples
                 and taken * self._baseline >= FIRST_SAMPLES * self.window
+                and self._first_settled(end)
             ):
+                self._first.clear()
                 self._probing = False
                 self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
@@ -360,6 +368,26 @@ class GradientLimit:
             self._set(cut)
         elif self._window_peak >= self._limit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
+
+    def _first_settled(self, now: float) -> bool:
+        """Whether the quiet calls of a slow tool's warm-up make a first baseline: enough of
+        them, counting only those started before ``now`` less the longest one seen, and if so
+        the baseline is theirs. The calls that finish first are the short ones: 10 calls of
+        1-5 s counted as they came read a median of 1.7 s for a true 3 s, and every window and
+        estimate of parallelism is scaled by it."""
+        first = self._first
+        horizon = now - max(duration for _, duration in first)
+        settled = sorted(duration for start, duration in first if start <= horizon)
+        if len(settled) < self.probe_samples:
+            return False
+        baseline = _median_of_sorted(settled)
+        if len(settled) * baseline < FIRST_SAMPLES * self.window:
+            return False
+        self._quiet.clear()
+        self._quiet.extend(settled)
+        self._quiet_sorted[:] = settled
+        self._baseline = baseline
+        return True
 
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
