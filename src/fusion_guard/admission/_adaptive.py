@@ -273,7 +273,7 @@ class GradientLimit:
             taken = self._probe_taken
             if taken >= (self.probe_samples if self._measured else FIRST_SAMPLES) or (
                 not self._measured
-                and taken >= self.probe_samples
+                and taken >= EARLY_SAMPLES
                 and taken * self._baseline >= FIRST_SAMPLES * self.window
                 and self._first_settled(end)
             ):
@@ -378,7 +378,7 @@ class GradientLimit:
         first = self._first
         horizon = now - max(duration for _, duration in first)
         settled = sorted(duration for start, duration in first if start <= horizon)
-        if len(settled) < self.probe_samples:
+        if len(settled) < EARLY_SAMPLES:
             return False
         baseline = _median_of_sorted(settled)
         if len(settled) * baseline < FIRST_SAMPLES * self.window:
