@@ -352,9 +352,13 @@ class GradientLimit:
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
         gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
-        if self._parallelism_measured and measured > self._parallelism and not gradient > DEAD_BAND:
+        # A slow tool's window as fast as uncrowded is taken as measured too: it has few
+        # windows, and shares of the difference never reach the slots in force under overload
+        # (the parallelism and one), so its slots stayed below its workers for minutes.
+        slow_room = baseline > self.window and gradient > DEAD_BAND
+        if self._parallelism_measured and measured > self._parallelism and not slow_room:
             self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
-        else:  # the first estimate, or a lower one: taken as measured
+        else:  # the first estimate, a lower one, or a slow tool's with room: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
         at_once = self._seen_at_once()
@@ -370,24 +374,17 @@ class GradientLimit:
             self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
 
     def _first_settled(self, now: float) -> bool:
-        """Whether the quiet calls of a slow tool's warm-up make a first baseline: enough of
-        them, counting only those started before ``now`` less the longest one seen, and if so
-        the baseline is theirs. The calls that finish first are the short ones: 10 calls of
-        1-5 s counted as they came read a median of 1.7 s for a true 3 s, and every window and
-        estimate of parallelism is scaled by it."""
+        """Whether a slow tool's warm-up has quiet calls enough for a first baseline, counting
+        only those started before ``now`` less the longest one seen: the calls that finish
+        first are the short ones, and a baseline read low scales every window and estimate of
+        parallelism by as much."""
         first = self._first
         horizon = now - max(duration for _, duration in first)
         settled = sorted(duration for start, duration in first if start <= horizon)
-        if len(settled) < EARLY_SAMPLES:
-            return False
-        baseline = _median_of_sorted(settled)
-        if len(settled) * baseline < FIRST_SAMPLES * self.window:
-            return False
-        self._quiet.clear()
-        self._quiet.extend(settled)
-        self._quiet_sorted[:] = settled
-        self._baseline = baseline
-        return True
+        return (
+            len(settled) >= EARLY_SAMPLES
+            and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
+        )
 
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
