@@ -127,9 +127,7 @@ def _serve(workers: int, low: float, high: float, seconds: float, seed: int) -> 
     return limits
 
 
-@pytest.mark.parametrize(
-    ("workers", "low", "high"), [(8, 1.0, 5.0), (4, 1.0, 5.0), (16, 0.5, 2.0)]
-)
+@pytest.mark.parametrize(("workers", "low", "high"), [(8, 1.0, 5.0), (4, 1.0, 5.0), (16, 0.5, 2.0)])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_slow_tool_is_given_its_parallelism_within_a_minute(
     workers: int, low: float, high: float, seed: int

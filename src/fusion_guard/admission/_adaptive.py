@@ -9,9 +9,12 @@ limit in seconds:
   the tool was lately seen serving at once, so few that the tool queues none of them. A new
   limit holds its initial value and takes its first baseline from the first ``FIRST_SAMPLES``
   quiet calls as they come (a probe, below, only if ``FIRST_PROBE_CALLS`` crowded calls come
-  first). When no quiet call has come for ``probe_every`` seconds (a busy tool runs at its
-  limit), the limit drops to that bound until ``probe_samples`` quiet calls have finished, so
-  the baseline follows a tool that slows down or speeds up; more workers do not change it.
+  first); a slow tool's, once they amount to ``FIRST_SAMPLES x window`` seconds of service
+  (``SLOW_WINDOW_SAMPLES`` calls of seconds). A call is quiet by the sightings of the calls
+  before it, not its own (one that overtook others is a short one). When no quiet call has
+  come for ``probe_every`` seconds (a busy tool runs at its limit), the limit drops to that
+  bound until ``probe_samples`` quiet calls have finished, so the baseline follows a tool that
+  slows down or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
@@ -19,7 +22,9 @@ limit in seconds:
   a full window of its calls would take seconds to gather. A window that would only grow the
   limit closes after ``GROWTH_SAMPLES_PER_SLOT`` calls per slot: at a small limit a full window
   is many services in a row, and a limit cut too low costs throughput for every one of them.
-  Such a window grows the limit only on a gradient of ``GROWTH_GRADIENT``.
+  Such a window grows the limit only on a gradient of ``GROWTH_GRADIENT``. A slow tool's
+  window (calls longer than ``window``) closes once its calls amount to ``window_samples x
+  window`` seconds of uncrowded service, after ``SLOW_WINDOW_SAMPLES`` calls at the least.
 - **The gradient** ``tolerance * baseline / window median``, clamped to [0.5, 2]. Above 1.25
   the tool answers as fast as uncrowded: the limit grows by one slot, but only if the calls
   reached the limit in that window (otherwise nothing says a larger one is needed). Below
@@ -101,6 +106,13 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: A slow tool (its uncrowded call outlasts ``window``) gathers calls slowly: 20 calls of 1-5 s
+#: at 4 slots are 15 s, and a limit that grows one slot a window took minutes to reach the
+#: tool's workers. So a window also closes once its calls, at the uncrowded latency, amount to
+#: ``window_samples x window`` seconds of service, but not before this many; and the first
+#: baseline once its quiet calls amount to ``FIRST_SAMPLES x window`` seconds, not before this
+#: many either (those started before the longest one seen: the short ones finish first). For a
+#: tool faster than the window, ``window_samples`` and FIRST_SAMPLES come first, as before.
 SLOW_WINDOW_SAMPLES = 5
 
 
@@ -241,7 +253,7 @@ class GradientLimit:
         seen = self._overtaking
         # Quiet by the sightings of the calls before it: a call that overtook others is a short
         # one, and counted quiet by its own sighting it biased the baseline low.
-        quiet = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
+        calm = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
         if overtook > 0:
             at_once = int(overtook) + 1
             while seen and seen[-1][1] <= at_once:
@@ -252,7 +264,7 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return True
-        if quiet:
+        if calm:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
             if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
@@ -268,12 +280,12 @@ class GradientLimit:
         elif not self._measured:
             self._crowded_unmeasured += 1
         if self._probing or not self._measured:
-            if quiet and not self._measured:
+            if calm and not self._measured:
                 self._first.append((start, duration))
             taken = self._probe_taken
             if taken >= (self.probe_samples if self._measured else FIRST_SAMPLES) or (
                 not self._measured
-                and taken >= EARLY_SAMPLES
+                and taken >= SLOW_WINDOW_SAMPLES
                 and taken * self._baseline >= FIRST_SAMPLES * self.window
                 and self._first_settled(end)
             ):
@@ -339,10 +351,10 @@ class GradientLimit:
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``), falling to
-        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
-        limit would settle). The mean, not the peak: one call left over from a higher limit would
-        otherwise set it."""
+        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; a slow
+        tool's window as fast as uncrowded: at once), falling to a lower one at once; until
+        measured, the initial limit over ``tolerance`` (where the limit would settle). The mean,
+        not the peak: one call left over from a higher limit would otherwise set it."""
         return self._parallelism
 
     def _decide(self, latency: float) -> None:
@@ -382,7 +394,7 @@ class GradientLimit:
         horizon = now - max(duration for _, duration in first)
         settled = sorted(duration for start, duration in first if start <= horizon)
         return (
-            len(settled) >= EARLY_SAMPLES
+            len(settled) >= SLOW_WINDOW_SAMPLES
             and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
         )
 
