@@ -58,7 +58,9 @@ def main() -> None:
                         )
                     )
                     auto, best, ten = (cell.policies[p] for p in ("auto", "oracle", "fixed10"))
-                    assert auto is not None and best is not None and ten is not None
+                    assert auto is not None
+                    assert best is not None
+                    assert ten is not None
                     oracle.append(auto.goodput_slo / best.goodput_slo)
                     fixed.append(auto.goodput_slo / ten.goodput_slo)
                     shed.append(100 * auto.shed)
