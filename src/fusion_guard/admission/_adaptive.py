@@ -10,11 +10,10 @@ limit in seconds:
   limit holds its initial value and takes its first baseline from the first ``FIRST_SAMPLES``
   quiet calls as they come (a probe, below, only if ``FIRST_PROBE_CALLS`` crowded calls come
   first); a slow tool's, once they amount to ``FIRST_SAMPLES x window`` seconds of service
-  (``SLOW_WINDOW_SAMPLES`` calls of seconds). A call is quiet by the sightings of the calls
-  before it, not its own (one that overtook others is a short one). When no quiet call has
-  come for ``probe_every`` seconds (a busy tool runs at its limit), the limit drops to that
-  bound until ``probe_samples`` quiet calls have finished, so the baseline follows a tool that
-  slows down or speeds up; more workers do not change it.
+  (``SLOW_WINDOW_SAMPLES`` calls of seconds). When no quiet call has come for ``probe_every``
+  seconds (a busy tool runs at its limit), the limit drops to that bound until
+  ``probe_samples`` quiet calls have finished, so the baseline follows a tool that slows down
+  or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
@@ -251,9 +250,6 @@ class GradientLimit:
             return False  # no clock gives such a sample (NaN, infinite, negative)
         samples = self._samples = self._samples + 1
         seen = self._overtaking
-        # Quiet by the sightings of the calls before it: a call that overtook others is a short
-        # one, and counted quiet by its own sighting it biased the baseline low.
-        calm = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
         if overtook > 0:
             at_once = int(overtook) + 1
             while seen and seen[-1][1] <= at_once:
@@ -264,6 +260,8 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return True
+        # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
+        calm = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
         if calm:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
