@@ -185,6 +185,22 @@ PHASES = [Phase(2, 10), Phase(8, 10), Phase(1, 10), Phase(4, 10)]
 """The shifting scenario: 2 -> 8 -> 1 -> 4 workers, 10 s each."""
 STEADY = [Phase(4, 20)]
 """A steady tool (4 workers) for the 0.8x load check."""
+DROP = [Phase(8, 10), Phase(1, 10), Phase(4, 10)]
+"""A capacity drop under heavy tails (issue 41): 8 -> 1 -> 4 workers, 10 s each."""
+
+
+def capacity_drop(seeds: range, sigma: float) -> tuple[list[float], list[float | None]]:
+    """Per seed of ``DROP`` at ``sigma``: the one-worker phase's goodput within the SLO against
+    the oracle's, and the seconds the limit took to come within 2x of one worker."""
+    from fusion_guard.admission._adaptive import GradientLimit
+
+    ratios, within = [], []
+    for seed in seeds:
+        oracle = simulate(None, DROP, oracle=True, seed=seed, sigma=sigma)
+        run = simulate(GradientLimit, DROP, seed=seed, sigma=sigma)
+        ratios.append(run.per_phase_goodput[1] / oracle.per_phase_goodput[1])
+        within.append(run.convergence[1])
+    return ratios, within
 
 
 def _row(name: str, r: Result, oracle: Result | None = None) -> str:
@@ -226,7 +242,24 @@ if __name__ == "__main__":
     parser.add_argument(
         "--seeds", type=int, default=0, help="also summarise the worst phase over seeds 1..N"
     )
+    parser.add_argument(
+        "--capacity-drop",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the 8 -> 1 -> 4 drop at sigma 0.7 and 1.0, seeds 1..N",
+    )
     args = parser.parse_args()
+    if args.capacity_drop:
+        for sigma in (0.7, 1.0):
+            ratios, within = capacity_drop(range(1, args.capacity_drop + 1), sigma)
+            print(
+                f"8 -> 1 -> 4 workers, sigma {sigma}: one-worker phase vs oracle"
+                f" {' '.join(f'{r:.2f}' for r in ratios)};"
+                f" within 2x of one worker after"
+                f" {' '.join('never' if w is None else f'{w:.2f}' for w in within)} s"
+            )
+        raise SystemExit(0)
     for seed in (1, 2, 3, 4):
         oracle = simulate(None, PHASES, oracle=True, seed=seed)
         print(f"seed {seed}, shifting 2 -> 8 -> 1 -> 4 workers at 1.5x the current capacity")

@@ -11,7 +11,7 @@ seeds: each floor is one or two below what was measured, and a change that loses
 from __future__ import annotations
 
 from fusion_guard.admission._adaptive import GradientLimit
-from limit_sim import PHASES, STEADY, simulate
+from limit_sim import PHASES, STEADY, capacity_drop, simulate
 
 SEEDS = range(1, 31)
 
@@ -36,3 +36,13 @@ def test_the_limit_holds_still_at_steady_load() -> None:
     runs = [simulate(GradientLimit, STEADY, load=0.8, seed=seed) for seed in SEEDS]
     assert sum(run.shed <= 0.01 for run in runs) >= 26  # measured: 27 of 30
     assert sum(run.limit_cv <= 0.25 for run in runs) >= 27  # measured: 28 of 30
+
+
+def test_a_capacity_drop_under_heavy_tails_is_followed_within_two_seconds() -> None:
+    # 8 -> 1 workers, log-normal sigma 0.7 and 1.0 (issue 41): within 2x of one worker within
+    # 2 s on every seed (measured: 0.21-0.56 s on seeds 1-8; 0.44-0.80 s before early windows
+    # were decided on runs of slow calls), and the one-worker phase near the oracle's goodput.
+    for sigma in (0.7, 1.0):
+        ratios, within = capacity_drop(range(1, 16), sigma)
+        assert all(w is not None and w <= 2.0 for w in within), (sigma, within)
+        assert sum(r >= 0.85 for r in ratios) >= 12, (sigma, ratios)

@@ -153,11 +153,6 @@ def test_auto_keeps_the_oracles_goodput_on_a_slow_tool(load: float) -> None:
     assert result.ratio("auto") >= ORACLE_SHARE  # type: ignore[operator]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41: fail-fast pool at 1.5x: auto admits ~8 slots to a pool of 4, 47 % of the"
-    " admitted calls fail; goodput 0.81x the oracle",
-)
 def test_auto_keeps_the_oracles_goodput_on_a_fail_fast_pool() -> None:
     result = cell("fail_fast", 1.5, ("oracle", "auto"))
     assert result.ratio("auto") >= ORACLE_SHARE  # type: ignore[operator]
@@ -211,11 +206,6 @@ def test_predictive_shedding_is_honest_on_a_tight_queue() -> None:
 # --- targets: a pool that fails fast ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41: fail-fast pool, auto without overload_errors: 57 % (2x) and 70 % (3x) of"
-    " admitted calls fail, none of the excess is answered SERVER_BUSY",
-)
 @pytest.mark.parametrize("load", [2.0, 3.0])
 def test_a_fail_fast_pool_is_refused_not_admitted_to_fail(load: float) -> None:
     result = cell("fail_fast", load, ("oracle", "auto"))
@@ -228,7 +218,6 @@ def test_a_fail_fast_pool_is_refused_not_admitted_to_fail(load: float) -> None:
     assert result.ratio("auto") >= FAIL_FAST_UNNAMED  # type: ignore[operator]
 
 
-@pytest.mark.xfail(strict=True, reason=f"issue 41: {NAMED}; fail-fast pool at 2x and 3x")
 @pytest.mark.parametrize("load", [2.0, 3.0])
 def test_a_fail_fast_pool_with_its_error_named(load: float) -> None:
     result = cell("fail_fast", load, ("oracle", "auto_named"))

@@ -53,6 +53,28 @@ def test_what_the_docs_tell_users_to_pass_is_importable() -> None:
     assert "client_limit" in ShedReason.__args__  # type: ignore[attr-defined]
 
 
+def test_the_per_tool_calls_api_md_writes_work() -> None:
+    # docs/api.md writes ToolLimits(priority=...) and ToolLimits(overload_errors=...) as per-tool
+    # configuration, and Guard(overload_errors=...) for every tool; guard.limits() stays resolved.
+    from fusion_guard import Guard, Priority, ToolLimits
+
+    class PoolExhausted(Exception):
+        pass
+
+    guard = Guard(
+        overload_errors=(PoolExhausted,),
+        tools={
+            "index_*": ToolLimits(priority="background"),  # type: ignore[arg-type]
+            "db_*": ToolLimits(overload_errors=(TimeoutError,)),
+        },
+    )
+    limits = guard.configured_limits()
+    assert limits["index_*"].priority is Priority.BACKGROUND
+    assert limits["index_*"].overload_errors == (PoolExhausted,)
+    assert limits["db_*"].overload_errors == (TimeoutError,)
+    assert isinstance(limits["db_*"], ToolLimits)
+
+
 def test_every_exported_name_exists() -> None:
     for name in fusion_guard.__all__:
         assert hasattr(fusion_guard, name), name

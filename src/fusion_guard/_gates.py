@@ -176,6 +176,7 @@ class GateAssembly:
             "fair": limits.fair_queueing,
             "max_active_per_client": limits.max_active_per_client,
             "priority_share": limits.priority_share,
+            "overload_errors": limits.overload_errors,
             "observer": observer,
             "clock": self._clock,
         }

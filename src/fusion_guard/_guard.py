@@ -40,7 +40,13 @@ from ._exceptions import (
 from ._gates import Gate, GateAssembly, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
-from ._observer import GuardObserver, Outcome, observer_failed, response_outcome
+from ._observer import (
+    GuardObserver,
+    Outcome,
+    observer_failed,
+    overload_response,
+    response_outcome,
+)
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
 from ._priority import Priority, check_priority
@@ -143,8 +149,18 @@ class Ticket:
     def answered(self, response: ToolResponse) -> None:
         """Say that the call answered ``response`` (returned, or made of what the handler
         raised): its outcome is ``response_outcome(response)``, the one rule the Guard and the
-        adapters share."""
+        adapters share. An answer of SERVER_BUSY, RATE_LIMITED or TIMEOUT also tells the tool's
+        adaptive limit that the tool is overloaded (``docs/overload-errors.md``)."""
         self.outcome = response_outcome(response)
+        if self.outcome == "error" and overload_response(response) and self._slot is not None:
+            self._slot.overloaded()
+
+    def caught(self, exc: BaseException) -> None:
+        """Say that the call's body raised ``exc``, which its SDK caught and the adapter answers
+        as an envelope: a named overload error (or one it was raised from) still tells the
+        tool's adaptive limit that the tool is overloaded."""
+        if self._slot is not None:
+            self._slot.caught(exc)
 
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran (the SDK
@@ -273,6 +289,9 @@ class Guard:
     ``Guard(settings)``, or ``Guard(max_active=5, tools={"billing.*": {"max_active": 2}})``
     (keyword limits, as ``GuardSettings`` names them; the environment is not read), or
     ``Guard.from_env(**overrides)`` (``FUSION_GUARD_*`` variables, the overrides on top).
+    ``overload_errors=(PoolExhausted, ...)``: exception classes that mean a tool's backend is
+    saturated, counted by its slots as overload (per tool in ``tools``; dotted names in
+    ``FUSION_GUARD_OVERLOAD_ERRORS``); a bad one fails here, as every bad setting does.
     ``registry``: the Prometheus registry for the default metrics; ``observer``: a
     ``GuardObserver`` that receives every decision, besides the default observers.
     ``rate_backend``: where rate-limit state lives (default: from ``settings.backend``); when it

@@ -45,6 +45,8 @@ __all__ = [
     "bind_tool",
     "observer_failed",
     "outcome_of",
+    "overload_raised",
+    "overload_response",
     "response_outcome",
 ]
 
@@ -108,6 +110,39 @@ def response_outcome(response: ToolResponse) -> Outcome:
     if not response.is_error:
         return "ok"
     return "internal_error" if response.code == ErrorCode.INTERNAL_ERROR else "error"
+
+
+OVERLOAD_CODES = frozenset({ErrorCode.SERVER_BUSY, ErrorCode.RATE_LIMITED, ErrorCode.TIMEOUT})
+"""The codes of a tool's answer that say the tool (or what it calls) is overloaded."""
+
+
+def overload_response(response: ToolResponse) -> bool:
+    """Whether ``response``, a tool's answer, says that the tool is overloaded: an error
+    envelope of SERVER_BUSY, RATE_LIMITED or TIMEOUT (``docs/overload-errors.md``). Its
+    outcome is still ``response_outcome``'s; only an adaptive limit learns from this."""
+    return response.is_error and response.code in OVERLOAD_CODES
+
+
+def overload_raised(
+    exc: BaseException, named: tuple[type[BaseException], ...], depth: int = 0
+) -> bool:
+    """Whether a call's body raising ``exc`` says that the tool is overloaded: ``exc`` is one of
+    the ``named`` overload errors, or a raised SERVER_BUSY, RATE_LIMITED or TIMEOUT envelope (a
+    guard's refusal or timeout from inside the tool too); or it was raised from one (its
+    ``__cause__``, as a framework wraps a handler's error), or a task group raised one in an
+    exception group. ``depth``: how far down the causes and groups this one is (up to 3)."""
+    if named and isinstance(exc, named):
+        return True
+    if isinstance(exc, ToolResponse):
+        return overload_response(exc)
+    if isinstance(exc, Rejected):
+        return exc.response.code in OVERLOAD_CODES
+    if depth >= 3:
+        return False
+    if isinstance(exc, BaseExceptionGroup):
+        return any(overload_raised(inner, named, depth + 1) for inner in exc.exceptions)
+    cause = exc.__cause__
+    return cause is not None and overload_raised(cause, named, depth + 1)
 
 
 def outcome_of(exc: BaseException) -> Outcome:

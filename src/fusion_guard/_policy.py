@@ -21,11 +21,11 @@ import fnmatch
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._log import log_event
-from ._priority import DEFAULT_PRIORITY_SHARE, Priority
+from ._priority import Priority
 from ._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, FailurePolicy
 
 if TYPE_CHECKING:
@@ -43,40 +43,98 @@ __all__ = [
 _WILDCARDS = "*?["
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolLimits:
-    """The limits in force for one tool. ``None`` means off (``max_queue``, ``burst``: auto).
+class _Inherited:
+    """The value of a limit a ``ToolLimits`` was not given (replaced in ``__post_init__``)."""
 
-    ``patterns``: the per-tool patterns that matched, least specific first. ``rate_source``:
-    the pattern that set ``rate`` (``""`` for the global default); the rate budget is named after
-    it, so a ``global`` or ``client`` budget is shared by the tools that got it from one place.
-    ``failure_policy``: what this tool's rate limit and fleet slots do when Redis fails.
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<inherited>"
+
+
+# Typed Any so that it can stand as every field's default.
+_INHERITED: Any = _Inherited()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class ToolLimits:
+    """The limits of one tool: what ``guard.limits(tool)`` resolves, and a per-tool override.
+
+    Resolved (``guard.limits``, ``guard.configured_limits``), every limit is set: ``None``
+    means off (``max_queue``, ``burst``: auto). ``patterns``: the per-tool patterns that
+    matched, least specific first. ``rate_source``: the pattern that set ``rate`` (``""`` for
+    the global default); the rate budget is named after it, so a ``global`` or ``client`` budget
+    is shared by the tools that got it from one place. ``failure_policy``: what this tool's rate
+    limit and fleet slots do when Redis fails.
+
+    Written by hand, ``ToolLimits(priority="background")`` is a per-tool override, accepted
+    wherever a ``ToolPolicy`` is (``Guard(tools={"index_*": ToolLimits(priority=...)})``):
+    only the limits given apply (``overrides()``), the others are inherited from less specific
+    patterns and the global settings. Read, a limit not given shows the built-in default (the
+    ``GuardSettings`` one), which is what the tool gets only where nothing else sets it. Values
+    are checked where the override is used, as a ``ToolPolicy``'s are.
     """
 
-    tool: str
-    max_active: int | Literal["auto"] | None
-    max_queue: int | None
-    queue_timeout: float | None
-    timeout: float | None
-    rate: float | None
-    rate_per: float
-    burst: int | None
-    rate_scope: str
-    lifo: bool
-    max_active_per_client: int | None
-    fair_queueing: bool
-    failure_policy: FailurePolicy
-    priority: Priority = Priority.INTERACTIVE
+    tool: str = ""
+    max_active: int | Literal["auto"] | None = _INHERITED
+    max_queue: int | None = _INHERITED
+    queue_timeout: float | None = _INHERITED
+    timeout: float | None = _INHERITED
+    rate: float | None = _INHERITED
+    rate_per: float = _INHERITED
+    burst: int | None = _INHERITED
+    rate_scope: str = _INHERITED
+    lifo: bool = _INHERITED
+    max_active_per_client: int | None = _INHERITED
+    fair_queueing: bool = _INHERITED
+    failure_policy: FailurePolicy = _INHERITED
+    priority: Priority = _INHERITED
     """The priority of the tool's calls, unless a client's tier or the call lowers it."""
-    priority_share: float = DEFAULT_PRIORITY_SHARE
+    priority_share: float = _INHERITED
     """The share of the slots calls below the highest priority waiting may hold."""
+    overload_errors: tuple[type[BaseException], ...] = _INHERITED
+    """Exceptions that mean the tool's backend is saturated: counted as drops by its slots."""
     patterns: tuple[str, ...] = ()
     rate_source: str = ""
+    _given: frozenset[str] = field(default=frozenset(), init=False)
+
+    def __post_init__(self) -> None:
+        given = frozenset(name for name in LIMIT_FIELDS if getattr(self, name) is not _INHERITED)
+        if len(given) < len(LIMIT_FIELDS):  # an override: the others read as the defaults
+            defaults = _built_in_defaults()
+            for name in LIMIT_FIELDS:
+                if name not in given:
+                    object.__setattr__(self, name, defaults[name])
+        object.__setattr__(self, "_given", given)
+
+    def overrides(self) -> dict[str, object]:
+        """The limits this ``ToolLimits`` was given, in the documented order (all of them when
+        resolved): what it sets as a per-tool override."""
+        return {name: getattr(self, name) for name in LIMIT_FIELDS if name in self._given}
+
+    def __repr__(self) -> str:
+        shown: dict[str, object] = {"tool": self.tool} if self.tool else {}
+        shown |= self.overrides()
+        if self.patterns:
+            shown["patterns"] = self.patterns
+        if self.rate_source:
+            shown["rate_source"] = self.rate_source
+        return f"ToolLimits({', '.join(f'{key}={value!r}' for key, value in shown.items())})"
 
     @property
     def unlimited(self) -> bool:
         """No slot, no rate limit, no deadline: the guard only observes this tool's calls."""
         return self.max_active is None and self.rate is None and self.timeout is None
+
+
+def _built_in_defaults() -> dict[str, object]:
+    """The global settings' defaults, per limit: what a limit no override sets comes to."""
+    # Loaded here, on the first hand-written ToolLimits: the settings model is the one source of
+    # the defaults, and importing it costs about 100 ms (a resolved ToolLimits never needs it).
+    from .config._settings import GuardSettings
+
+    fields = GuardSettings.model_fields
+    return {name: fields[GLOBAL_FIELDS.get(name, name)].default for name in LIMIT_FIELDS}
 
 
 def specificity(pattern: str) -> tuple[int, int, int, int, str]:
@@ -212,11 +270,19 @@ _NOT_SHARED = (
 )
 # A limit's companion settings, meaningless while the limit is off.
 _COMPANIONS = {
-    "max_active": ("max_queue", "queue_timeout", "lifo", "max_active_per_client", "fair_queueing"),
+    "max_active": (
+        "max_queue",
+        "queue_timeout",
+        "lifo",
+        "max_active_per_client",
+        "fair_queueing",
+        "overload_errors",
+    ),
     "rate": ("rate_per", "burst", "rate_scope"),
 }
 _OFF_REASONS = {
-    "max_active": "max_active is off for these tools: no slots, so no call queues",
+    "max_active": "max_active is off for these tools: no slots, so no call queues and"
+    " no overload error refuses calls",
     "rate": "rate is off for these tools: nothing is rate-limited",
 }
 

@@ -49,6 +49,7 @@ LIMIT_FIELDS = (
     "failure_policy",
     "priority",
     "priority_share",
+    "overload_errors",
 )
 """The fields a per-tool override may set, in the order they are printed."""
 

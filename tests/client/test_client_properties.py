@@ -147,3 +147,50 @@ def test_a_ratio_budget_never_grants_more_than_it_holds(steps: list[tuple[float,
         assert balance >= 0
         if retry:
             assert budget.withdraw() == (balance >= 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    answers=ANSWERS,
+    timeout=st.floats(0.01, 10.0),
+    max_attempts=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+    backend=st.sampled_from(["asyncio", "trio"]),
+)
+def test_the_steps_send_and_answer_as_run_does(
+    answers: list[dict[str, Any]], timeout: float, max_attempts: int, seed: int, backend: str
+) -> None:
+    # Retrying.begin driven by hand (the async iterator) against Retrying.run, on the same
+    # answers and seed: the same attempts at the same times, the same outcome.
+    def policy() -> Retrying:
+        return Retrying(
+            max_attempts=max_attempts,
+            budget=RetryBudget(0.2, min_per_second=0.3, window=10, clock=anyio.current_time),
+            throttle=None,
+            timeout=timeout,
+            rng=random.Random(seed),
+        )
+
+    async def by_run() -> tuple[list[float], tuple[Any, ...]]:
+        start, sent = anyio.current_time(), []
+
+        async def send() -> dict[str, Any]:
+            sent.append(anyio.current_time() - start)
+            return answers[min(len(sent), len(answers)) - 1]
+
+        outcome = await policy().run(send)
+        return sent, (outcome.stopped, outcome.attempts, outcome.waited, outcome.result)
+
+    async def by_steps() -> tuple[list[float], tuple[Any, ...]]:
+        start, sent = anyio.current_time(), []
+        call = policy().begin("search")
+        async for attempt in call:
+            assert attempt.number == len(sent) + 1
+            assert attempt.remaining is not None
+            assert 0 < attempt.remaining <= timeout
+            sent.append(anyio.current_time() - start)
+            attempt.settle(answers[min(len(sent), len(answers)) - 1])
+        outcome = call.outcome
+        return sent, (outcome.stopped, outcome.attempts, outcome.waited, outcome.result)
+
+    assert run_virtual(by_steps, backend) == run_virtual(by_run, backend)

@@ -39,23 +39,23 @@ WORKERS = 4
 def test_a_timeout_is_a_drop_when_nobody_else_was_served_meanwhile() -> None:
     feedback = _feedback()
     stuck = feedback.seat("tarpit")
-    assert feedback.ended(stuck, 0.0, DEADLINE, 1, DEADLINE, timed_out=True) is True
+    assert feedback.ended(stuck, 0.0, DEADLINE, 1, DEADLINE, "timeout") is True
 
 
 def test_a_timeout_is_its_callers_own_while_the_others_were_served_well() -> None:
     feedback = _feedback()
     stuck = feedback.seat("tarpit")
     for _ in range(SERVED_BY_OTHERS):
-        assert feedback.ended(feedback.seat("honest"), 0.0, SERVICE, 2, DEADLINE, False) is False
-    assert feedback.ended(stuck, 0.0, DEADLINE, 2, DEADLINE, timed_out=True) is None
+        assert feedback.ended(feedback.seat("honest"), 0.0, SERVICE, 2, DEADLINE, "ok") is False
+    assert feedback.ended(stuck, 0.0, DEADLINE, 2, DEADLINE, "timeout") is None
 
 
 def test_the_callers_own_fast_calls_do_not_excuse_its_timeouts() -> None:
     feedback = _feedback()
     stuck = feedback.seat("tarpit")
     for _ in range(10 * SERVED_BY_OTHERS):  # one client alone: nobody else to compare with
-        feedback.ended(feedback.seat("tarpit"), 0.0, SERVICE, 2, DEADLINE, False)
-    assert feedback.ended(stuck, 0.0, DEADLINE, 2, DEADLINE, timed_out=True) is True
+        feedback.ended(feedback.seat("tarpit"), 0.0, SERVICE, 2, DEADLINE, "ok")
+    assert feedback.ended(stuck, 0.0, DEADLINE, 2, DEADLINE, "timeout") is True
 
 
 def test_a_timeout_counts_when_the_others_were_in_trouble_too() -> None:
@@ -63,18 +63,18 @@ def test_a_timeout_counts_when_the_others_were_in_trouble_too() -> None:
     stuck = feedback.seat("a")
     # Four served well for each near its deadline is not enough: one more is needed.
     for _ in range(TROUBLE_WEIGHT + SERVED_BY_OTHERS - 1):
-        feedback.ended(feedback.seat("b"), 0.0, SERVICE, 1, DEADLINE, False)
-    assert feedback.ended(feedback.seat("c"), 0.0, 0.9 * DEADLINE, 1, DEADLINE, False) is False
-    assert feedback.ended(stuck, 0.0, DEADLINE, 1, DEADLINE, timed_out=True) is True
+        feedback.ended(feedback.seat("b"), 0.0, SERVICE, 1, DEADLINE, "ok")
+    assert feedback.ended(feedback.seat("c"), 0.0, 0.9 * DEADLINE, 1, DEADLINE, "ok") is False
+    assert feedback.ended(stuck, 0.0, DEADLINE, 1, DEADLINE, "timeout") is True
 
 
 def test_the_others_must_have_turned_a_whole_crowd_over() -> None:
     feedback = _feedback()
     stuck = feedback.seat("a")
     for _ in range(8):
-        feedback.ended(feedback.seat("b"), 0.0, SERVICE, 9, DEADLINE, False)
+        feedback.ended(feedback.seat("b"), 0.0, SERVICE, 9, DEADLINE, "ok")
     # Eight served, nine in flight when it started: the tool did not turn its crowd over.
-    assert feedback.ended(stuck, 0.0, DEADLINE, 9, DEADLINE, timed_out=True) is True
+    assert feedback.ended(stuck, 0.0, DEADLINE, 9, DEADLINE, "timeout") is True
 
 
 @pytest.mark.parametrize("queued_by_others", [0, 3])
@@ -83,13 +83,13 @@ def test_calls_stuck_together_are_cut_for_once_while_other_clients_wait(
 ) -> None:
     feedback = _feedback(queued_by_others)
     stuck = [feedback.seat(f"tarpit-{n}") for n in range(4)]  # every slot, all stalled
-    signals = [feedback.ended(seat, 0.0, DEADLINE, 4, DEADLINE, True) for seat in stuck]
+    signals = [feedback.ended(seat, 0.0, DEADLINE, 4, DEADLINE, "timeout") for seat in stuck]
     if queued_by_others:  # one cut; the waiting clients' calls get the slots and tell
         assert signals == [True, None, None, None]
     else:  # nobody else to tell: every timeout is a drop, as before
         assert signals == [True, True, True, True]
     later = feedback.seat("tarpit-0")  # admitted after the cut: its timeout is a round of its own
-    assert feedback.ended(later, DEADLINE, DEADLINE, 2, DEADLINE, True) is True
+    assert feedback.ended(later, DEADLINE, DEADLINE, 2, DEADLINE, "timeout") is True
 
 
 def test_invalid_arguments_teach_nothing_and_records_last_only_while_calls_hold_slots() -> None:
@@ -97,7 +97,7 @@ def test_invalid_arguments_teach_nothing_and_records_last_only_while_calls_hold_
     seats = [feedback.seat(f"client-{n}") for n in range(100)]
     assert feedback.clients == 100
     for seat in seats:
-        assert feedback.ended(seat, 0.0, 0.0, 1, DEADLINE, False, reached_tool=False) is None
+        assert feedback.ended(seat, 0.0, 0.0, 1, DEADLINE, "ok", reached_tool=False) is None
     assert feedback.clients == 0  # however many keys came and went
 
 

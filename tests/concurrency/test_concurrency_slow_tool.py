@@ -75,18 +75,6 @@ def test_a_fast_tools_window_still_needs_window_samples() -> None:
     assert limit.limit == before
 
 
-def test_a_call_that_overtook_others_is_not_quiet_by_its_own_sighting() -> None:
-    # Four calls in flight; the one that overtook the other three is a short one. Counted quiet
-    # on the strength of its own sighting, short calls alone made the baseline, read low.
-    limit = GradientLimit()
-    _quiet_calls(limit, 1, 3.0)
-    limit.on_sample(100.0, 0.5, 4, False, overtook=3)
-    assert limit.baseline == pytest.approx(3.0)
-    # The sighting stands for the calls after it: one started with four in flight is quiet.
-    limit.on_sample(101.0, 2.0, 4, False)
-    assert limit.baseline == pytest.approx(2.5)
-
-
 def test_an_uncrowded_windows_parallelism_is_taken_at_once() -> None:
     # A window at six slots, every call as fast as uncrowded: the tool serves six at once, and
     # the estimate says so at once (the slots in force under overload rest on it), not by a

@@ -115,7 +115,7 @@ def test_config_cli_lists_them(
     ) in lines
     assert (
         "lifo (pattern 'health'), env FUSION_GUARD_TOOLS: max_active is off for these tools:"
-        " no slots, so no call queues"
+        " no slots, so no call queues and no overload error refuses calls"
     ) in lines
     assert caplog.records == []  # the report lists them; it does not log them as well
 

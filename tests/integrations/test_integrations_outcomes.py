@@ -175,3 +175,59 @@ async def test_the_sdks_own_error_passes_through_only_from_the_call() -> None:
     )
     assert isinstance(answer, ToolResponse)
     assert answer.code == "INTERNAL_ERROR"
+
+
+class PoolExhausted(Exception):
+    """A fail-fast pool's refusal: all its connections are busy."""
+
+
+def _pool_app(sdk: str, gate: Gate, guard: Guard) -> Any:
+    """A server with one tool, ``query``: its first 4 calls hold the pool's 4 connections on
+    ``gate``, the next raises ``PoolExhausted`` (caught and wrapped by the SDK)."""
+
+    async def query() -> str:
+        if gate.inside >= 4:
+            raise PoolExhausted("all 4 connections busy")
+        return await gate.hold()
+
+    if sdk == "fastmcp":
+        from fastmcp import FastMCP
+
+        from fusion_guard.integrations.fastmcp import GuardMiddleware
+
+        app = FastMCP("pool")
+        app.tool(query)
+        app.add_middleware(GuardMiddleware(guard))
+        return app
+    from mcp.server.mcpserver import MCPServer
+
+    from fusion_guard.integrations.mcp import install
+
+    server: MCPServer[Any] = MCPServer("pool", log_level="CRITICAL")
+    server.tool()(query)
+    install(server, guard)
+    return server
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_a_named_overload_error_the_sdk_caught_still_lowers_the_limit(
+    validating: Harness, named: bool
+) -> None:
+    # Both SDKs catch a handler's exception and wrap it (FastMCP's ToolError, the MCP SDK's
+    # error result): the adapter answers it, and the tool's limit must still hear what it was.
+    gate = Gate()
+    guard = Guard(
+        max_active="auto", auto_initial_active=8, overload_errors=(PoolExhausted,) if named else ()
+    )
+    app = _pool_app(validating.sdk, gate, guard)
+    async with validating.session(app) as client, anyio.create_task_group() as tg:
+        slots = guard.concurrency("query")
+        assert slots is not None
+        for _ in range(4):
+            tg.start_soon(client.call, "query", {})
+        await gate.wait_inside(4)
+        assert envelope(await client.call("query", {})).code == "INTERNAL_ERROR"
+        # Refused with 5 in flight: named, the tool serves fewer; unnamed, one error is no
+        # evidence that its share rises with the calls in flight.
+        assert (slots.limit < 5) is named
+        gate.release.set()

@@ -16,8 +16,10 @@ limit in seconds:
   or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
-  A window closes early, after ``EARLY_SAMPLES`` calls, when even the fastest of them took
-  ``EARLY_FACTOR`` times the tolerated latency: a tool that lost capacity answers so slowly that
+  A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took
+  ``EARLY_FACTOR`` times the tolerated latency or more, and is decided on those calls alone (the
+  calls of the window that ended before the tool slowed down do not hold it back): a tool that
+  lost capacity answers so slowly that
   a full window of its calls would take seconds to gather. A window that would only grow the
   limit closes after ``GROWTH_SAMPLES_PER_SLOT`` calls per slot: at a small limit a full window
   is many services in a row, and a limit cut too low costs throughput for every one of them.
@@ -32,6 +34,19 @@ limit in seconds:
 - A call ended by its deadline (``dropped``) halves the limit: a timeout is the strongest sign of
   overload there is. (The guard feeds as dropped only the timeouts that speak of the tool's
   capacity, not of one client's arguments: ``_feedback.py``.)
+- **An overload error** (``on_overload``: a call that raised one of the guard's
+  ``overload_errors``, answered SERVER_BUSY, RATE_LIMITED or TIMEOUT, or failed where failures
+  rise with the calls in flight) that started with ``n`` calls in flight says the tool serves
+  fewer than ``n``: the limit goes to ``n - 1`` at most, and does not grow past that *ceiling*
+  for ``CEILING_SECONDS`` (or ``CEILING_BASELINES`` uncrowded latencies, if longer). A ceiling
+  confirmed again by the first try above it, soon after it lapsed, is held twice as long the
+  next time (up to ``CEILING_MAX_SECONDS``): a pool that fails fast when full is tried one call
+  above its size once in a while, not every window. Halving instead would cut a pool of 4 to 2
+  and climb back through 3, losing a third of its service on every error.
+- **A call that failed alone** (``n = 1``) tells no capacity: the tool failed with nothing else
+  in it (a backend that is down). The limit keeps what it has, and when a call succeeds again it
+  goes back to the value it had before the overload errors that led there, without ceilings:
+  an outage does not leave the limit at its minimum.
 - **Not below what calls were seen served at once**: a call that ends while ``k`` calls admitted
   before it still run shows the tool serving ``k + 1`` at once (a tool that serves one at a
   time, in order, never lets a call overtake another). For ``OVERTAKING_MEMORY`` calls after
@@ -73,9 +88,12 @@ QUIET_SAMPLES = 60
 _MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 #: Probes come at least this many baselines apart, so a slow tool does not probe all the time.
 PROBE_SPACING_BASELINES = 200
-#: A window closes early, after this many calls, when even the fastest of them took
-#: EARLY_FACTOR x the tolerated latency: the tool has lost capacity, and waiting for a full
-#: window of such slow calls is what made the limit take seconds to come down.
+#: A window closes early once this many calls in a row each took EARLY_FACTOR x the tolerated
+#: latency or more, and is decided on them alone: the tool has lost capacity, and waiting for a
+#: full window of such slow calls is what made the limit take seconds to come down. (Until
+#: 2026-12-07 it took the window's fastest call so far, so the fast calls that ended before the
+#: tool slowed down held the window open: 0.75-0.80 s, not 0.40 s, for the shifting demo's
+#: limit to come within 2x of one worker after eight, median over seeds 1-40.)
 EARLY_SAMPLES = 5
 EARLY_FACTOR = 3.0
 #: A window that would only grow the limit closes once it holds this many calls per slot (and
@@ -113,6 +131,14 @@ FIRST_PROBE_CALLS = 50
 #: many either (those started before the longest one seen: the short ones finish first). For a
 #: tool faster than the window, ``window_samples`` and FIRST_SAMPLES come first, as before.
 SLOW_WINDOW_SAMPLES = 5
+#: After an overload error at ``n`` calls in flight, the limit does not grow to ``n`` again for
+#: this long (seconds), or CEILING_BASELINES uncrowded latencies if longer: each try above a
+#: pool that fails fast when full costs at least one failed call.
+CEILING_SECONDS = 1.0
+CEILING_BASELINES = 20
+#: A ceiling confirmed again within its own hold after it lapsed is held twice as long, up to
+#: this (seconds): a pool that stays the same size is tried less and less often.
+CEILING_MAX_SECONDS = 16.0
 
 
 class GradientLimit:
@@ -132,7 +158,12 @@ class GradientLimit:
 
     __slots__ = (
         "_baseline",
+        "_ceiling",
+        "_ceiling_hold",
+        "_ceiling_until",
         "_crowded_unmeasured",
+        "_down",
+        "_early_bar",
         "_estimate",
         "_first",
         "_limit",
@@ -146,11 +177,12 @@ class GradientLimit:
         "_quiet",
         "_quiet_floor",
         "_quiet_sorted",
+        "_restore",
         "_samples",
+        "_slow_run",
         "_window",
         "_window_crowd",
         "_window_end",
-        "_window_fastest",
         "_window_peak",
         "max_limit",
         "min_limit",
@@ -209,7 +241,8 @@ class GradientLimit:
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
         self._window: list[float] = []
-        self._window_fastest = _INF
+        self._slow_run = 0  # the window's last calls in a row at or above the early bar
+        self._early_bar = math.nan  # EARLY_FACTOR x the tolerated latency, with the baseline
         self._window_end = -math.inf
         self._window_peak = 0
         self._window_crowd = 0
@@ -221,6 +254,14 @@ class GradientLimit:
         # sliding maximum: (sample number, count), counts falling from the oldest to the newest.
         self._overtaking: deque[tuple[int, int]] = deque()
         self._samples = 0
+        # The ceiling the last overload error set (``on_overload``), until when it holds, and how
+        # long the next one holds; the estimate to go back to after a run of overload errors
+        # (NaN: none), and whether the last one failed alone (the tool down).
+        self._ceiling = self.max_limit
+        self._ceiling_until = -math.inf
+        self._ceiling_hold = CEILING_SECONDS
+        self._restore = math.nan
+        self._down = False
 
     @property
     def limit(self) -> int:
@@ -260,6 +301,8 @@ class GradientLimit:
         if dropped:
             self._set(self._estimate / 2)
             return True
+        if self._down and self._recovered():  # the first call served since calls failed alone
+            return True  # the limit went back: this call was served under the one before
         # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
         calm = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
         if calm:
@@ -269,11 +312,12 @@ class GradientLimit:
                 del ordered[bisect_left(ordered, quiet[0])]
                 quiet.append(duration)
                 insort(ordered, duration)
-                self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
+                baseline = self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
             else:
                 quiet.append(duration)
                 insort(ordered, duration)
-                self._baseline = _median_of_sorted(ordered)
+                baseline = self._baseline = _median_of_sorted(ordered)
+            self._early_bar = EARLY_FACTOR * self.tolerance * baseline
             self._probe_taken += 1
         elif not self._measured:
             self._crowded_unmeasured += 1
@@ -308,29 +352,29 @@ class GradientLimit:
             self._window_end = end + self.window
             self._window_peak = 0
             self._window_crowd = 0
-            self._window_fastest = _INF
+            self._slow_run = 0
         window.append(duration)
-        fastest = self._window_fastest
-        if duration < fastest:
-            fastest = self._window_fastest = duration
+        if duration >= self._early_bar:  # (never while the bar is NaN)
+            slow = self._slow_run = self._slow_run + 1
+        else:
+            slow = self._slow_run = 0
         if inflight > self._window_peak:
             self._window_peak = inflight
         self._window_crowd += inflight
         gathered = len(window)
         due = end >= self._window_end
-        if (
-            due
-            and (
-                gathered >= self.window_samples
-                or (
-                    gathered >= SLOW_WINDOW_SAMPLES
-                    and gathered * self._baseline >= self.window_samples * self.window
-                )
+        if slow >= EARLY_SAMPLES:  # the tool lost capacity: decided on the slow calls alone
+            self._decide(_median(window[-slow:]), end, early=slow)
+            window.clear()
+            return True
+        if due and (
+            gathered >= self.window_samples
+            or (
+                gathered >= SLOW_WINDOW_SAMPLES
+                and gathered * self._baseline >= self.window_samples * self.window
             )
-        ) or (
-            gathered >= EARLY_SAMPLES and fastest >= EARLY_FACTOR * self.tolerance * self._baseline
         ):
-            self._decide(_median(window))
+            self._decide(_median(window), end)
             window.clear()
             return True
         if (
@@ -340,7 +384,7 @@ class GradientLimit:
         ):
             latency = _median(window)
             if self.tolerance * self._baseline >= GROWTH_GRADIENT * latency:
-                self._decide(latency)
+                self._decide(latency, end)
                 window.clear()
                 return True
         return False
@@ -355,24 +399,83 @@ class GradientLimit:
         not the peak: one call left over from a higher limit would otherwise set it."""
         return self._parallelism
 
-    def _decide(self, latency: float) -> None:
+    def on_overload(
+        self, start: float, duration: float, inflight: int, *, overtook: int = 0
+    ) -> bool:
+        """Learn from a call that said the tool is overloaded (see the module): it took its slot
+        at ``start`` with ``inflight`` calls holding one, itself included, and ended after
+        ``duration`` seconds (``overtook``: as in ``on_sample``; not used). Returns False when
+        neither ``limit`` nor ``parallelism`` moved."""
+        end = start + duration
+        if end - end or not duration >= 0.0:
+            return False
+        if inflight <= 1:  # failed alone: no capacity to learn, and no cut below one call
+            self._down = True
+            return False
+        if self._restore != self._restore:  # NaN: the first of a run of overload errors
+            self._restore = self._estimate
+        ceiling = int(inflight) - 1
+        hold = self._ceiling_hold
+        if end >= self._ceiling_until:  # none in force: a new one
+            if end < self._ceiling_until + hold and ceiling >= self._ceiling:
+                hold = min(2.0 * hold, CEILING_MAX_SECONDS)  # the same size, confirmed again
+            else:
+                hold = max(CEILING_SECONDS, CEILING_BASELINES * self._baseline)  # NaN: the first
+            self._ceiling_hold = hold
+            self._ceiling = ceiling
+        elif ceiling < self._ceiling:
+            self._ceiling = ceiling
+        self._ceiling_until = end + hold
+        if self._estimate > self._ceiling:
+            self._set(float(self._ceiling))
+            return True
+        return False
+
+    def _recovered(self) -> bool:
+        """A call served after calls failed alone: back to the estimate held before the overload
+        errors (if any), without the ceilings they set. True when the estimate moved (a call
+        that merely failed alone, bad input say, moves nothing: the call learns as any)."""
+        self._down = False
+        restore = self._restore
+        self._restore = math.nan
+        self._ceiling = self.max_limit
+        self._ceiling_until = -math.inf
+        if restore == restore and restore > self._estimate:  # not NaN
+            self._set(restore)
+            return True
+        return False
+
+    def _decide(self, latency: float, end: float, *, early: int = 0) -> None:
         baseline = self._baseline
         if not (latency > 0 and baseline > 0):
             return
+        # A window of calls served: the estimate before the overload errors is history now.
+        self._restore = math.nan
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
-        gradient = min(max(self.tolerance * baseline / latency, 0.5), 2.0)
-        # A slow tool's window as fast as uncrowded is taken as measured too: it has few
-        # windows, and shares of the difference never reach the slots in force under overload
-        # (the parallelism and one), so its slots stayed below its workers for minutes.
-        slow_room = baseline > self.window and gradient > DEAD_BAND
+        # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND) is taken as
+        # measured too: it has few windows, and shares of the difference never reach the slots
+        # in force under overload (the parallelism and one): its slots stayed below its workers.
+        slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
         if self._parallelism_measured and measured > self._parallelism and not slow_room:
             self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
         else:  # the first estimate, a lower one, or a slow tool's with room: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
-        at_once = self._seen_at_once()
+        # An early window (a run of calls each EARLY_FACTOR x the tolerated latency) is no
+        # baseline measured low: the calls seen served at once were served before the tool lost
+        # its capacity, and the cut may go to a quarter at once.
+        # An early window (the last ``early`` calls, each EARLY_FACTOR x the tolerated latency)
+        # cuts to a quarter at once if its median says so, and only the calls seen served at
+        # once during those calls hold it up: those seen before were served before the tool
+        # lost its capacity (a tool gone from 8 workers to 1 finishes the 8 calls it was serving
+        # in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
+        at_once = self._seen_at_once(self._samples - early + 1 if early else 0)
         self._parallelism = max(self._parallelism, float(at_once))
+        # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
+        # default tolerance) cut the limit to a quarter at once, not a half.
+        deep = early and latency >= 2.0 * self._early_bar
+        gradient = min(max(self.tolerance * baseline / latency, 0.25 if deep else 0.5), 2.0)
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once
@@ -381,7 +484,15 @@ class GradientLimit:
                 cut = min(self._estimate, float(at_once))
             self._set(cut)
         elif self._window_peak >= self._limit:
-            self._set(self._estimate + 1)  # uncrowded at the limit: one slot more a window
+            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force.
+            grown = self._estimate + 1
+            if grown > self._ceiling:
+                if end < self._ceiling_until:
+                    return
+                if grown > self._ceiling + 1:  # a slot past it served a window: forget it
+                    self._ceiling = self.max_limit
+                    self._ceiling_hold = CEILING_SECONDS
+            self._set(grown)
 
     def _first_settled(self, now: float) -> bool:
         """Whether a slow tool's warm-up has quiet calls enough for a first baseline, counting
@@ -410,10 +521,13 @@ class GradientLimit:
             at_once = min(at_once, self._limit)
         return max(self._quiet_floor, at_once)
 
-    def _seen_at_once(self) -> int:
+    def _seen_at_once(self, since: int = 0) -> int:
         """The most calls the tool was seen serving at once within the last OVERTAKING_MEMORY
-        samples (1 when none overtook another)."""
-        return self._overtaking[0][1] if self._overtaking else 1
+        samples, and from sample number ``since`` on (1 when none overtook another)."""
+        if not since:
+            return self._overtaking[0][1] if self._overtaking else 1
+        # Counts fall from the oldest sighting to the newest: the first one since is the most.
+        return next((count for number, count in self._overtaking if number >= since), 1)
 
     def _set(self, estimate: float) -> None:
         self._estimate = min(max(estimate, float(self.min_limit)), float(self.max_limit))

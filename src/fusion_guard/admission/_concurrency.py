@@ -147,6 +147,10 @@ class ConcurrencyGuard:
     calls below ``interactive`` hold at most ``priority_share`` of the slots while calls above
     them wait or arrived lately (``_levels.py``).
 
+    ``overload_errors``: exception classes the tool raises when it is overloaded (a pool with no
+    free connection, an upstream's 429): under an adaptive limit a call that raised one is a
+    drop, as a timeout is (``_feedback.py``; ``docs/overload-errors.md``).
+
     ``observer`` (a ``ToolObserver``) hears of every call: ``shed``, or ``admitted`` then
     ``finished(outcome, duration)`` (``ok``; ``timeout``; ``cancelled``; ``error`` for a raised
     envelope or refusal, ``internal_error`` for another exception), a caller cancelled while
@@ -190,8 +194,10 @@ class ConcurrencyGuard:
         max_active_per_client: int | None = None,
         reports_finished: bool | None = None,
         priority_share: float = DEFAULT_PRIORITY_SHARE,
+        overload_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
         adaptive, slots = _limit_of(max_active, limit)
+        overload_errors = check_overload_errors(overload_errors)
         self._adaptive = adaptive
         self._fair_order = check_bool("fair", fair)
         self._per_client = _per_client_cap(max_active_per_client, adaptive, slots)
@@ -254,6 +260,7 @@ class ConcurrencyGuard:
             observer=observer,
             clock=clock,
         )
+        core.overload_errors = overload_errors
         if not self._reports_finished:
             core.ends = None
         self._refusals = refusals = Refusals(core, retry_cap, self._per_client)
@@ -399,6 +406,11 @@ class ConcurrencyGuard:
         return self._adaptive
 
     @property
+    def overload_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions counted as the tool's overload (``overload_errors=``)."""
+        return self._core.overload_errors
+
+    @property
     def max_queue(self) -> int:
         return self._core.max_queue
 
@@ -467,6 +479,18 @@ def _statistics(core: Core) -> ConcurrencyStatistics:
         mean_service_time=core.service.mean,
         service_samples=core.service.samples,
     )
+
+
+def check_overload_errors(errors: object) -> tuple[type[BaseException], ...]:
+    """``overload_errors``: a tuple of exception classes (empty: none named)."""
+    if not isinstance(errors, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in errors
+    ):
+        raise ConfigurationError(
+            f"overload_errors={errors!r} is invalid: expected a tuple of exception classes"
+            " (the errors a tool raises when it is overloaded, e.g. (PoolExhausted,))"
+        )
+    return errors
 
 
 def _share(share: object) -> float:

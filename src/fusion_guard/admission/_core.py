@@ -32,9 +32,9 @@ from ._service_time import ServiceTimeEstimator
 
 __all__ = ["Core", "Learn", "Waiter"]
 
-Learn = Callable[[Seat, float, float, int, float | None, bool, int, bool], None]
+Learn = Callable[[Seat, float, float, int, float | None, str, bool, int, bool], None]
 """What a finished call teaches an adaptive limit: ``learn(seat, start, held, inflight, timeout,
-timed_out, overtook, reached_tool)`` (``_learning.LimitLearning.learn``)."""
+outcome, overload, overtook, reached_tool)`` (``_learning.LimitLearning.learn``)."""
 
 
 class Arrive(Protocol):
@@ -118,6 +118,7 @@ class Core:
         "name",
         "observer",
         "openings",
+        "overload_errors",
         "predicted",
         "queue_timeout",
         "ranked",
@@ -173,6 +174,8 @@ class Core:
         # ... and the time between slot openings at saturation that the limit's lessons teach
         # (``_learning.py``), which the overload detector reads (``_waiting.py``).
         self.openings: ServiceTimeEstimator | None = None
+        # The exceptions that say the tool is overloaded (``ConcurrencyGuard(overload_errors=)``).
+        self.overload_errors: tuple[type[BaseException], ...] = ()
         self.admitted = self.ended = 0  # calls that took a slot / gave it back (adaptive only)
         self.shed_full = self.shed_standing = self.shed_timeout = self.predicted = 0
         self.shed_fair = self.shed_client = self.cancelled_queued = self.handler_timeouts = 0

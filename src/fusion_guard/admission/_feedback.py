@@ -1,5 +1,5 @@
 """What a finished call tells an adaptive limit: the one place where a call's outcome becomes the
-signal the limit learns from (a latency sample, a drop, or nothing).
+signal the limit learns from (a latency sample, a drop, an overload error, or nothing).
 
 A limit shrinks on what it is fed, so a signal must be about the tool's capacity, not about
 one caller's arguments:
@@ -25,7 +25,25 @@ one caller's arguments:
   crowd's worth since they started; the others' timeouts count against); three clients whose
   calls stall among hundreds of fast ones never do (they are each other's "other clients", and
   outweighed).
-- **Any other call** is a latency sample.
+- **A call that said the tool is overloaded** is an overload signal (``OVERLOAD``): it raised
+  one of the guard's ``overload_errors``, or answered (returned or raised) a SERVER_BUSY,
+  RATE_LIMITED or TIMEOUT envelope. It says the tool could not serve the calls in flight when
+  it started: ``GradientLimit.on_overload`` holds the limit below them; a limit without that
+  method takes it as a drop.
+- **Another error** (``error``, ``internal_error``) is an overload signal only when errors are
+  more frequent among calls that started with more calls in flight: ``ErrorShare`` compares the
+  error share of the calls that started with at least as many in flight as the failed one with
+  the share of those that started with fewer (a two-proportion z-test over the last
+  ``ERROR_HISTORY`` calls). A pool that fails fast once its connections are taken fails only the
+  calls above them; bad arguments and validation errors fail as often at any load. An error of
+  a call that ran alone (``ALONE``) tells no capacity at all: the tool failed for a call that
+  shared it with nobody (a backend that is down); the limit is told, so it can go back to where
+  it was once calls succeed again. Otherwise an error teaches nothing: its hold times the error's
+  own path (a validation error answers in microseconds), not the tool's service, and fed as a
+  latency sample it would read as an uncrowded tool and grow the limit.
+- **A cancelled call** teaches nothing: its caller left, and its hold ends when the caller left,
+  not when the tool would have answered.
+- **Any other call** (answered ``ok``) is a latency sample.
 
 Clients are told apart by the client key the guard already has for fair shares (calls without
 one are one anonymous client), so on a tool with one client every timeout is a drop, as it was
@@ -40,7 +58,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["NEAR_DEADLINE", "SERVED_BY_OTHERS", "TROUBLE_WEIGHT", "CapacityFeedback", "Seat"]
+__all__ = [
+    "ALONE",
+    "ERROR_HISTORY",
+    "ERROR_Z",
+    "NEAR_DEADLINE",
+    "OVERLOAD",
+    "SERVED_BY_OTHERS",
+    "TROUBLE_WEIGHT",
+    "CapacityFeedback",
+    "ErrorShare",
+    "Seat",
+    "Signal",
+]
 
 #: A call that held its slot for this share of its deadline or more came near it: as much a
 #: sign of trouble, for the judging of another client's timeout, as a timeout itself.
@@ -52,6 +82,85 @@ SERVED_BY_OTHERS = 4
 #: What one of the other clients' calls in trouble takes away: the tool serves "the bulk" of
 #: them only if four are served well for each in trouble.
 TROUBLE_WEIGHT = 4
+#: The signals besides a latency sample (False), a drop (True) and nothing (None): the call said
+#: the tool is overloaded at the calls in flight at its start; an error of a call that ran alone.
+OVERLOAD = "overload"
+ALONE = "alone"
+Signal = bool | str | None
+"""What ``CapacityFeedback.ended`` returns: False, True, ``OVERLOAD``, ``ALONE`` or None."""
+#: The calls (by the calls in flight at their start) the error share is judged over: older ones
+#: are scaled down once the count passes it, so a tool that changed is judged by what it does
+#: now within a few hundred calls.
+ERROR_HISTORY = 400
+#: How sure the error share must be to rise with the calls in flight: a z-score of the
+#: difference between the share at or above the failed call's count and below it. At 3.5, 0-3
+#: of 400-980 errors that did not depend on the load read as overload per 20 s run (each costs
+#: the top slots for a second: ``GradientLimit.on_overload``; ``benchmarks/error_sim.py``).
+ERROR_Z = 3.5
+#: Calls below the failed call's count the comparison needs, and at or above it.
+ERROR_LOW_CALLS = 10
+
+
+class ErrorShare:
+    """The share of calls that failed, by the calls in flight at their start (see the module).
+    ``ok(level)`` costs a list index; ``rising(level)`` (a failure) sums the levels. ``served``,
+    the calls served by level, only ever grows in place: a caller may keep it and count into it
+    (``CapacityFeedback`` does, for every call served), calling ``ok`` past its end."""
+
+    __slots__ = ("_down_at", "_errors", "served")
+
+    def __init__(self) -> None:
+        self.served: list[float] = [0.0] * 16  # indexed by the calls in flight at the start
+        self._errors: list[float] = [0.0] * 16
+        self._down_at = -1.0  # the calls served when one failed alone (-1: none since)
+
+    def failed_alone(self) -> None:
+        """A call failed with nothing else in flight: until a call is served again, the tool is
+        taken as down, and its failures are not counted (``down``)."""
+        self._down_at = sum(self.served)
+
+    def down(self) -> bool:
+        """Whether no call was served since one failed alone. A backend that is down fails
+        every call; counted, its failures would weigh for hundreds of calls after it is back,
+        and hide a pool's failures above its size behind a share as high at every count."""
+        return self._down_at >= 0.0 and self._down_at == sum(self.served)
+
+    def ok(self, level: int) -> None:
+        try:
+            self.served[level] += 1.0
+        except IndexError:
+            self._grow(level)
+            self.served[level] += 1.0
+
+    def _grow(self, level: int) -> None:
+        more = [0.0] * (level + 1 - len(self.served))
+        self.served.extend(more)
+        self._errors.extend(more)
+
+    def rising(self, level: int) -> bool:
+        """Count a failure of a call that started with ``level`` calls in flight; True when the
+        error share is clearly higher from that count up than below it."""
+        if level >= len(self.served):
+            self._grow(level)
+        ok, errors = self.served, self._errors
+        errors[level] += 1.0
+        low_ok, low_errors = sum(ok[:level]), sum(errors[:level])
+        high_ok, high_errors = sum(ok[level:]), sum(errors[level:])
+        total = low_ok + low_errors + high_ok + high_errors
+        if total > ERROR_HISTORY:  # the older calls count less (all alike: no timestamps kept)
+            scale = ERROR_HISTORY / total
+            for counts in (ok, errors):
+                for i, count in enumerate(counts):
+                    counts[i] = count * scale
+        low = low_ok + low_errors
+        high = high_ok + high_errors
+        if low < ERROR_LOW_CALLS:
+            return False  # nothing to compare with: no calls seen with fewer in flight
+        share = (low_errors + high_errors) / (low + high)
+        if share >= 1.0:
+            return False  # every call fails, whatever the load
+        spread = math.sqrt(share * (1.0 - share) * (1.0 / low + 1.0 / high))
+        return high_errors / high - low_errors / low >= ERROR_Z * spread
 
 
 class _Client:
@@ -77,7 +186,15 @@ class CapacityFeedback:
     only of a timeout).
     """
 
-    __slots__ = ("_clients", "_idle", "_last_drop", "_queued_by_others", "_score")
+    __slots__ = (
+        "_clients",
+        "_errors",
+        "_idle",
+        "_last_drop",
+        "_queued_by_others",
+        "_score",
+        "_served",
+    )
 
     def __init__(self, queued_by_others: Callable[[str | None], int]) -> None:
         self._queued_by_others = queued_by_others
@@ -88,6 +205,8 @@ class CapacityFeedback:
         # call: a client without a call in flight is forgotten, and on a tool serving one
         # call at a time that is every call, so each would otherwise make a record anew.
         self._idle: _Client | None = None
+        self._errors = ErrorShare()
+        self._served = self._errors.served  # counted into for every call served (``ended``)
 
     @property
     def clients(self) -> int:
@@ -112,14 +231,17 @@ class CapacityFeedback:
         held: float,
         inflight: int,
         timeout: float | None,
-        timed_out: bool,
+        outcome: str,
+        overload: bool = False,
         reached_tool: bool = True,
-    ) -> bool | None:
+    ) -> Signal:
         """The call seated at ``seat`` gave its slot back: it took it at ``start`` with
         ``inflight`` calls holding one, itself included, and held it ``held`` seconds;
-        ``timeout``: its deadline, if any; ``timed_out``: the deadline ended it;
-        ``reached_tool``: False when its arguments failed validation. Returns what the limit
-        learns: ``True`` a drop, ``False`` a latency sample, ``None`` nothing."""
+        ``timeout``: its deadline, if any; ``outcome``: how it ended (``ok``, ``timeout``: the
+        deadline ended it, ``error``, ``internal_error``, ``cancelled``); ``overload``: it
+        said the tool is overloaded (a named error, an envelope); ``reached_tool``: False when
+        its arguments failed validation. Returns what the limit learns: ``False`` a latency
+        sample, ``True`` a drop, ``OVERLOAD`` or ``ALONE`` (see the module), ``None`` nothing."""
         record, others_then = seat
         record.holding -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
@@ -129,18 +251,52 @@ class CapacityFeedback:
             self._idle = record
         if not reached_tool:
             return None
-        if not timed_out and (timeout is None or held < NEAR_DEADLINE * timeout):
+        if outcome == "ok" and (timeout is None or held < NEAR_DEADLINE * timeout):
             record.score += 1
             self._score += 1
+            try:  # ErrorShare.ok, inlined: every call
+                self._served[inflight] += 1.0
+            except IndexError:
+                self._errors.ok(inflight)
             return False
-        served_meanwhile = self._score - record.score - others_then
-        record.score -= TROUBLE_WEIGHT
-        self._score -= TROUBLE_WEIGHT
-        if not timed_out:
+        return self._judged(record, others_then, start, held, inflight, timeout, outcome, overload)
+
+    def _judged(
+        self,
+        record: _Client,
+        others_then: int,
+        start: float,
+        held: float,
+        inflight: int,
+        timeout: float | None,
+        outcome: str,
+        overload: bool,
+    ) -> Signal:
+        """``ended`` for a call that did not answer ``ok`` well within its deadline."""
+        timed_out = outcome == "timeout"
+        if not timed_out and (timeout is None or held < NEAR_DEADLINE * timeout):
+            record.score += 1  # answered in time, if not well: the tool served it
+            self._score += 1
+        else:
+            served_meanwhile = self._score - record.score - others_then
+            record.score -= TROUBLE_WEIGHT
+            self._score -= TROUBLE_WEIGHT
+            if timed_out:
+                if served_meanwhile >= max(SERVED_BY_OTHERS, inflight):
+                    return None  # the tool served the others meanwhile: the caller's own (rule 1)
+                if start < self._last_drop and self._queued_by_others(record.key):
+                    return None  # cut once already for the calls stuck with it (rule 2)
+                self._last_drop = start + held
+                return True
+        if outcome == "ok":
+            self._errors.ok(inflight)
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
-        if served_meanwhile >= max(SERVED_BY_OTHERS, inflight):
-            return None  # the tool served the others meanwhile: the caller's own (rule 1)
-        if start < self._last_drop and self._queued_by_others(record.key):
-            return None  # cut once already for the calls stuck with it (rule 2)
-        self._last_drop = start + held
-        return True
+        if outcome == "cancelled":
+            return None
+        errors = self._errors
+        # Counted, named or not, unless nothing was served since a call failed alone.
+        rising = False if errors.down() else errors.rising(inflight)
+        if inflight <= 1:
+            errors.failed_alone()
+            return ALONE
+        return OVERLOAD if overload or rising else None

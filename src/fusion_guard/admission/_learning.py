@@ -1,7 +1,8 @@
 """What a finished call teaches an adaptive limit, and how its lesson is put in force.
 
-``_feedback.py`` decides what a call's outcome says of the tool's capacity (a sample, a drop,
-or nothing); ``LimitLearning.learn`` feeds that to the ``Limit`` with the call's hold, learns
+``_feedback.py`` decides what a call's outcome says of the tool's capacity (a sample, a drop, an
+overload error, or nothing); ``LimitLearning.learn`` feeds that to the ``Limit`` with the call's
+hold (an overload error to its optional ``on_overload``, else as a drop), learns
 how fast slots open, and applies what the limit then says: a new limit in force (``_set_limit``:
 a raise admits waiters at once, a cut cancels nothing), a default queue following the tool's
 parallelism (``_follow_parallelism``), the discipline's standing limit. Only an adaptive guard
@@ -18,7 +19,7 @@ from .._log import log_event
 from .._observer import observer_failed
 from ._core import Core
 from ._discipline import whole_calls
-from ._feedback import CapacityFeedback, Seat
+from ._feedback import ALONE, CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
 from ._refusal import Refusals
 from ._service_time import EWMA_ALPHA, ServiceTimeEstimator
@@ -61,6 +62,7 @@ class LimitLearning:
         "_limit_logged",
         "_limit_read",
         "_log_due",
+        "_on_overload",
         "_on_overtaking_sample",
         "_openings",
         "_overtaking",
@@ -81,6 +83,10 @@ class LimitLearning:
         if self._overtaking:  # bound once: each call's sample then costs no look-up more
             self._on_overtaking_sample = cast(OvertakingLimit, adaptive).on_sample
         self._estimates = hasattr(adaptive, "parallelism")  # of the calls served in parallel
+        # What an overload error teaches (``GradientLimit.on_overload``); a limit without it
+        # takes one as a drop.
+        on_overload = getattr(adaptive, "on_overload", None)
+        self._on_overload = on_overload if callable(on_overload) else None
         # Each finished call's signal (``_feedback.py``), from the seat it took with its slot.
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
         # The time between slot openings at saturation, learnt from each call's hold over the
@@ -105,51 +111,56 @@ class LimitLearning:
         held: float,
         inflight: int,
         timeout: float | None,
-        timed_out: bool,
+        outcome: str,
+        overload: bool,
         overtook: int,
         reached_tool: bool,
     ) -> None:
         """Feed one finished call to the limit, as far as it tells of the tool's capacity
         (``CapacityFeedback``), and apply the limit it then gives. The call took its slot at
         ``start`` with ``inflight`` calls holding one (itself included), held it ``held``
-        seconds and overtook ``overtook`` calls that took a slot before it."""
+        seconds, overtook ``overtook`` calls that took a slot before it, and ended with
+        ``outcome`` (``overload``: its answer said the tool is overloaded)."""
         core = self._core
         dropped = self._feedback.ended(
-            seat, start, held, inflight, timeout, timed_out, reached_tool
+            seat, start, held, inflight, timeout, outcome, overload, reached_tool
         )
-        if not reached_tool:
-            return  # it never ran: the slots did not open any slower or faster for it
-        parallel = self._parallel_calls
-        if parallel is None:
-            # A limit with no estimate: only a call that found every slot taken tells how fast
-            # they open.
-            if inflight >= core.max_active:
-                self._openings.observe(held / inflight)
-        else:
-            # Every call tells it, as under a fixed limit: its hold over the calls it shared the
-            # tool with (in flight at its start and its end, averaged: a crowd thinned by a lull
-            # let it through sooner), or over the parallelism when more (it did not wait
-            # inside), rounded down (``// 1.0``: math.floor without a call): to the nearest, an
-            # estimate of 1.6 for one worker read the tool as serving twice as fast as it does
-            # (docs/adaptive-tried.md).
-            crowd = 0.5 * (inflight + core.active)
-            in_parallel = parallel // 1.0
-            opening = held / (crowd if crowd > in_parallel else in_parallel)
-            openings = self._openings  # ServiceTimeEstimator.observe, inlined: every call
-            if openings.samples:
-                openings.mean += EWMA_ALPHA * (opening - openings.mean)
-            else:
-                openings.mean = opening
-            openings.samples += 1
         if dropped is None:
-            return  # a timeout of its caller's own (``_feedback.py``): the limit learns nothing
+            # It never ran, or it teaches nothing: a timeout of its caller's own, a
+            # cancellation, an error that does not rise with the load (``_feedback.py``).
+            return
+        parallel = self._parallel_calls
         try:
-            if self._overtaking:
-                moved = self._on_overtaking_sample(
-                    start, held, inflight, dropped, overtook=overtook
-                )
-            else:
-                moved = self._adaptive.on_sample(start, held, inflight, dropped)
+            if dropped is False or dropped is True:
+                if parallel is None:
+                    # A limit with no estimate: only a call that found every slot taken tells
+                    # how fast they open.
+                    if inflight >= core.max_active:
+                        self._openings.observe(held / inflight)
+                else:
+                    # Every call tells it, as under a fixed limit: its hold over the calls it
+                    # shared the tool with (in flight at its start and its end, averaged: a
+                    # crowd thinned by a lull let it through sooner), or over the parallelism
+                    # when more (it did not wait inside), rounded down (``// 1.0``: math.floor
+                    # without a call): to the nearest, an estimate of 1.6 for one worker read
+                    # the tool as serving twice as fast as it does (docs/adaptive-tried.md).
+                    crowd = 0.5 * (inflight + core.active)
+                    in_parallel = parallel // 1.0
+                    opening = held / (crowd if crowd > in_parallel else in_parallel)
+                    openings = self._openings  # ServiceTimeEstimator.observe, inlined
+                    if openings.samples:
+                        openings.mean += EWMA_ALPHA * (opening - openings.mean)
+                    else:
+                        openings.mean = opening
+                    openings.samples += 1
+                if self._overtaking:
+                    moved = self._on_overtaking_sample(
+                        start, held, inflight, dropped, overtook=overtook
+                    )
+                else:
+                    moved = self._adaptive.on_sample(start, held, inflight, dropped)
+            else:  # an overload error: not a hold the slots' openings are learnt from
+                moved = self._overloaded(start, held, inflight, overtook, dropped is ALONE)
             limit = self._limit_read
             if moved is False and limit is not None:  # the limit says neither moved
                 parallelism = parallel
@@ -190,6 +201,21 @@ class LimitLearning:
         if standing != self._standing:
             self._standing = standing
             discipline.on_limit(core.max_active, parallelism)
+
+    def _overloaded(
+        self, start: float, held: float, inflight: int, overtook: int, alone: bool
+    ) -> bool | None:
+        """An overload error (``alone``: of a call that ran alone) told to the limit: its
+        ``on_overload`` if it has one, else a drop (a call alone tells such a limit nothing)."""
+        on_overload = self._on_overload
+        if on_overload is not None:
+            moved: bool | None = on_overload(start, held, inflight, overtook=overtook)
+            return moved
+        if alone:
+            return False
+        if self._overtaking:
+            return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
+        return self._adaptive.on_sample(start, held, inflight, True)
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call

@@ -26,7 +26,14 @@ from typing import ClassVar, Protocol, Self, runtime_checkable
 import anyio
 
 from .._exceptions import HandlerTimeout
-from .._observer import Outcome, ToolObserver, bind_priorities, observer_failed, outcome_of
+from .._observer import (
+    Outcome,
+    ToolObserver,
+    bind_priorities,
+    observer_failed,
+    outcome_of,
+    overload_raised,
+)
 from .._priority import DEFAULT_RANK, Priority, check_priority
 from ._core import Core
 from ._deadline import Deadline, Timeouts
@@ -51,6 +58,7 @@ class Slot:
         "_ends",
         "_held",
         "_inflight",
+        "_overload",
         "_rank",
         "_reached_tool",
         "_seat",
@@ -67,6 +75,7 @@ class Slot:
         self._client = client  # the caller's key (a plain slot's call is keyless)
         self._deadline: Deadline | None = None
         self._held = False
+        self._overload = False  # its answer or exception said the tool is overloaded
         self.queue_wait = 0.0
 
     #: Whether ``leave`` ends the hold (a fleet slot must also give its lease back, awaited).
@@ -124,7 +133,10 @@ class Slot:
         tb: TracebackType | None,
     ) -> bool:
         if self._deadline is None:  # no deadline to tell apart: the hold simply ends
-            self._end("ok" if exc is None else outcome_of(exc))
+            if exc is None:
+                self._end("ok")
+            else:
+                self._raised(exc)
             return False
         return self.leave(exc_type, exc, tb)
 
@@ -150,7 +162,10 @@ class Slot:
             if expired:  # our deadline cancelled the body
                 self._end("timeout")  # freed before the envelope is even built
                 raise self._timed_out() from None
-        self._end(outcome if exc is None else outcome_of(exc))
+        if exc is None:
+            self._end(outcome)
+        else:
+            self._raised(exc)
         return False
 
     async def aleave(
@@ -187,6 +202,27 @@ class Slot:
         call twice."""
         self._end("ok")
 
+    def _raised(self, exc: BaseException) -> None:
+        """The body raised ``exc``: end with the outcome it says, the limit told whether it says
+        the tool is overloaded (a named overload error, a raised SERVER_BUSY, RATE_LIMITED or
+        TIMEOUT envelope)."""
+        if overload_raised(exc, self._core.overload_errors):
+            self._overload = True
+        self._end(outcome_of(exc))
+
+    def caught(self, exc: BaseException) -> None:
+        """Say that the call's body raised ``exc`` and its SDK caught it (an adapter answers it
+        as an envelope): the limit learns whether it says the tool is overloaded, as when the
+        body's exception leaves the slot itself. The outcome is the answer's."""
+        if overload_raised(exc, self._core.overload_errors):
+            self._overload = True
+
+    def overloaded(self) -> None:
+        """Say that the call's answer says the tool is overloaded (a SERVER_BUSY, RATE_LIMITED
+        or TIMEOUT envelope: ``Ticket.answered``): an adaptive limit learns it as a drop. The
+        outcome reported is still the answer's own."""
+        self._overload = True
+
     def invalid_arguments(self) -> None:
         """Say that the call's arguments failed validation before the tool ran: its hold
         then tells nothing of the tool, and neither the adaptive limit nor the service time
@@ -217,7 +253,8 @@ class Slot:
                     held,
                     self._inflight,
                     self._timeout,
-                    outcome == "timeout",
+                    outcome,
+                    self._overload,
                     overtook,
                     reached_tool,
                 )
@@ -469,6 +506,12 @@ class UnboundedSlot(Slot):
 
     def _timed_out(self) -> HandlerTimeout:
         return self._slots.timeouts.refusal(self._timeout or 0.0)
+
+    def _raised(self, exc: BaseException) -> None:
+        self._end(outcome_of(exc))  # no limit to tell
+
+    def caught(self, exc: BaseException) -> None:
+        pass  # no limit to tell
 
     def _now(self) -> float:
         return self._slots.clock()

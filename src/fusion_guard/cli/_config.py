@@ -22,6 +22,7 @@ from ..admission._adaptive import GradientLimit
 from ..admission._concurrency import QUEUE_PER_PARALLEL_CALL, QUEUE_PER_SLOT, default_max_queue
 from ..config._errors import InvalidSettings
 from ..config._fields import GLOBAL_FIELDS, LIMIT_FIELDS, SecretUrl
+from ..config._overload_errors import dotted_name
 from ..config._settings import GuardSettings
 
 _INVALID = 2
@@ -165,6 +166,8 @@ def _shown(
         return "auto" if key in _AUTO_WHEN_NONE else "off"
     if isinstance(value, SecretUrl):
         return str(value)  # the password masked, host and port readable
+    if key == "overload_errors" and isinstance(value, tuple):
+        return [dotted_name(error) for error in value]  # as the environment takes them
     return value
 
 
@@ -207,6 +210,8 @@ def _text(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return f"{value:g}"
+    if isinstance(value, list):  # overload_errors' names, as the environment takes them
+        return ", ".join(value) or "none"
     return str(value)
 
 

@@ -17,7 +17,7 @@ from ._budget import (
     shared_throttle,
 )
 from ._observe import ClientObserver, PrometheusClientObserver, StopReason
-from ._retrying import SHARED, CallOutcome, Retrying, ThrottledLocally
+from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared, ThrottledLocally
 from ._wrap import ATTEMPT_META_KEY, RetryingFastMCPClient, RetryingSession, wrap
 
 __all__ = [
@@ -29,9 +29,11 @@ __all__ = [
     "ClientObserver",
     "PrometheusClientObserver",
     "RetryBudget",
+    "RetryCall",
     "Retrying",
     "RetryingFastMCPClient",
     "RetryingSession",
+    "Shared",
     "StopReason",
     "ThrottledLocally",
     "TokenBucket",

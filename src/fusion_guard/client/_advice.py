@@ -11,14 +11,14 @@ from collections.abc import Mapping
 
 from ..wire._client import FusionClientError, raise_for_tool_error
 
-__all__ = ["RETRYABLE_CODES", "is_error", "refusal_of"]
+__all__ = ["FLAGGED", "RETRYABLE_CODES", "is_error", "refusal_of"]
 
 RETRYABLE_CODES = frozenset({"SERVER_BUSY", "RATE_LIMITED"})
 """The refusals worth sending again: the server did no work and says when to come back. Every
 other error (a tool's failure, invalid arguments, a timeout) would fail the same way again."""
 
 
-_FLAGGED: set[type] = set()
+FLAGGED: set[type] = set()
 """Result classes seen with an ``is_error`` flag and a ``content`` (the SDKs' results,
 ``ToolResponse``): known by their class from then on, without looking the attributes up."""
 
@@ -26,12 +26,12 @@ _FLAGGED: set[type] = set()
 def is_error(result: object) -> bool:
     """The result's ``isError`` flag; ``TypeError`` when ``result`` is no MCP tool result."""
     # The path of every call: one set lookup and one attribute read.
-    if type(result) in _FLAGGED:
+    if type(result) in FLAGGED:
         return bool(getattr(result, "is_error", False))
     flag = getattr(result, "is_error", None)
     if flag is not None and hasattr(result, "content"):
-        if len(_FLAGGED) < 64:  # a few result classes in a process; never a growing set
-            _FLAGGED.add(type(result))
+        if len(FLAGGED) < 64:  # a few result classes in a process; never a growing set
+            FLAGGED.add(type(result))
         return bool(flag)
     if isinstance(result, Mapping):
         if "content" in result:

@@ -108,45 +108,47 @@ class TokenBucket:
 
 class _Window:
     """Counts over the last ``span`` seconds in ``slices`` buckets: memory stays bounded
-    whatever the call rate, and a count leaves the window at most one slice late. The total is
-    kept as counts come and go: adding and reading cost one comparison while the newest slice
-    lasts (the client asks on every call)."""
+    whatever the call rate, and a count leaves the window at most one slice late. The newest
+    slice's count is kept apart from the older slices' total: while it lasts, adding is one
+    comparison and one addition, and reading one addition (the client counts on every call)."""
 
-    __slots__ = ("_counts", "_end", "_head", "_index", "_slice", "_total")
+    __slots__ = ("_counts", "_end", "_index", "_newest", "_older", "_slice")
 
     def __init__(self, span: float, slices: int = 10) -> None:
         self._slice = span / slices
-        self._counts = [0.0] * slices
+        self._counts = [0.0] * (slices - 1)  # the older slices, oldest first
         self._index = -math.inf  # the newest slice's number (time // slice)
-        self._head = 0  # its place in ``_counts``
         self._end = -math.inf  # when it ends
-        self._total = 0.0
+        self._newest = 0.0  # its count
+        self._older = 0.0  # the older slices' total
 
     def _advance(self, now: float) -> None:
         """Make the slice of ``now`` the newest: the slices passed over leave the window."""
         counts = self._counts
         index = now // self._slice
-        if index - self._index >= len(counts):
+        passed = index - self._index  # >= 1
+        if passed > len(counts):
             counts[:] = [0.0] * len(counts)
         else:
-            for passed in range(int(self._index) + 1, int(index) + 1):
-                counts[passed % len(counts)] = 0.0
+            steps = int(passed)
+            # The newest slice becomes the youngest of the older ones, followed by the empty
+            # slices passed over; as many of the oldest leave.
+            counts[:] = [*counts[steps:], self._newest, *([0.0] * (steps - 1))]
         self._index = index
-        self._head = int(index) % len(counts)
         self._end = (index + 1) * self._slice
-        self._total = sum(counts)  # summed again, not decremented: no float drift
+        self._newest = 0.0
+        self._older = sum(counts)  # summed again, not decremented: no float drift
 
     def add(self, now: float, amount: float = 1.0) -> None:
         if now >= self._end:
             self._advance(now)
         # (a clock read a moment before the newest slice began counts in it)
-        self._counts[self._head] += amount
-        self._total += amount
+        self._newest += amount
 
     def total(self, now: float) -> float:
         if now >= self._end:
             self._advance(now)
-        return self._total
+        return self._older + self._newest
 
     @property
     def newest_end(self) -> float:

@@ -19,28 +19,31 @@ import anyio
 
 from ..wire._client import FusionClientError
 from ..wire._shedding import RETRY_NOW
-from ._advice import RETRYABLE_CODES, is_error, refusal_of
+from ._advice import FLAGGED, RETRYABLE_CODES, is_error, refusal_of
 from ._budget import (
     AdaptiveThrottle,
     Budget,
     Pushback,
+    RetryBudget,
     shared_budget,
     shared_pushback,
     shared_throttle,
 )
 from ._observe import ClientObserver, StopReason, log_gave_up, log_retry, notify
 
-__all__ = ["SHARED", "CallOutcome", "Retrying", "ThrottledLocally"]
+__all__ = ["SHARED", "CallOutcome", "RetryCall", "Retrying", "ThrottledLocally"]
 
 R = TypeVar("R")
 
 
-class _Shared:
+class Shared:
+    """The type of ``SHARED``."""
+
     def __repr__(self) -> str:
         return "SHARED"
 
 
-SHARED: Final = _Shared()
+SHARED: Final = Shared()
 """``Retrying(budget=SHARED)`` (the default): the process-wide budget of the ``server``."""
 
 
@@ -63,25 +66,174 @@ class CallOutcome(Generic[R]):
     error: FusionClientError | None
 
 
-def _final(result: R, attempts: int, waited: float) -> CallOutcome[R]:
-    """The outcome of a call whose last answer is no refusal (read again: only an error's
-    envelope is parsed twice, and only when an outcome is asked for)."""
-    error = refusal_of(result)
-    return CallOutcome(result, "ok" if error is None else "error", attempts, waited, error)
+_READY, _OUT, _REFUSED, _DONE = 0, 1, 2, 3
+"""A ``RetryCall``'s states: an attempt ready to send, the same handed out by the iterator, a
+refusal waiting for ``retry``, the answer known."""
 
 
-class _Call:
-    """One logical call in progress: its bounds and its last answer (see ``Retrying._begin``)."""
+class RetryCall(Generic[R]):
+    """One logical call driven step by step, for code that sends the attempts itself (its own
+    session, transport or bookkeeping); ``Retrying.begin`` makes one. Each attempt is sent by
+    the caller, its answer given to ``settle``; after a refusal, ``retry`` waits for the advice
+    and says whether to send again::
 
-    __slots__ = ("attempt", "bound", "deadline", "error", "remaining", "tool")
+        call = retrying.begin("search", deadline=5.0)
+        async for attempt in call:
+            result = await session.call_tool(
+                "search", args, read_timeout_seconds=attempt.remaining,
+                meta={ATTEMPT_META_KEY: attempt.number},
+            )
+            attempt.settle(result)
+        outcome = call.outcome
 
-    def __init__(self, tool: str, deadline: float) -> None:
+    or, without the iterator (no coroutine of this class runs for an answer taken at once)::
+
+        call = retrying.begin("search")
+        while True:
+            result = await send(call.number, call.remaining)
+            if call.settle(result) or not await call.retry():
+                break
+
+    - ``number``: the attempt to send now (1 for the first); send it in the request's ``_meta``
+      under ``ATTEMPT_META_KEY``.
+    - ``remaining``: seconds left for it to answer (the call's deadline or read timeout; None
+      when the call has no bound of its own): a timeout to give the send.
+    - ``settle(result)``: the attempt's answer (an MCP tool result; ``TypeError`` otherwise):
+      True when it is the call's answer (a success, an error that is no refusal), False for a
+      refusal worth retrying (then ``retry``).
+    - ``retry()``: waits for the refusal's advice and returns True when attempt ``number`` may
+      be sent now; False when the refusal is the answer (the budget, the deadline, the
+      attempts... ``outcome.stopped`` says which). Cancellation ends the wait at once.
+    - ``outcome``: the ``CallOutcome`` once the answer is known (``RuntimeError`` before).
+
+    What a send raises is the caller's: nothing is retried, and the call is simply left.
+    A ``RetryCall`` is one call's: not shared between tasks, not reused.
+    """
+
+    # No __slots__: the fields a call that succeeds at once never sets are read from these
+    # class defaults, so making one writes two fields (the success path's cost is measured in
+    # attribute writes: docs/client-measured.md).
+    number: int = 1
+    remaining: float | None = None
+    waited: float = 0.0
+    _state: int = _READY
+    _deadline: float = math.inf  # the call's own bounds (its deadline, the read timeout)
+    _bound: StopReason = "deadline"  # which of them is ``_deadline``
+    _error: FusionClientError | None = None  # the last refusal's envelope
+    _until: float | None = None  # the waits' bound, the enclosing deadline's included
+    _why: StopReason = "deadline"
+    _result: R  # the last answer settled
+    _stopped: StopReason  # why it is the call's (set with the state _DONE)
+
+    def __init__(self, retrying: Retrying, tool: str) -> None:
+        self._retrying = retrying
         self.tool = tool
-        self.attempt = 1
-        self.deadline = deadline  # the call's own bounds (its deadline, the read timeout)
-        self.bound: StopReason = "deadline"  # which of them is ``deadline``
-        self.remaining: float | None = None  # seconds left for the attempt being sent
-        self.error: FusionClientError | None = None  # the last refusal's envelope
+
+    def settle(self, result: R) -> bool:
+        """Attempt ``number``'s answer: True when it is the call's, False for a refusal to
+        ``retry``."""
+        if self._state > _OUT:
+            raise RuntimeError(
+                "RetryCall.settle: the attempt is settled already (retry() sends the next)"
+            )
+        self._result = result
+        retrying = self._retrying
+        # A result of a class known to carry the flag (the SDKs' results) is read here, without
+        # a call: the path of most calls.
+        failed = result.is_error if type(result) in FLAGGED else is_error(result)  # type: ignore[attr-defined]
+        if not failed:
+            if retrying._budget_answers is not None:
+                retrying._budget_answers.answered(refused=False)
+            if retrying._throttle is not None:
+                retrying._throttle.accepted()
+            self._state, self._stopped = _DONE, "ok"
+            return True
+        error = refusal_of(result)
+        final = error is None or error.code not in RETRYABLE_CODES
+        if retrying._budget_answers is not None:
+            retrying._budget_answers.answered(refused=not final)
+        throttle = retrying._throttle
+        if throttle is not None:
+            if final:
+                throttle.accepted()
+            else:
+                throttle.refused()
+        self._error = error
+        if final:
+            self._state, self._stopped = _DONE, "ok" if error is None else "error"
+            return True
+        self._state = _REFUSED
+        return False
+
+    async def retry(self) -> bool:
+        """After a refusal: wait for its advice and return True when attempt ``number`` may be
+        sent now; False when the refusal is the call's answer."""
+        if self._state != _REFUSED:
+            raise RuntimeError("RetryCall.retry: no refusal to retry (settle an answer first)")
+        retrying = self._retrying
+        if self._until is None:
+            # The caller's own cancel scopes bound the waits too; the attempts are bounded by
+            # them already, so ``remaining`` stays the call's own bounds.
+            enclosing = anyio.current_effective_deadline()
+            self._until, self._why = self._deadline, self._bound
+            if enclosing < self._deadline:
+                self._until, self._why = enclosing, "deadline"
+        until = self._until
+        error = self._error
+        assert error is not None  # settle keeps the refusal's envelope
+        observer = retrying._observer
+        stop = retrying._stop(error, self.tool, self.number, until, self._why)
+        if not isinstance(stop, str):
+            if observer is not None:
+                notify(observer, "retrying", retrying.server, self.tool, error.code, stop)
+            log_retry(retrying.server, self.tool, self.number, error.code, stop)
+            await anyio.sleep(stop)
+            self.waited += stop
+            # Another call may have been told "not now" while this one slept: it holds too.
+            stop = retrying._held(until) or 0.0
+            if not isinstance(stop, str) and stop > 0:
+                await anyio.sleep(stop)
+                self.waited += stop
+        if isinstance(stop, str):
+            if observer is not None:
+                notify(observer, "gave_up", retrying.server, self.tool, stop, self.number)
+            log_gave_up(retrying.server, self.tool, stop, self.number, error.code)
+            self._state, self._stopped = _DONE, stop
+            return False
+        self.number += 1
+        if self._deadline != math.inf:
+            self.remaining = self._deadline - anyio.current_time()
+        retrying._sent(self)
+        self._state = _READY
+        return True
+
+    @property
+    def outcome(self) -> CallOutcome[R]:
+        """What the call returned and why (``RuntimeError`` while it is still in progress)."""
+        if self._state != _DONE:
+            raise RuntimeError("RetryCall.outcome: the call has no answer yet")
+        stopped = self._stopped
+        error = None if stopped == "ok" else self._error  # (a refusal's, before a success)
+        return CallOutcome(self._result, stopped, self.number, self.waited, error)
+
+    def __aiter__(self) -> RetryCall[R]:
+        return self
+
+    async def __anext__(self) -> RetryCall[R]:
+        state = self._state
+        if state == _READY:
+            self._state = _OUT
+            return self
+        if state == _REFUSED and await self.retry():
+            self._state = _OUT
+            return self
+        if state == _OUT:
+            raise RuntimeError("RetryCall: settle each attempt's answer before the next")
+        raise StopAsyncIteration
+
+    def __repr__(self) -> str:
+        state = ("ready", "sent", "refused", "done")[self._state]
+        return f"RetryCall({self.tool!r}, attempt={self.number}, {state})"
 
 
 def _seconds(name: str, value: float, *, zero: bool = False) -> float:
@@ -126,6 +278,7 @@ class Retrying:
     __slots__ = (
         "_backoff",
         "_budget",
+        "_budget_answers",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
@@ -144,8 +297,8 @@ class Retrying:
         *,
         server: str = "default",
         max_attempts: int = 5,
-        budget: Budget | _Shared | None = SHARED,
-        throttle: AdaptiveThrottle | _Shared | None = SHARED,
+        budget: Budget | Shared | None = SHARED,
+        throttle: AdaptiveThrottle | Shared | None = SHARED,
         timeout: float | None = None,
         max_wait: float = 30.0,
         jitter: float = 0.2,
@@ -163,11 +316,19 @@ class Retrying:
         # What the server said is shared as the budget is: by every caller of the server's
         # shared budget, else by this object's calls only.
         self._budget: Budget | None
-        if isinstance(budget, _Shared):
+        if isinstance(budget, Shared):
             self._budget, self._pushback = shared_budget(server), shared_pushback(server)
         else:
             self._budget, self._pushback = budget, Pushback()
-        self._throttle = shared_throttle(server) if isinstance(throttle, _Shared) else throttle
+        # Told of answers unless it ignores them (a ``RetryBudget`` counts what is sent): one
+        # call fewer on the path of every call.
+        self._budget_answers = (
+            None
+            if self._budget is None
+            or getattr(type(self._budget), "answered", None) is RetryBudget.answered
+            else self._budget
+        )
+        self._throttle = shared_throttle(server) if isinstance(throttle, Shared) else throttle
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -226,121 +387,50 @@ class Retrying:
         """The retry loop: ``send(attempt, remaining)`` makes attempt number ``attempt`` with at
         most ``remaining`` seconds left to answer (None: no bound). ``read_timeout``: the
         session's, a bound on the whole call like ``deadline`` (seconds from now)."""
-        call = self._begin(tool, read_timeout, deadline)
-        result = await send(1, None if call is None else call.remaining)
-        refused = self._settle(call, result, tool)
-        if refused is None:
-            return _final(result, 1, 0.0)
-        return await self._resume(refused, result, send)
+        call: RetryCall[R] = self.begin(tool, deadline=deadline, read_timeout=read_timeout)
+        while True:
+            result = await send(call.number, call.remaining)
+            if call.settle(result) or not await call.retry():
+                return call.outcome
 
-    def _begin(self, tool: str, read_timeout: float | None, deadline: float | None) -> _Call | None:
-        """A call about to make its first attempt: its state, or None when there is nothing to
-        remember (no bound, throttle or observer); ``ThrottledLocally`` when client-side
-        throttling holds it back. The wrappers make that attempt themselves, as the caller
-        would have, then ``_settle`` it and, for a refusal, ``_resume``: a call that succeeds at
-        once runs through no coroutine of this class."""
-        if self._plain and read_timeout is None and deadline is None:
-            self._admit()
-            if self._budget is not None:
-                self._budget.sent(retry=False)
-            return None
-        timeout = (
-            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
-        )
-        self._admit()
-        call = _Call(tool, math.inf)
-        # The clock is read only when a bound of the call's own needs its start (an enclosing
-        # cancel scope's deadline is absolute, and read on the first refusal).
-        if timeout is not None or read_timeout is not None:
-            start = anyio.current_time()
-            if timeout is not None:
-                call.deadline = start + timeout
-            if read_timeout is not None and start + read_timeout < call.deadline:
-                call.deadline, call.bound = start + read_timeout, "read_timeout"
-            call.remaining = call.deadline - start
-        self._sent(call)
-        return call
-
-    def _admit(self) -> None:
+    def begin(
+        self, tool: str, *, deadline: float | None = None, read_timeout: float | None = None
+    ) -> RetryCall[Any]:
+        """A call of ``tool`` about to send its first attempt, to drive step by step (see
+        ``RetryCall``). ``deadline`` as for ``call``; ``read_timeout``: the session's, a bound
+        on the whole call like ``deadline`` (seconds from now). Raises ``ThrottledLocally``
+        when client-side throttling holds the call back (nothing is to be sent)."""
+        call: RetryCall[Any] = RetryCall(self, tool)
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
             raise ThrottledLocally(
                 "THROTTLED_LOCALLY",
                 f"not sent: {self.server!r} has been refusing most calls from this process",
             )
-
-    def _sent(self, call: _Call) -> None:
-        if self._observer is not None:
-            notify(self._observer, "attempted", self.server, call.tool, call.attempt)
-        if self._budget is not None:
-            self._budget.sent(retry=call.attempt > 1)
-
-    def _settle(self, call: _Call | None, result: object, tool: str) -> _Call | None:
-        """Read an attempt's answer: None when it is the last (a success, or an error that is
-        no refusal), else the call to ``_resume``."""
-        if not is_error(result):  # a success: the path of most calls
+        if self._plain and read_timeout is None and deadline is None:  # the path of most calls
             if self._budget is not None:
-                self._budget.answered(refused=False)
-            if self._throttle is not None:
-                self._throttle.accepted()
-            return None
-        error = refusal_of(result)
-        final = error is None or error.code not in RETRYABLE_CODES
-        if self._budget is not None:
-            self._budget.answered(refused=not final)
-        throttle = self._throttle
-        if throttle is not None:
-            if final:
-                throttle.accepted()
-            else:
-                throttle.refused()
-        if final:
-            return None
-        if call is None:
-            call = _Call(tool, math.inf)
-        call.error = error
+                self._budget.sent(retry=False)
+            return call
+        timeout = (
+            self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
+        )
+        # The clock is read only when a bound of the call's own needs its start (an enclosing
+        # cancel scope's deadline is absolute, and read on the first refusal).
+        if timeout is not None or read_timeout is not None:
+            start = anyio.current_time()
+            bound = math.inf if timeout is None else start + timeout
+            if read_timeout is not None and start + read_timeout < bound:
+                bound, call._bound = start + read_timeout, "read_timeout"
+            call._deadline = bound
+            call.remaining = bound - start
+        self._sent(call)
         return call
 
-    async def _resume(
-        self, call: _Call, result: R, send: Callable[[int, float | None], Awaitable[R]]
-    ) -> CallOutcome[R]:
-        """Retry ``call``, refused with ``result``, while the advice, the deadline, the attempts
-        and the budget allow."""
-        # The caller's own cancel scopes bound the waits too; the attempts are bounded by them
-        # already, so ``remaining`` stays the call's own bounds.
-        enclosing = anyio.current_effective_deadline()
-        waits_until, why = call.deadline, call.bound
-        if enclosing < waits_until:
-            waits_until, why = enclosing, "deadline"
-        waited = 0.0
-        observer = self._observer
-        while True:
-            error = call.error
-            assert error is not None  # _settle keeps the refusal's envelope
-            stop = self._stop(error, call.tool, call.attempt, waits_until, why)
-            if not isinstance(stop, str):
-                if observer is not None:
-                    notify(observer, "retrying", self.server, call.tool, error.code, stop)
-                log_retry(self.server, call.tool, call.attempt, error.code, stop)
-                await anyio.sleep(stop)
-                waited += stop
-                # Another call may have been told "not now" while this one slept: it holds too.
-                stop = self._held(waits_until) or 0.0
-                if not isinstance(stop, str) and stop > 0:
-                    await anyio.sleep(stop)
-                    waited += stop
-            if isinstance(stop, str):
-                if observer is not None:
-                    notify(observer, "gave_up", self.server, call.tool, stop, call.attempt)
-                log_gave_up(self.server, call.tool, stop, call.attempt, error.code)
-                return CallOutcome(result, stop, call.attempt, waited, error)
-            call.attempt += 1
-            if call.deadline != math.inf:
-                call.remaining = call.deadline - anyio.current_time()
-            self._sent(call)
-            result = await send(call.attempt, call.remaining)
-            if self._settle(call, result, call.tool) is None:
-                return _final(result, call.attempt, waited)
+    def _sent(self, call: RetryCall[Any]) -> None:
+        if self._observer is not None:
+            notify(self._observer, "attempted", self.server, call.tool, call.number)
+        if self._budget is not None:
+            self._budget.sent(retry=call.number > 1)
 
     def _stop(
         self, error: FusionClientError, tool: str, attempt: int, deadline: float, bound: StopReason

@@ -20,13 +20,24 @@ from typing import Any
 from ..wire._meta import ATTEMPT_META_KEY
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
-from ._retrying import SHARED, CallOutcome, Retrying, _Shared
+from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
+from ._sdk import fastmcp_read_timeout, mcp_read_timeout
 
 __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
 
 
 def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
     return {**meta, ATTEMPT_META_KEY: attempt} if meta else {ATTEMPT_META_KEY: attempt}
+
+
+async def _finish(
+    call: RetryCall[Any], send: Callable[[int, float | None], Awaitable[Any]]
+) -> CallOutcome[Any]:
+    """The retries of a call whose first attempt was refused."""
+    while await call.retry():
+        if call.settle(await send(call.number, call.remaining)):
+            break
+    return call.outcome
 
 
 def _server_name(target: object) -> str:
@@ -89,18 +100,21 @@ class RetryingSession(_Wrapper):
     ) -> Any:
         # The first attempt is sent from here; the retry loop starts only after a refusal (a
         # call that succeeds pays a few attribute reads, no coroutine of its own).
-        retrying = self.retrying
         bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
-        call = retrying._begin(name, bound, deadline)
-        timeout = read_timeout_seconds if call is None or call.remaining is None else call.remaining
+        call = self.retrying.begin(name, deadline=deadline, read_timeout=bound)
+        remaining = call.remaining
         result = await self.wrapped.call_tool(
-            name, arguments, timeout, progress_callback, meta=_with_attempt(meta, 1), **kwargs
+            name,
+            arguments,
+            read_timeout_seconds if remaining is None else remaining,
+            progress_callback,
+            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
+            **kwargs,
         )
-        refused = retrying._settle(call, result, name)
-        if refused is None:
+        if call.settle(result):
             return result
         send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
-        return (await retrying._resume(refused, result, send)).result
+        return (await _finish(call, send)).result
 
     async def call_tool_outcome(
         self,
@@ -119,11 +133,7 @@ class RetryingSession(_Wrapper):
         return await self.retrying.attempts(send, tool=name, read_timeout=bound, deadline=deadline)
 
     def _own_timeout(self) -> float | None:
-        # Public on Client, private on ClientSession.
-        timeout = getattr(self.wrapped, "read_timeout_seconds", None)
-        if timeout is None:
-            timeout = getattr(self.wrapped, "_session_read_timeout_seconds", None)
-        return timeout
+        return mcp_read_timeout(self.wrapped)
 
     def _sender(
         self,
@@ -169,22 +179,21 @@ class RetryingFastMCPClient(_Wrapper):
         deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        retrying = self.retrying
         per_call = _seconds_of(timeout)
         bound = self._session_timeout if per_call is None else per_call
-        call = retrying._begin(name, bound, deadline)
+        call = self.retrying.begin(name, deadline=deadline, read_timeout=bound)
+        remaining = call.remaining
         result = await self.wrapped.call_tool(
             name,
             arguments,
-            timeout=timeout if call is None or call.remaining is None else call.remaining,
+            timeout=timeout if remaining is None else remaining,
             raise_on_error=False,
-            meta=_with_attempt(meta, 1),
+            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
             **kwargs,
         )
-        refused = retrying._settle(call, result, name)
-        if refused is not None:
+        if not call.settle(result):
             send = self._sender(name, arguments, per_call, meta, kwargs)
-            result = (await retrying._resume(refused, result, send)).result
+            result = (await _finish(call, send)).result
         if raise_on_error and result.is_error:
             from fastmcp.exceptions import ToolError
 
@@ -210,9 +219,7 @@ class RetryingFastMCPClient(_Wrapper):
         return await self.retrying.attempts(send, tool=name, read_timeout=bound, deadline=deadline)
 
     def _own_timeout(self) -> float | None:
-        # The client's own, kept by FastMCP with the session's options.
-        options = getattr(self.wrapped, "_session_kwargs", None)
-        return options.get("read_timeout_seconds") if isinstance(options, dict) else None
+        return fastmcp_read_timeout(self.wrapped)
 
     def _sender(
         self,
@@ -242,8 +249,8 @@ def wrap(
     *,
     server: str | None = None,
     max_attempts: int = 5,
-    budget: Budget | _Shared | None = SHARED,
-    throttle: AdaptiveThrottle | _Shared | None = SHARED,
+    budget: Budget | Shared | None = SHARED,
+    throttle: AdaptiveThrottle | Shared | None = SHARED,
     timeout: float | None = None,
     max_wait: float = 30.0,
     observer: ClientObserver | None = None,

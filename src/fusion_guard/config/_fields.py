@@ -16,6 +16,7 @@ from pydantic import (
     AllowInfNan,
     BeforeValidator,
     GetCoreSchemaHandler,
+    PlainSerializer,
     PlainValidator,
     StringConstraints,
 )
@@ -32,6 +33,7 @@ from .._priority import Priority
 from .._redis_urls import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_multi_node_url
 from .._secrets import redact_url
 from .._setting_names import GLOBAL_FIELDS, LIMIT_FIELDS, SECRET_FIELDS, FailurePolicy
+from ._overload_errors import check_overload_errors, dotted_name
 
 __all__ = [
     "ACCEPTED",
@@ -46,6 +48,7 @@ __all__ = [
     "RedisSeconds",
     "MaxActive",
     "MaxQueue",
+    "OverloadErrors",
     "PerClient",
     "PriorityLevel",
     "PriorityShare",
@@ -124,6 +127,19 @@ def _lower(value: object) -> object:
 PriorityLevel = Annotated[Priority, BeforeValidator(_lower)]
 PriorityShare = Annotated[float, Gt(0), Le(1), AllowInfNan(False)]
 Backend = Literal["memory", "redis"]
+
+
+def _names(errors: tuple[type[BaseException], ...]) -> list[str]:
+    return [dotted_name(error) for error in errors]
+
+
+# Classes in code, dotted names from the environment (imported here, at start-up); JSON shows
+# the names, which the environment accepts back.
+OverloadErrors = Annotated[
+    tuple[type[BaseException], ...],
+    PlainValidator(check_overload_errors),
+    PlainSerializer(_names, when_used="json"),
+]
 RedisPrefix = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^{}]+$")]
 
 
@@ -233,6 +249,9 @@ ACCEPTED: dict[str, str] = {
     " the tool's calls; highest first, 'interactive' by default)",
     "priority_share": "a number > 0 and <= 1 (the share of the tool's slots calls below the"
     " highest priority waiting may hold; 1 for strict priority alone)",
+    "overload_errors": "Exception subclasses meaning the backend is saturated, as classes in"
+    " code; in the environment their dotted names (package.module.ClassName, imported at"
+    " start-up), comma-separated in OVERLOAD_ERRORS, a JSON list in TOOLS; or 'off' for none",
     "metrics": "a boolean: true/false, 1/0, yes/no, on/off",
     "expose_exceptions": "a boolean: true/false, 1/0, yes/no, on/off",
     "strict_tools": "a boolean: true/false, 1/0, yes/no, on/off (a TOOLS pattern that matches no"

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Protocol, Self, runtime_checkable
 
 from pydantic import (
     BaseModel,
@@ -61,6 +61,7 @@ from ._fields import (
     Lease,
     MaxActive,
     MaxQueue,
+    OverloadErrors,
     PerClient,
     PriorityLevel,
     PriorityShare,
@@ -72,11 +73,13 @@ from ._fields import (
     RedisUrl,
     SecondsOrOff,
 )
+from ._overload_errors import EnvText, mark_env_names
 
 __all__ = ["ENV_PREFIX", "GuardSettings", "ToolPolicy"]
 
 ENV_PREFIX = "FUSION_GUARD_"
 _TOOLS_VARIABLE = f"{ENV_PREFIX}TOOLS"
+_OVERLOAD_VARIABLE = f"{ENV_PREFIX}OVERLOAD_ERRORS"
 
 MAX_TOOLS_DEPTH = 10
 """``FUSION_GUARD_TOOLS`` nested deeper than this is refused before it is parsed."""
@@ -94,6 +97,8 @@ class ToolPolicy(BaseModel):
     ``ToolPolicy(max_active=2, rate=5)``; in ``FUSION_GUARD_TOOLS`` the same is
     ``{"max_active": 2, "rate": 5}``. ``"off"`` (or null) switches a limit off for these tools.
     ``failure_policy`` (``"open"`` or ``"closed"``) overrides ``REDIS_FAILURE_POLICY``.
+    ``overload_errors`` (exception classes; dotted names in ``FUSION_GUARD_TOOLS``) replaces the
+    global list for these tools (``"off"`` or ``[]``: none).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -115,6 +120,9 @@ class ToolPolicy(BaseModel):
     # The priority of these tools' calls, and the share of slots lower priorities may hold.
     priority: PriorityLevel | None = None
     priority_share: PriorityShare | None = None
+    # Exceptions that mean the tool's backend is saturated: counted as drops, not as errors.
+    # Never None (off is the empty tuple), so no _not_off; the default is never read unset.
+    overload_errors: OverloadErrors = ()
 
     def __init__(self, /, **limits: Any) -> None:
         try:
@@ -166,6 +174,14 @@ class ToolPolicy(BaseModel):
 PatternKey = Annotated[str, StringConstraints(min_length=1)]
 
 
+@runtime_checkable
+class Overrides(Protocol):
+    """A per-tool override object: ``ToolPolicy``, or a ``ToolLimits`` written by hand (a type
+    of a higher layer, so named here by what it does)."""
+
+    def overrides(self) -> dict[str, object]: ...
+
+
 class GuardSettings(BaseSettings):
     """Everything the guard is configured with: global defaults and per-tool overrides.
 
@@ -204,6 +220,9 @@ class GuardSettings(BaseSettings):
     # of a tool's slots calls below the highest priority waiting may hold (docs/priorities.md).
     priority: PriorityLevel = Priority.INTERACTIVE
     priority_share: PriorityShare = DEFAULT_PRIORITY_SHARE
+    # Exceptions that mean a tool's backend is saturated (docs/overload-errors.md). Not decoded
+    # as JSON: the variable holds comma-separated dotted names, marked in _initialise.
+    overload_errors: Annotated[OverloadErrors, NoDecode] = ()
     metrics: bool = True
     expose_exceptions: bool = False
     # A per-tool pattern that matches none of the server's tools: a warning, or (strict) an error.
@@ -252,6 +271,11 @@ class GuardSettings(BaseSettings):
     def _tools_json(cls, value: object) -> object:
         if isinstance(value, str | bytes):
             return parse_tools_json(value)
+        if isinstance(value, Mapping):  # a ToolLimits given as a policy applies what it was given
+            return {
+                pattern: policy.overrides() if _foreign_overrides(policy) else policy
+                for pattern, policy in value.items()
+            }
         return value
 
     @model_validator(mode="after")
@@ -342,7 +366,7 @@ def parse_tools_json(value: str | bytes) -> object:
         # Checked before parsing: json and repr recurse once per level and would overflow.
         raise ValueError(
             f"nested {depth} levels deep; at most {MAX_TOOLS_DEPTH} are read (the accepted value"
-            " nests 2: patterns, then their limits)"
+            " nests 3: patterns, their limits, a list of overload_errors)"
         )
     try:
         parsed = json.loads(value)
@@ -352,6 +376,11 @@ def parse_tools_json(value: str | bytes) -> object:
         ) from None
     if not isinstance(parsed, dict):
         raise ValueError(f"expected a JSON object, got a JSON {type(parsed).__name__}")
+    for policy in parsed.values():  # dotted names are accepted from JSON, not from code
+        if isinstance(policy, dict):
+            for key, value in policy.items():
+                if isinstance(key, str) and key.lower() == "overload_errors":
+                    policy[key] = mark_env_names(value)
     return parsed
 
 
@@ -374,14 +403,20 @@ def merge_tools(base: object, top: object) -> dict[str, object]:
 
 
 def _tool_overrides(tools: object) -> dict[str, Any]:
-    """Patterns to override mappings, from ToolPolicy objects or plain mappings (as given)."""
+    """Patterns to override mappings, from ToolPolicy or ToolLimits objects or plain mappings
+    (as given)."""
     if not isinstance(tools, Mapping):
         return {}
     return {
-        pattern: policy.overrides() if isinstance(policy, ToolPolicy) else policy
+        pattern: policy.overrides() if isinstance(policy, Overrides) else policy
         for pattern, policy in tools.items()
-        if isinstance(policy, ToolPolicy | Mapping)
+        if isinstance(policy, Overrides | Mapping)
     }
+
+
+def _foreign_overrides(policy: object) -> bool:
+    """An override object other than a ``ToolPolicy`` (which validates as itself)."""
+    return isinstance(policy, Overrides) and not isinstance(policy, ToolPolicy | Mapping)
 
 
 def _fusion_variables(environ: Mapping[str, str]) -> dict[str, str]:
@@ -402,13 +437,17 @@ def _initialise(
     arguments = values
     if "tools" in values and _TOOLS_VARIABLE in variables:
         values = {**values, "tools": _merge_env_tools(variables[_TOOLS_VARIABLE], values, errors)}
+    if _OVERLOAD_VARIABLE in variables and "overload_errors" not in values:
+        # Read here rather than by the settings source, marked as the environment's text: only
+        # there are dotted names accepted (an argument wins, as for every setting).
+        values = {**values, "overload_errors": EnvText(variables[_OVERLOAD_VARIABLE])}
     try:
         if environ is None:
             BaseModel.__init__(settings, **values)
         else:
             BaseSettings.__init__(settings, **values)
     except ValidationError as exc:
-        errors.extend(translate_validation_error(exc, values))
+        errors.extend(translate_validation_error(exc, arguments))
     except _PydanticSettingsError as exc:  # a source failed before validation could start
         errors.append(f"{exc} ({exc.__cause__})" if exc.__cause__ else str(exc))
     if errors:

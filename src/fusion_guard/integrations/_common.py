@@ -166,6 +166,10 @@ def _listing(tools: Iterable[str]) -> str:
 def _shown(name: str, value: object) -> object:
     if value is None:  # what None means differs: sized from max_active / rate, or no limit
         return "auto" if name in ("max_queue", "burst") else "off"
+    if name == "overload_errors" and isinstance(value, tuple):  # classes: shown by their names
+        from ..config._overload_errors import dotted_name  # loaded with the guard's settings
+
+        return [dotted_name(error) for error in value]
     return value
 
 
@@ -389,8 +393,12 @@ def crash_response(exc: BaseException, *, tool: str, guard: Guard) -> ToolRespon
     """The envelope for an exception the SDK caught and wrapped (``exc`` is the original).
 
     A raised envelope arrives intact; anything else becomes INTERNAL_ERROR, logged in full with
-    a reference id and without its text in the message. The admitted call's outcome follows.
+    a reference id and without its text in the message. The admitted call's outcome follows, and
+    its tool's limit learns whether ``exc`` was an overload error.
     """
+    ticket = _current_ticket.get()
+    if ticket is not None:  # the exception, not its envelope, says whether it was overload
+        ticket.caught(exc)
     response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
     return answered(response)
 
