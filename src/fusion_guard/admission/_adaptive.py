@@ -9,9 +9,11 @@ limit in seconds:
   the tool was lately seen serving at once, so few that the tool queues none of them. A new
   limit holds its initial value and takes its first baseline from the first ``FIRST_SAMPLES``
   quiet calls as they come (a probe, below, only if ``FIRST_PROBE_CALLS`` crowded calls come
-  first). When no quiet call has come for ``probe_every`` seconds (a busy tool runs at its
-  limit), the limit drops to that bound until ``probe_samples`` quiet calls have finished, so
-  the baseline follows a tool that slows down or speeds up; more workers do not change it.
+  first); a slow tool's, once they amount to ``FIRST_SAMPLES x window`` seconds of service
+  (``SLOW_WINDOW_SAMPLES`` calls of seconds). When no quiet call has come for ``probe_every``
+  seconds (a busy tool runs at its limit), the limit drops to that bound until
+  ``probe_samples`` quiet calls have finished, so the baseline follows a tool that slows down
+  or speeds up; more workers do not change it.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took
@@ -21,7 +23,9 @@ limit in seconds:
   a full window of its calls would take seconds to gather. A window that would only grow the
   limit closes after ``GROWTH_SAMPLES_PER_SLOT`` calls per slot: at a small limit a full window
   is many services in a row, and a limit cut too low costs throughput for every one of them.
-  Such a window grows the limit only on a gradient of ``GROWTH_GRADIENT``.
+  Such a window grows the limit only on a gradient of ``GROWTH_GRADIENT``. A slow tool's
+  window (calls longer than ``window``) closes once its calls amount to ``window_samples x
+  window`` seconds of uncrowded service, after ``SLOW_WINDOW_SAMPLES`` calls at the least.
 - **The gradient** ``tolerance * baseline / window median``, clamped to [0.5, 2]. Above 1.25
   the tool answers as fast as uncrowded: the limit grows by one slot, but only if the calls
   reached the limit in that window (otherwise nothing says a larger one is needed). Below
@@ -119,6 +123,14 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: A slow tool (its uncrowded call outlasts ``window``) gathers calls slowly: 20 calls of 1-5 s
+#: at 4 slots are 15 s, and a limit that grows one slot a window took minutes to reach the
+#: tool's workers. So a window also closes once its calls, at the uncrowded latency, amount to
+#: ``window_samples x window`` seconds of service, but not before this many; and the first
+#: baseline once its quiet calls amount to ``FIRST_SAMPLES x window`` seconds, not before this
+#: many either (those started before the longest one seen: the short ones finish first). For a
+#: tool faster than the window, ``window_samples`` and FIRST_SAMPLES come first, as before.
+SLOW_WINDOW_SAMPLES = 5
 #: After an overload error at ``n`` calls in flight, the limit does not grow to ``n`` again for
 #: this long (seconds), or CEILING_BASELINES uncrowded latencies if longer: each try above a
 #: pool that fails fast when full costs at least one failed call.
@@ -153,6 +165,7 @@ class GradientLimit:
         "_down",
         "_early_bar",
         "_estimate",
+        "_first",
         "_limit",
         "_measured",
         "_next_probe",
@@ -221,6 +234,9 @@ class GradientLimit:
         self._probing = False
         self._measured = False  # no baseline yet: the first one is taken from calls as they come
         self._crowded_unmeasured = 0
+        # The warm-up's quiet calls, (start, duration): a slow tool's first baseline
+        # (``_first_settled``).
+        self._first: list[tuple[float, float]] = []
         self._next_probe = math.inf
         # Unsorted: sorted only when its median is read, so a call costs O(1) however many a
         # window holds (a tool serving 10,000 calls a second fills its 0.1 s with a thousand).
@@ -288,7 +304,8 @@ class GradientLimit:
         if self._down and self._recovered():  # the first call served since calls failed alone
             return True  # the limit went back: this call was served under the one before
         # With no call seen overtaking another, the quiet bound is its floor (``_quiet_bound``).
-        if inflight <= (self._quiet_bound() if seen else self._quiet_floor):
+        calm = inflight <= (self._quiet_bound() if seen else self._quiet_floor)
+        if calm:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
             if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
@@ -305,7 +322,16 @@ class GradientLimit:
         elif not self._measured:
             self._crowded_unmeasured += 1
         if self._probing or not self._measured:
-            if self._probe_taken >= (self.probe_samples if self._measured else FIRST_SAMPLES):
+            if calm and not self._measured:
+                self._first.append((start, duration))
+            taken = self._probe_taken
+            if taken >= (self.probe_samples if self._measured else FIRST_SAMPLES) or (
+                not self._measured
+                and taken >= SLOW_WINDOW_SAMPLES
+                and taken * self._baseline >= FIRST_SAMPLES * self.window
+                and self._first_settled(end)
+            ):
+                self._first.clear()
                 self._probing = False
                 self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
@@ -341,7 +367,13 @@ class GradientLimit:
             self._decide(_median(window[-slow:]), end, early=slow)
             window.clear()
             return True
-        if due and gathered >= self.window_samples:
+        if due and (
+            gathered >= self.window_samples
+            or (
+                gathered >= SLOW_WINDOW_SAMPLES
+                and gathered * self._baseline >= self.window_samples * self.window
+            )
+        ):
             self._decide(_median(window), end)
             window.clear()
             return True
@@ -361,10 +393,10 @@ class GradientLimit:
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``), falling to
-        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
-        limit would settle). The mean, not the peak: one call left over from a higher limit would
-        otherwise set it."""
+        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; a slow
+        tool's window as fast as uncrowded: at once), falling to a lower one at once; until
+        measured, the initial limit over ``tolerance`` (where the limit would settle). The mean,
+        not the peak: one call left over from a higher limit would otherwise set it."""
         return self._parallelism
 
     def on_overload(
@@ -421,9 +453,13 @@ class GradientLimit:
         self._restore = math.nan
         crowd = self._window_crowd / len(self._window)
         measured = max(1.0, crowd * min(1.0, baseline / latency))
-        if self._parallelism_measured and measured > self._parallelism:
+        # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND) is taken as
+        # measured too: it has few windows, and shares of the difference never reach the slots
+        # in force under overload (the parallelism and one): its slots stayed below its workers.
+        slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
+        if self._parallelism_measured and measured > self._parallelism and not slow_room:
             self._parallelism += PARALLELISM_WEIGHT * (measured - self._parallelism)
-        else:  # the first estimate, or a lower one: taken as measured
+        else:  # the first estimate, a lower one, or a slow tool's with room: taken as measured
             self._parallelism = measured
             self._parallelism_measured = True
         # An early window (a run of calls each EARLY_FACTOR x the tolerated latency) is no
@@ -457,6 +493,19 @@ class GradientLimit:
                     self._ceiling = self.max_limit
                     self._ceiling_hold = CEILING_SECONDS
             self._set(grown)
+
+    def _first_settled(self, now: float) -> bool:
+        """Whether a slow tool's warm-up has quiet calls enough for a first baseline, counting
+        only those started before ``now`` less the longest one seen: the calls that finish
+        first are the short ones, and a baseline read low scales every window and estimate of
+        parallelism by as much."""
+        first = self._first
+        horizon = now - max(duration for _, duration in first)
+        settled = sorted(duration for start, duration in first if start <= horizon)
+        return (
+            len(settled) >= SLOW_WINDOW_SAMPLES
+            and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
+        )
 
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""

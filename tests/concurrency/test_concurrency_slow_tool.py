@@ -1,0 +1,128 @@
+"""GradientLimit on a slow tool (calls of seconds, as an LLM-backed tool), with plain numbers:
+its warm-up and windows count calls in proportion to how long they take, so a tool that
+answers two calls a second is served at its parallelism within tens of seconds, not minutes; a
+fast tool's counts are unchanged."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from fusion_guard.admission._adaptive import (
+    FIRST_SAMPLES,
+    SLOW_WINDOW_SAMPLES,
+    GradientLimit,
+)
+
+
+def _quiet_calls(limit: GradientLimit, count: int, service: float, now: float = 0.0) -> float:
+    """``count`` calls of ``service`` seconds, one at a time (each quiet)."""
+    for _ in range(count):
+        limit.on_sample(now, service, 1, False)
+        now += service
+    return now
+
+
+@pytest.mark.parametrize(("service", "needed"), [(3.0, 10), (0.2, 15), (0.02, FIRST_SAMPLES)])
+def test_the_first_baseline_needs_fewer_calls_the_longer_each_takes(
+    service: float, needed: int
+) -> None:
+    # The first baseline rests on FIRST_SAMPLES x window seconds of quiet calls (3 s by
+    # default), never fewer than probe_samples calls: 10 calls of 3 s, 15 of 0.2 s, and for a
+    # tool faster than the window, FIRST_SAMPLES calls as before.
+    limit = GradientLimit()
+    _quiet_calls(limit, needed - 1, service)
+    assert limit.baseline == pytest.approx(service)
+    limit.on_sample(1000.0, service, 4, False)  # crowded, it does not count
+    assert limit.parallelism == 2  # not measured yet: the initial guess
+    _quiet_calls(limit, 1, service, now=2000.0)
+    # Measured: the next window decides, so full windows of uncrowded calls at the limit grow it.
+    now = 3000.0
+    for _ in range(40):
+        limit.on_sample(now, service, limit.limit, False)
+        now += service
+    assert limit.limit > 4
+
+
+def _window_at_limit(limit: GradientLimit, calls: int, service: float, now: float) -> float:
+    for _ in range(calls):
+        limit.on_sample(now, service, limit.limit, False)
+        now += service / limit.limit
+    return now
+
+
+def test_a_slow_tools_window_closes_after_a_few_calls() -> None:
+    limit = GradientLimit()
+    now = _quiet_calls(limit, 10, 3.0)
+    before = limit.limit
+    now = _window_at_limit(limit, SLOW_WINDOW_SAMPLES - 1, 3.0, now)
+    assert limit.limit == before  # one call short of a window
+    _window_at_limit(limit, 1, 3.0, now)
+    assert limit.limit == before + 1  # uncrowded at the limit: one slot more
+
+
+def test_a_fast_tools_window_still_needs_window_samples() -> None:
+    limit = GradientLimit()
+    now = _quiet_calls(limit, FIRST_SAMPLES, 0.02)
+    before = limit.limit
+    # Fewer calls than the short growth window (5 per slot) and a full one (20): for calls of
+    # 20 ms, SLOW_WINDOW_SAMPLES of them close no window, however long they are spread.
+    for _ in range(SLOW_WINDOW_SAMPLES + 1):
+        limit.on_sample(now, 0.02, limit.limit, False)
+        now += 0.5  # long past the window's 0.1 s
+    assert limit.limit == before
+
+
+def test_an_uncrowded_windows_parallelism_is_taken_at_once() -> None:
+    # A window at six slots, every call as fast as uncrowded: the tool serves six at once, and
+    # the estimate says so at once (the slots in force under overload rest on it), not by a
+    # share of the difference a window, which never reaches the slots in force.
+    limit = GradientLimit(initial_limit=6)
+    now = _quiet_calls(limit, 10, 3.0)
+    _window_at_limit(limit, SLOW_WINDOW_SAMPLES, 3.0, now)
+    assert limit.parallelism == pytest.approx(6.0)
+
+
+def _serve(workers: int, low: float, high: float, seconds: float, seed: int) -> list[int]:
+    """A slow tool of ``workers`` FIFO workers (uniform ``low``-``high`` s a call, the rest
+    waiting inside), always offered more than the limit admits; the limit in force at each
+    whole second."""
+    rng = random.Random(seed)
+    limit = GradientLimit()
+    free = [0.0] * workers  # when each worker is next free
+    running: list[tuple[float, int, float, int]] = []  # (end, admitted #, start, in flight)
+    admitted = 0
+    order: list[int] = []  # admitted numbers of the calls in flight, in admission order
+    now = 0.0
+    limits = []
+    while now < seconds:
+        while len(running) < limit.limit:  # fill the slots
+            worker = min(range(workers), key=free.__getitem__)
+            begin = max(now, free[worker])
+            free[worker] = begin + rng.uniform(low, high)
+            heapq.heappush(running, (free[worker], admitted, now, len(running) + 1))
+            order.append(admitted)
+            admitted += 1
+        end, number, start, inflight = heapq.heappop(running)
+        while len(limits) < int(end) and len(limits) < seconds:
+            limits.append(limit.limit)
+        now = end
+        overtook = order.index(number)
+        order.remove(number)
+        limit.on_sample(start, end - start, inflight, False, overtook=overtook)
+    return limits
+
+
+@pytest.mark.parametrize(("workers", "low", "high"), [(8, 1.0, 5.0), (4, 1.0, 5.0), (16, 0.5, 2.0)])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_slow_tool_is_given_its_parallelism_within_a_minute(
+    workers: int, low: float, high: float, seed: int
+) -> None:
+    limits = _serve(workers, low, high, 120.0, seed)
+    # Within 60 s (20-40 calls' time) the limit reaches the workers, and it stays there or
+    # above (it runs up to twice them: headroom), never running away.
+    assert max(limits[:60]) >= workers
+    assert min(limits[60:]) >= workers
+    assert max(limits) <= 3 * workers
