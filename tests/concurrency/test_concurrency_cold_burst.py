@@ -235,14 +235,16 @@ def test_a_cold_burst_at_the_default_guard_drains_near_the_ideal_time(
     assert run_virtual(scenario, backend) <= 1.5
 
 
-@pytest.mark.xfail(
-    reason="GradientLimit probes a 2-worker tool at 1 slot mid-burst (its quiet bound: no call"
-    " seen overtaking another in a FIFO pool; admission/_adaptive.py, not this module's):"
-    " 1.05-1.42x; with the probe held to the parallelism it estimates (2), 1.01x",
-    strict=False,
+_STAGGERED_MISS = pytest.mark.xfail(
+    reason="issue 41, not met: 30 callers 5 ms apart at a warm default Guard() drain at 1.34x"
+    " (the adaptive limit holds one slot of a 2-worker tool for part of the burst); the same"
+    " burst at one instant, 1.05x",
+    strict=True,
 )
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("gap", [0.0, 0.005])
+@pytest.mark.parametrize("gap", [0.0, pytest.param(0.005, marks=_STAGGERED_MISS)])
 def test_a_warm_burst_at_the_default_guard_drains_near_the_ideal_time(
     backend: str, gap: float
 ) -> None:
