@@ -276,10 +276,12 @@ class ConcurrencyGuard:
         core.wait, core.arrive = waiting.wait, waiting.arrive
         core.wait_as_client = waiting.wait_as_client
         core.timed_out = refusals.handler_timeout
-        if max_queue is None:  # a default queue: longer while time allows (``TimelyQueue``)
-            core.queue_room = TimelyQueue(core).room
+        timely = None
+        if max_queue is None:  # a default queue: as long as time allows (``TimelyQueue``)
+            timely = TimelyQueue(core, refusals)
+            core.queue_room = timely.room
         if adaptive is not None:
-            follows = max_queue is None and hasattr(adaptive, "parallelism")
+            follows = timely if hasattr(adaptive, "parallelism") else None
             core.learn = LimitLearning(core, refusals, adaptive, prior, follows).learn
 
     # -- admission ------------------------------------------------------------------------------

@@ -88,7 +88,12 @@ class LimitLearning:
     )
 
     def __init__(
-        self, core: Core, refusals: Refusals, adaptive: Limit, prior: float, queue_follows: bool
+        self,
+        core: Core,
+        refusals: Refusals,
+        adaptive: Limit,
+        prior: float,
+        queue_follows: TimelyQueue | None,
     ) -> None:
         self._core = core
         self._refusals = refusals
@@ -111,7 +116,7 @@ class LimitLearning:
         # The limit as last read (None: to be read after the next sample): a limit whose
         # sample says nothing moved is not read again, nor its parallelism.
         self._limit_read: object = None
-        self._queue_follows = queue_follows
+        self._queue_follows = queue_follows  # the default queue, or None: the user's
         self._queue_floor = core.max_queue  # a default queue never shrinks below its first
         self._limit_logged = core.max_active  # the limit last reported in the log
         self._log_due = -math.inf
@@ -203,8 +208,8 @@ class LimitLearning:
             if limit != core.max_active:
                 self._set_limit(limit)
         # Only when the estimate moved: GradientLimit moves it once a window, not every call.
-        if parallelism is not None and parallelism != parallel and self._queue_follows:
-            self._follow_parallelism(parallelism)
+        if parallelism is not None and parallelism != parallel and self._queue_follows is not None:
+            self._follow_parallelism(parallelism, self._queue_follows)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
         # it, and the queue's wait, by as much. Without an estimate: held per slot. Put anew
@@ -231,12 +236,15 @@ class LimitLearning:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
 
-    def _follow_parallelism(self, parallelism: float) -> None:
+    def _follow_parallelism(self, parallelism: float, timely: TimelyQueue) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call
-        the tool serves in parallel, to the nearest call, never below the first. A queue that
+        the tool serves in parallel, to the nearest call, never below the first; a queue grown
+        for time (``TimelyQueue``) keeps its length until it is next full. A queue that
         shrinks refuses newcomers; it cancels no waiter."""
         core = self._core
-        queue = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
+        base = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
+        queue = base if core.max_queue <= timely.base else max(base, core.max_queue)
+        timely.base = base
         if queue != core.max_queue:
             core.max_queue = core.discipline.max_queue = queue
             self._refusals.on_queue()  # the envelopes report the queue in force
@@ -262,28 +270,23 @@ class LimitLearning:
 
 
 class TimelyQueue:
-    """A default queue's length by time: past its count (the queue in force, see
-    ``default_max_queue``), a call may still wait while the tool is not overloaded, if the slots
-    serve ``QUEUE_TIME_FACTOR`` times as many calls as wait within ``queue_timeout`` at the rate
-    they are measured to open, up to ``MAX_TIMELY_QUEUE`` waiters. Asked only at a queue full by
-    its count (``room``), so admission costs nothing more; before any call has finished it is
-    the count alone (the rate would be the prior, a guess).
+    """A default queue's length by time: at its count (``base``: ``default_max_queue``), a call
+    is let in if the slots serve ``QUEUE_TIME_FACTOR`` times that many calls within
+    ``queue_timeout`` at the rate they are measured to open, up to ``MAX_TIMELY_QUEUE``. Asked
+    only at a full queue (``room``), so admission costs nothing more; before any call has
+    finished it is the count alone (the rate would be the prior, a guess)."""
 
-    Never put in force as the queue's length: under overload the count holds. A queue grown at
-    0.8x and kept when the load rose let the first calls of a 4x overload wait behind hundreds,
-    and the one-minute demo missed its targets on every seed 1-8, fixed or adaptive (p99 at 4x
-    250-560 ms, not 170-290 ms; within the SLO 0.72-0.92 at 1.5x-10x)."""
+    __slots__ = ("_core", "_refusals", "base")
 
-    __slots__ = ("_core",)
-
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, refusals: Refusals) -> None:
         self._core = core
+        self._refusals = refusals
+        self.base = core.max_queue
 
     def room(self, queued: int) -> bool:
-        """Whether a call finding ``queued`` waiters, the queue full by its count, may wait."""
+        """Whether a call finding ``queued`` waiters at a queue full by its count may wait: the
+        queue's length by time is put in force (the envelopes report it), and compared."""
         core = self._core
-        if queued >= MAX_TIMELY_QUEUE:
-            return False
         openings = core.openings  # an adaptive limit's, learnt at saturation
         if openings is not None and openings.samples:
             interval = openings.mean
@@ -291,10 +294,15 @@ class TimelyQueue:
             interval = core.service.mean / core.max_active
         else:
             return False
-        overload = core.discipline.overload
-        return (
-            QUEUE_TIME_FACTOR * core.queue_timeout > queued * interval and not overload.outrunning()
-        )
+        timely = QUEUE_TIME_FACTOR * core.queue_timeout
+        if timely < MAX_TIMELY_QUEUE * interval:  # (an infinite timeout, a zero hold: the cap)
+            queue = max(self.base, int(timely / interval))
+        else:
+            queue = max(self.base, MAX_TIMELY_QUEUE)
+        if queue != core.max_queue:
+            core.max_queue = core.discipline.max_queue = queue
+            self._refusals.on_queue()
+        return queued < queue
 
 
 def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:
