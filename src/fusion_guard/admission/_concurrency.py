@@ -74,7 +74,6 @@ from ._learning import (
     QUEUE_PER_PARALLEL_CALL,
     QUEUE_PER_SLOT,
     LimitLearning,
-    TimelyQueue,
     default_max_queue,
     parallelism_of,
 )
@@ -276,12 +275,8 @@ class ConcurrencyGuard:
         core.wait, core.arrive = waiting.wait, waiting.arrive
         core.wait_as_client = waiting.wait_as_client
         core.timed_out = refusals.handler_timeout
-        timely = None
-        if max_queue is None:  # a default queue: as long as time allows (``TimelyQueue``)
-            timely = TimelyQueue(core, refusals)
-            core.queue_room = timely.room
         if adaptive is not None:
-            follows = timely if hasattr(adaptive, "parallelism") else None
+            follows = max_queue is None and hasattr(adaptive, "parallelism")
             core.learn = LimitLearning(core, refusals, adaptive, prior, follows).learn
 
     # -- admission ------------------------------------------------------------------------------
@@ -322,9 +317,7 @@ class ConcurrencyGuard:
             return _PermitSlot(core, timeout, client, self._permit, self._refusals)
         if core.active >= core.max_active:
             queued = len(core.waiters)
-            if queued >= core.max_queue and (
-                core.queue_room is None or not core.queue_room(queued)
-            ):
+            if queued >= core.max_queue:
                 # A full guard refuses at the call, before a slot object or a coroutine exists:
                 # under overload most calls take this path, so it costs little beyond the envelope.
                 refusals = self._refusals

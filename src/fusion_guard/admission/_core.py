@@ -120,7 +120,6 @@ class Core:
         "openings",
         "overload_errors",
         "predicted",
-        "queue_room",
         "queue_timeout",
         "ranked",
         "service",
@@ -151,9 +150,6 @@ class Core:
         self.clock = clock
         self.max_active = max_active  # the limit in force (an adaptive limit moves it)
         self.max_queue = max_queue  # the queue in force (a default one follows the limit)
-        # A default queue's say at its count: whether a call may wait all the same, as the
-        # slots serve it in time (``_learning.TimelyQueue.room``); None: a queue set by the user.
-        self.queue_room: Callable[[int], bool] | None = None
         self.queue_timeout = queue_timeout
         self.discipline = discipline
         self.service = service  # slot hold times

@@ -28,10 +28,7 @@ __all__ = [
     "LIMIT_LOG_SECONDS",
     "QUEUE_PER_PARALLEL_CALL",
     "QUEUE_PER_SLOT",
-    "MAX_TIMELY_QUEUE",
-    "QUEUE_TIME_FACTOR",
     "LimitLearning",
-    "TimelyQueue",
     "default_max_queue",
     "parallelism_of",
 ]
@@ -46,17 +43,6 @@ QUEUE_PER_SLOT = 10
 #: demo met every target, not 39 (``python benchmarks/virtual_demo.py --seeds 1-60
 #: --max-active auto``, with the slots under overload of ``QueueDiscipline.slots_in_force``).
 QUEUE_PER_PARALLEL_CALL = QUEUE_PER_SLOT - 1
-#: A default queue full by that count but not by time takes more waiters: as many as the slots
-#: serve within ``queue_timeout`` at the rate they are measured to open, twice over (predictive
-#: shedding refuses a call that would miss its ``queue_timeout`` well before that), so that a call
-#: is refused for the queue's length only where it would be for time. At 10 per slot, a cache
-#: tool (most calls 1-2 ms, some 100-300 ms) refused 1-1.5 % of its calls at 0.8x its capacity,
-#: and a heavy tail (sigma 1.2) 2.5-3 %, nearly all ``queue_full`` (``python
-#: benchmarks/light_load_shed.py --models cache heavy12 --loads 0.5 0.8 --no-off``).
-QUEUE_TIME_FACTOR = 2.0
-#: ... up to this many waiters (or the count above, if more): the bound on a default queue's
-#: memory, whatever a client sends.
-MAX_TIMELY_QUEUE = 1000
 #: An adaptive limit's moves by half or more are logged at most this often per tool (seconds).
 LIMIT_LOG_SECONDS = 1.0
 
@@ -88,12 +74,7 @@ class LimitLearning:
     )
 
     def __init__(
-        self,
-        core: Core,
-        refusals: Refusals,
-        adaptive: Limit,
-        prior: float,
-        queue_follows: TimelyQueue | None,
+        self, core: Core, refusals: Refusals, adaptive: Limit, prior: float, queue_follows: bool
     ) -> None:
         self._core = core
         self._refusals = refusals
@@ -116,7 +97,7 @@ class LimitLearning:
         # The limit as last read (None: to be read after the next sample): a limit whose
         # sample says nothing moved is not read again, nor its parallelism.
         self._limit_read: object = None
-        self._queue_follows = queue_follows  # the default queue, or None: the user's
+        self._queue_follows = queue_follows
         self._queue_floor = core.max_queue  # a default queue never shrinks below its first
         self._limit_logged = core.max_active  # the limit last reported in the log
         self._log_due = -math.inf
@@ -208,8 +189,8 @@ class LimitLearning:
             if limit != core.max_active:
                 self._set_limit(limit)
         # Only when the estimate moved: GradientLimit moves it once a window, not every call.
-        if parallelism is not None and parallelism != parallel and self._queue_follows is not None:
-            self._follow_parallelism(parallelism, self._queue_follows)
+        if parallelism is not None and parallelism != parallel and self._queue_follows:
+            self._follow_parallelism(parallelism)
         # A standing queue is held to a few calls per call the tool serves in parallel: for a
         # limit that runs above the tool's parallelism (to find it), the limit would overstate
         # it, and the queue's wait, by as much. Without an estimate: held per slot. Put anew
@@ -236,15 +217,12 @@ class LimitLearning:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
 
-    def _follow_parallelism(self, parallelism: float, timely: TimelyQueue) -> None:
+    def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call
-        the tool serves in parallel, to the nearest call, never below the first; a queue grown
-        for time (``TimelyQueue``) keeps its length until it is next full. A queue that
+        the tool serves in parallel, to the nearest call, never below the first. A queue that
         shrinks refuses newcomers; it cancels no waiter."""
         core = self._core
-        base = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
-        queue = base if core.max_queue <= timely.base else max(base, core.max_queue)
-        timely.base = base
+        queue = max(default_max_queue(parallelism, adaptive=True), self._queue_floor)
         if queue != core.max_queue:
             core.max_queue = core.discipline.max_queue = queue
             self._refusals.on_queue()  # the envelopes report the queue in force
@@ -267,42 +245,6 @@ class LimitLearning:
             core.active += 1
             if not core.hand_off():  # kept for calls of a higher priority (``_levels.py``)
                 break
-
-
-class TimelyQueue:
-    """A default queue's length by time: at its count (``base``: ``default_max_queue``), a call
-    is let in if the slots serve ``QUEUE_TIME_FACTOR`` times that many calls within
-    ``queue_timeout`` at the rate they are measured to open, up to ``MAX_TIMELY_QUEUE``. Asked
-    only at a full queue (``room``), so admission costs nothing more; before any call has
-    finished it is the count alone (the rate would be the prior, a guess)."""
-
-    __slots__ = ("_core", "_refusals", "base")
-
-    def __init__(self, core: Core, refusals: Refusals) -> None:
-        self._core = core
-        self._refusals = refusals
-        self.base = core.max_queue
-
-    def room(self, queued: int) -> bool:
-        """Whether a call finding ``queued`` waiters at a queue full by its count may wait: the
-        queue's length by time is put in force (the envelopes report it), and compared."""
-        core = self._core
-        openings = core.openings  # an adaptive limit's, learnt at saturation
-        if openings is not None and openings.samples:
-            interval = openings.mean
-        elif core.service.samples:
-            interval = core.service.mean / core.max_active
-        else:
-            return False
-        timely = QUEUE_TIME_FACTOR * core.queue_timeout
-        if timely < MAX_TIMELY_QUEUE * interval:  # (an infinite timeout, a zero hold: the cap)
-            queue = max(self.base, int(timely / interval))
-        else:
-            queue = max(self.base, MAX_TIMELY_QUEUE)
-        if queue != core.max_queue:
-            core.max_queue = core.discipline.max_queue = queue
-            self._refusals.on_queue()
-        return queued < queue
 
 
 def default_max_queue(parallel: float, *, adaptive: bool = False) -> int:

@@ -61,7 +61,7 @@ class Waiting:
         refusals = self._refusals
         queued = len(core.waiters)
         displaced = False
-        if queued >= core.max_queue and (core.queue_room is None or not core.queue_room(queued)):
+        if queued >= core.max_queue:
             if not self._displace_for(tenant):
                 raise refusals.refuse(
                     "queue_full",
