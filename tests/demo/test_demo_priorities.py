@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from stubbed_demo import StubbedDemo, run_stubbed_demo
 
 from fusion_guard.cli import main
-from fusion_guard.demo import _priorities as priorities
 from fusion_guard.demo._priorities import (
     BACKGROUND,
     PRIORITY_MODES,
@@ -123,25 +123,22 @@ def test_the_command_prints_writes_and_fails_on_a_missed_target_unless_no_check(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    seen: list[PrioritiesScenario] = []
-
-    async def run(scenario: PrioritiesScenario, **kwargs: object) -> PrioritiesResult:
-        seen.append(scenario)
-        return _synthetic(1.0, fair)  # figures made to meet or miss the fairness target
-
-    monkeypatch.setattr(priorities, "run_priorities", run)
-    figures = tmp_path / "priorities.json"
-    command = ["demo", "--scenario", "priorities", "--no-chart", "--json", str(figures)]
-    assert main([*command, "--interactive", "0.3", "--duration", "8", *option]) == status
-    assert (seen[0].interactive, seen[0].duration_s) == (0.3, 8.0)
+    demo: StubbedDemo[PrioritiesScenario] = run_stubbed_demo(
+        "priorities",
+        lambda scenario: _synthetic(1.0, fair),  # figures made to meet or miss the fairness target
+        ["--interactive", "0.3", "--duration", "8", *option],
+        tmp_path,
+        monkeypatch,
+    )
+    assert demo.status == status
+    assert (demo.scenarios[0].interactive, demo.scenarios[0].duration_s) == (0.3, 8.0)
     out, err = capsys.readouterr()
     assert "targets for the priority-aware guard (docs/priorities.md)" in out
     assert ("1 of 7 targets missed (in virtual time: the same on any machine)" in err) == (
         status == 1
     )
-    data = json.loads(figures.read_text())
-    assert [r["load"] for r in data["loads"]] == [1.0, 3.0]
-    assert set(PRIORITY_MODES) <= set(data["loads"][0])
+    assert [r["load"] for r in demo.figures["loads"]] == [1.0, 3.0]
+    assert set(PRIORITY_MODES) <= set(demo.figures["loads"][0])
 
 
 @pytest.mark.parametrize(
