@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from stubbed_demo import CheckCase, StubbedDemo, StubbedDemoRunner, checks_its_targets
 
 from fusion_guard.cli import main
-from fusion_guard.demo import _priorities as priorities
 from fusion_guard.demo._priorities import (
     BACKGROUND,
     PRIORITY_MODES,
@@ -112,36 +112,23 @@ def test_the_chart_is_written(tmp_path: Path) -> None:
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
-@pytest.mark.parametrize(
-    ("fair", "option", "status"), [(0.95, [], 0), (0.8, [], 1), (0.8, ["--no-check"], 0)]
-)
+@checks_its_targets
 def test_the_command_prints_writes_and_fails_on_a_missed_target_unless_no_check(
-    fair: float,
-    option: list[str],
-    status: int,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    case: CheckCase, stubbed_demo: StubbedDemoRunner
 ) -> None:
-    seen: list[PrioritiesScenario] = []
-
-    async def run(scenario: PrioritiesScenario, **kwargs: object) -> PrioritiesResult:
-        seen.append(scenario)
-        return _synthetic(1.0, fair)  # figures made to meet or miss the fairness target
-
-    monkeypatch.setattr(priorities, "run_priorities", run)
-    figures = tmp_path / "priorities.json"
-    command = ["demo", "--scenario", "priorities", "--no-chart", "--json", str(figures)]
-    assert main([*command, "--interactive", "0.3", "--duration", "8", *option]) == status
-    assert (seen[0].interactive, seen[0].duration_s) == (0.3, 8.0)
-    out, err = capsys.readouterr()
-    assert "targets for the priority-aware guard (docs/priorities.md)" in out
-    assert ("1 of 7 targets missed (in virtual time: the same on any machine)" in err) == (
-        status == 1
+    fair = 0.95 if case.meets else 0.8  # figures made to meet or miss the fairness target
+    options = ["--interactive", "0.3", "--duration", "8", *case.options]
+    demo: StubbedDemo[PrioritiesScenario] = stubbed_demo.run(
+        "priorities", lambda scenario: _synthetic(1.0, fair), options
     )
-    data = json.loads(figures.read_text())
-    assert [r["load"] for r in data["loads"]] == [1.0, 3.0]
-    assert set(PRIORITY_MODES) <= set(data["loads"][0])
+    assert demo.status == case.status
+    assert (demo.scenarios[0].interactive, demo.scenarios[0].duration_s) == (0.3, 8.0)
+    assert "targets for the priority-aware guard (docs/priorities.md)" in demo.out
+    assert ("1 of 7 targets missed (in virtual time: the same on any machine)" in demo.err) == (
+        case.status == 1
+    )
+    assert [r["load"] for r in demo.figures["loads"]] == [1.0, 3.0]
+    assert set(PRIORITY_MODES) <= set(demo.figures["loads"][0])
 
 
 @pytest.mark.parametrize(

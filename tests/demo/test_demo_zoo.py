@@ -5,12 +5,14 @@ no special cells) or replaced by figures made to meet or miss a target."""
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from stubbed_demo import CheckCase, StubbedDemo, StubbedDemoRunner, checks_its_targets
 
 from fusion_guard.cli import main
 from fusion_guard.demo import _zoo as zoo
@@ -58,36 +60,26 @@ def test_the_chart_is_written(tmp_path: Path) -> None:
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
-@pytest.mark.parametrize(
-    ("auto", "option", "status"), [(0.9, [], 0), (0.5, [], 1), (0.5, ["--no-check"], 0)]
-)
+@checks_its_targets
 def test_the_command_fails_on_a_missed_target_unless_no_check(
-    auto: float,
-    option: list[str],
-    status: int,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    case: CheckCase, stubbed_demo: StubbedDemoRunner
 ) -> None:
-    seen: list[ZooScenario] = []
-
-    async def run(scenario: ZooScenario, **kwargs: Any) -> ZooResult:
-        seen.append(scenario)
-        return _synthetic(auto, scenario)
-
-    monkeypatch.setattr(zoo, "run_zoo", run)
-    figures = tmp_path / "zoo.json"
-    command = ["demo", "--scenario", "zoo", "--no-chart", "--json", str(figures)]
-    assert main([*command, "--seeds", "2-3", "--models", "heavy_tail", *option]) == status
-    assert [(s.seed, s.models) for s in seen] == [(2, ("heavy_tail",)), (3, ("heavy_tail",))]
-    out, err = capsys.readouterr()
-    assert "tool zoo, seed 2" in out
-    assert "tool zoo, seed 3" in out
-    assert "targets for max_active=auto (docs/zoo.md, issue 41)" in out
-    assert ("2 of 8 targets missed (in virtual time" in err) == (status == 1)
-    data = json.loads(figures.read_text())
-    assert [run["scenario"]["seed"] for run in data["runs"]] == [2, 3]
-    assert len(data["targets"]) == 8
+    auto = 0.9 if case.meets else 0.5
+    options = ["--seeds", "2-3", "--models", "heavy_tail", *case.options]
+    demo: StubbedDemo[ZooScenario] = stubbed_demo.run(
+        "zoo", functools.partial(_synthetic, auto), options
+    )
+    assert demo.status == case.status
+    assert [(s.seed, s.models) for s in demo.scenarios] == [
+        (2, ("heavy_tail",)),
+        (3, ("heavy_tail",)),
+    ]
+    assert "tool zoo, seed 2" in demo.out
+    assert "tool zoo, seed 3" in demo.out
+    assert "targets for max_active=auto (docs/zoo.md, issue 41)" in demo.out
+    assert ("2 of 8 targets missed (in virtual time" in demo.err) == (case.status == 1)
+    assert [run["scenario"]["seed"] for run in demo.figures["runs"]] == [2, 3]
+    assert len(demo.figures["targets"]) == 8
 
 
 def test_a_short_real_run_writes_every_policys_figures(

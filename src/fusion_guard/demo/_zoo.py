@@ -256,15 +256,22 @@ class _Run:
 _Caller = Callable[[int], Any]
 
 
+async def _reach_tool(run: _Run, job: Job, index: int) -> str:
+    """Call ``index`` reaches the tool: counted as entered, and marked when the tool raised an
+    overload error. The error still propagates, so a guard or a slot around it sees the call
+    fail as it would in a real server."""
+    run.entered[index] = True
+    try:
+        return await run.tool(job)
+    except _OVERLOAD:
+        run.overload[index] = True
+        raise
+
+
 def _guard_caller(guard: Any, run: _Run, jobs: Sequence[Job]) -> _Caller:
     async def call(index: int) -> Outcome:
         async def handler() -> str:
-            run.entered[index] = True
-            try:
-                return await run.tool(jobs[index])
-            except _OVERLOAD:
-                run.overload[index] = True
-                raise
+            return await _reach_tool(run, jobs[index], index)
 
         response = await guard.call(_TOOL, handler)
         if not response.is_error:
@@ -290,14 +297,10 @@ def _slots_caller(slots: ConcurrencyGuard, run: _Run, jobs: Sequence[Job]) -> _C
     async def call(index: int) -> Outcome:
         try:
             async with slots.slot():
-                run.entered[index] = True
-                await run.tool(jobs[index])
+                await _reach_tool(run, jobs[index], index)
         except ServerBusy as busy:
             run.advised[index] = busy.retry_after is not None
             return "shed"
-        except _OVERLOAD:
-            run.overload[index] = True
-            return "error"
         except Exception:
             return "error"
         return "ok"
@@ -307,12 +310,8 @@ def _slots_caller(slots: ConcurrencyGuard, run: _Run, jobs: Sequence[Job]) -> _C
 
 def _bare_caller(run: _Run, jobs: Sequence[Job]) -> _Caller:
     async def call(index: int) -> Outcome:
-        run.entered[index] = True
         try:
-            await run.tool(jobs[index])
-        except _OVERLOAD:
-            run.overload[index] = True
-            return "error"
+            await _reach_tool(run, jobs[index], index)
         except Exception:
             return "error"
         return "ok"

@@ -24,7 +24,7 @@ from typing import ClassVar
 import anyio
 
 from ._shifting import _Pool
-from ._tool import WorkerTime
+from ._tool import ToolModel, WorkerTime
 
 __all__ = [
     "MODELS",
@@ -50,7 +50,6 @@ __all__ = [
 #: How long a tool takes to raise an error that needs no work: a refusal, bad input, a backend
 #: that is down (seconds).
 FAST_ERROR_S = 0.001
-_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
 class PoolExhausted(Exception):
@@ -80,10 +79,6 @@ class Job:
 
 def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
     return rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma)
-
-
-def _lognormal_p99(mean: float, sigma: float) -> float:
-    return math.exp(math.log(mean) - sigma**2 / 2 + _Z99 * sigma)
 
 
 class ZooTool:
@@ -217,7 +212,11 @@ class ZooModel:
     ``capacity_rps``: the calls per second it really serves at best; ``slo_s``: the latency an
     answer counts as good within; ``client_timeout_s``: when a caller gives up (cancels);
     ``settle_s``: the start left out of the figures (a limit finding the tool);
-    ``duration_s``: the measured window after it."""
+    ``duration_s``: the measured window after it.
+
+    A model states only what makes it different: its service times (``mean_s``, ``draw``; the
+    log-normal ones through ``_LogNormalService``), its tool (``make_tool``; the queueing ones
+    through ``_QueueingModel``) and ``parameters``."""
 
     name: ClassVar[str]
     title: ClassVar[str]
@@ -231,8 +230,13 @@ class ZooModel:
     duration_s: float = 12.0
 
     @property
-    def capacity_rps(self) -> float:
+    def mean_s(self) -> float:
+        """A call's mean service time (seconds)."""
         raise NotImplementedError
+
+    @property
+    def capacity_rps(self) -> float:
+        return self.workers / self.mean_s
 
     def phases(self) -> Sequence[tuple[float, int, float]]:
         """(seconds from the start, true worker count, capacity in calls/s) of each phase."""
@@ -262,68 +266,75 @@ class ZooModel:
 
 
 @dataclass(frozen=True, kw_only=True)
-class QueueingPool(ZooModel):
+class _LogNormalService(ZooModel):
+    """Log-normal service times of mean ``mean_s`` (seconds); each model gives its defaults.
+    The field stands in for ``ZooModel.mean_s``: a class default always shadows the property,
+    which a field without one would not (its value could not be set)."""
+
+    mean_s: float = 0.040
+    sigma: float = 0.5
+
+    def draw(self, rng: random.Random) -> Job:
+        return Job(_lognormal(rng, self.mean_s, self.sigma))
+
+    def service_text(self) -> str:
+        """Its service times, as ``parameters`` puts them."""
+        return f"log-normal {self.mean_s * 1000:g} ms (sigma {self.sigma:g})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _QueueingModel(ZooModel):
+    """A tool whose calls queue inside for its workers and slow each other
+    (``_QueueingTool``)."""
+
+    contention_scale: float = 100.0
+
+    def make_tool(self) -> ZooTool:
+        return _QueueingTool(self.workers, self.contention_scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueingPool(_LogNormalService, _QueueingModel):
     """A database pool that queues: calls beyond the pool wait inside and slow each other."""
 
     name: ClassVar[str] = "db_pool"
     title: ClassVar[str] = "database pool that queues"
     workers: int = 4
-    mean_s: float = 0.040
-    sigma: float = 0.5
     contention_scale: float = 50.0
     slo_s: float = 0.25
     client_timeout_s: float = 1.0
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.workers, self.contention_scale)
-
     def parameters(self) -> str:
         return (
-            f"{self.workers} connections, log-normal {self.mean_s * 1000:g} ms (sigma"
-            f" {self.sigma:g}), each call waiting inside slows service by"
-            f" {100 / self.contention_scale:g} %"
+            f"{self.workers} connections, {self.service_text()}, each call waiting inside"
+            f" slows service by {100 / self.contention_scale:g} %"
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class FailFastPool(ZooModel):
+class FailFastPool(_LogNormalService):
     """A pool that raises ``PoolExhausted`` at once (1 ms) when every connection is busy."""
 
     name: ClassVar[str] = "fail_fast"
     title: ClassVar[str] = "pool that fails fast"
     overload_errors: ClassVar[tuple[type[Exception], ...]] = (PoolExhausted,)
     workers: int = 4
-    mean_s: float = 0.040
     sigma: float = 0.3
     slo_s: float = 0.25
     client_timeout_s: float = 1.0
-
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
 
     def make_tool(self) -> ZooTool:
         return _FailFastTool(self.workers)
 
     def parameters(self) -> str:
         return (
-            f"{self.workers} connections, log-normal {self.mean_s * 1000:g} ms (sigma"
-            f" {self.sigma:g}); PoolExhausted after {FAST_ERROR_S * 1000:g} ms when all are busy"
+            f"{self.workers} connections, {self.service_text()}; PoolExhausted after"
+            f" {FAST_ERROR_S * 1000:g} ms when all are busy"
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class UpstreamApi(ZooModel):
+class UpstreamApi(_LogNormalService):
     """An upstream API with its own rate limit (a token bucket): past it, 429 within 5 ms. Its
     true worker count is the concurrency its rate sustains: rate x mean latency."""
 
@@ -343,22 +354,18 @@ class UpstreamApi(ZooModel):
     def capacity_rps(self) -> float:
         return self.rate
 
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
-
     def make_tool(self) -> ZooTool:
         return _UpstreamTool(self.rate, self.burst, self.reject_s)
 
     def parameters(self) -> str:
         return (
-            f"{self.rate:g} calls/s (burst {self.burst}), log-normal {self.mean_s * 1000:g} ms"
-            f" (sigma {self.sigma:g}); UpstreamRateLimited (429) after"
-            f" {self.reject_s * 1000:g} ms past the rate"
+            f"{self.rate:g} calls/s (burst {self.burst}), {self.service_text()};"
+            f" UpstreamRateLimited (429) after {self.reject_s * 1000:g} ms past the rate"
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class BimodalCache(ZooModel):
+class BimodalCache(_QueueingModel):
     """A cache: most calls hit (uniform 1-2 ms), some miss (uniform 100-300 ms); both hold one
     of its connections, calls beyond them queue."""
 
@@ -368,7 +375,6 @@ class BimodalCache(ZooModel):
     miss: float = 0.15
     hit_s: tuple[float, float] = (0.001, 0.002)
     miss_s: tuple[float, float] = (0.100, 0.300)
-    contention_scale: float = 100.0
     slo_s: float = 0.5
     client_timeout_s: float = 2.0
 
@@ -376,16 +382,9 @@ class BimodalCache(ZooModel):
     def mean_s(self) -> float:
         return (1 - self.miss) * sum(self.hit_s) / 2 + self.miss * sum(self.miss_s) / 2
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
     def draw(self, rng: random.Random) -> Job:
         low, high = self.miss_s if rng.random() < self.miss else self.hit_s
         return Job(rng.uniform(low, high))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.workers, self.contention_scale)
 
     def parameters(self) -> str:
         return (
@@ -397,7 +396,7 @@ class BimodalCache(ZooModel):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArgumentCost(ZooModel):
+class ArgumentCost(_QueueingModel):
     """One tool, two kinds of call: cheap lookups and expensive queries, by their arguments."""
 
     name: ClassVar[str] = "arg_cost"
@@ -407,7 +406,6 @@ class ArgumentCost(ZooModel):
     cheap_s: float = 0.005
     expensive_s: float = 0.150
     sigma: float = 0.3
-    contention_scale: float = 100.0
     slo_s: float = 0.5
     client_timeout_s: float = 2.0
 
@@ -415,16 +413,9 @@ class ArgumentCost(ZooModel):
     def mean_s(self) -> float:
         return (1 - self.expensive) * self.cheap_s + self.expensive * self.expensive_s
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
     def draw(self, rng: random.Random) -> Job:
         mean = self.expensive_s if rng.random() < self.expensive else self.cheap_s
         return Job(_lognormal(rng, mean, self.sigma))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.workers, self.contention_scale)
 
     def parameters(self) -> str:
         return (
@@ -436,7 +427,7 @@ class ArgumentCost(ZooModel):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CpuThreads(ZooModel):
+class CpuThreads(_LogNormalService):
     """CPU-bound work of a sync handler in a thread pool larger than the cores: the threads
     share the cores in 5 ms slices, so its true worker count is the cores."""
 
@@ -451,13 +442,6 @@ class CpuThreads(ZooModel):
     slo_s: float = 0.25
     client_timeout_s: float = 1.0
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
-
     def make_tool(self) -> ZooTool:
         return _CpuTool(self.threads, self.workers, self.slice_s)
 
@@ -470,38 +454,27 @@ class CpuThreads(ZooModel):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HeavyTail(ZooModel):
+class HeavyTail(_LogNormalService, _QueueingModel):
     """A heavy tail: log-normal service with sigma 1.1."""
 
     name: ClassVar[str] = "heavy_tail"
     title: ClassVar[str] = "heavy tail"
     workers: int = 4
-    mean_s: float = 0.040
     sigma: float = 1.1
-    contention_scale: float = 100.0
     slo_s: float = 0.6
     client_timeout_s: float = 2.0
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.workers / self.mean_s
-
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.workers, self.contention_scale)
-
     def parameters(self) -> str:
+        # The demo's tool model computes the same uncontended p99 for its own log-normal.
+        p99_s = ToolModel(mean_service_s=self.mean_s, sigma=self.sigma).uncontended_p99_s
         return (
             f"{self.workers} workers, log-normal {self.mean_s * 1000:g} ms (sigma"
-            f" {self.sigma:g}; uncontended p99"
-            f" {_lognormal_p99(self.mean_s, self.sigma) * 1000:.0f} ms)"
+            f" {self.sigma:g}; uncontended p99 {p99_s * 1000:.0f} ms)"
         )
 
 
 @dataclass(frozen=True, kw_only=True)
-class SlowLLM(ZooModel):
+class SlowLLM(_QueueingModel):
     """A tool that calls an LLM: 1-5 s a call (uniform), at most ``workers`` requests at once
     at the provider, the rest waiting in its gateway."""
 
@@ -509,21 +482,17 @@ class SlowLLM(ZooModel):
     title: ClassVar[str] = "slow LLM-backed tool"
     workers: int = 8
     service_s: tuple[float, float] = (1.0, 5.0)
-    contention_scale: float = 100.0
     slo_s: float = 10.0
     client_timeout_s: float = 30.0
     settle_s: float = 30.0
     duration_s: float = 120.0
 
     @property
-    def capacity_rps(self) -> float:
-        return self.workers / (sum(self.service_s) / 2)
+    def mean_s(self) -> float:
+        return sum(self.service_s) / 2
 
     def draw(self, rng: random.Random) -> Job:
         return Job(rng.uniform(*self.service_s))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.workers, self.contention_scale)
 
     def parameters(self) -> str:
         return (
@@ -533,7 +502,7 @@ class SlowLLM(ZooModel):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShiftingPool(ZooModel):
+class ShiftingPool(_LogNormalService, _QueueingModel):
     """Capacity shifting under a heavy tail: the pool's workers go through ``shifts`` (8 -> 1
     -> 4), ``phase_s`` each; offered load follows the current capacity."""
 
@@ -545,7 +514,6 @@ class ShiftingPool(ZooModel):
     workers: int = 8
     mean_s: float = 0.050
     sigma: float = 1.0
-    contention_scale: float = 100.0
     slo_s: float = 0.6
     client_timeout_s: float = 2.0
     settle_s: float = 3.0
@@ -562,25 +530,14 @@ class ShiftingPool(ZooModel):
             return self.phase_s
         return (self.phase_s,) * len(self.shifts)
 
-    @property
-    def capacity_rps(self) -> float:
-        return self.shifts[0] / self.mean_s
-
     def phases(self) -> Sequence[tuple[float, int, float]]:
         begins = [sum(self.lengths[:i]) for i in range(len(self.shifts))]
         return tuple((b, n, n / self.mean_s) for b, n in zip(begins, self.shifts, strict=True))
 
-    def draw(self, rng: random.Random) -> Job:
-        return Job(_lognormal(rng, self.mean_s, self.sigma))
-
-    def make_tool(self) -> ZooTool:
-        return _QueueingTool(self.shifts[0], self.contention_scale)
-
     def parameters(self) -> str:
         return (
             f"{' -> '.join(map(str, self.shifts))} workers,"
-            f" {'/'.join(f'{x:g}' for x in self.lengths)} s, log-normal"
-            f" {self.mean_s * 1000:g} ms (sigma {self.sigma:g})"
+            f" {'/'.join(f'{x:g}' for x in self.lengths)} s, {self.service_text()}"
         )
 
 

@@ -43,6 +43,12 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _share_target(name: str, ratio: float | None, share: float, spec: str = ".2f") -> Target:
+    """A goodput ratio that must reach ``share`` (None: its reference served nothing in the SLO,
+    so the ratio says nothing and the target is missed)."""
+    return Target(name, ratio is not None and ratio >= share, _cell(ratio, spec, "x"))
+
+
 def check_zoo_targets(result: ZooResult) -> list[Target]:
     """The targets of issue 41 for ``auto`` (``Guard()`` at its defaults; ``auto_named`` where
     a target names the overload errors) on the cells ``result`` holds."""
@@ -56,12 +62,11 @@ def check_zoo_targets(result: ZooResult) -> list[Target]:
         if auto is None or oracle is None:
             continue
         if cell.load >= 1.5:
-            ratio = cell.ratio("auto")
             targets.append(
-                Target(
+                _share_target(
                     f"{at}auto goodput >= {ORACLE_SHARE:g}x oracle",
-                    ratio is not None and ratio >= ORACLE_SHARE,
-                    "-" if ratio is None else f"{ratio:.2f}x",
+                    cell.ratio("auto"),
+                    ORACLE_SHARE,
                 )
             )
             fixed = cell.ratio("auto", "fixed10")
@@ -110,13 +115,8 @@ def _fail_fast_targets(cell: CellResult, at: str) -> list[Target]:
                 _pct(busy),
             )
         )
-        ratio = cell.ratio(name)
         targets.append(
-            Target(
-                f"{at}{name} goodput >= {share:g}x oracle",
-                ratio is not None and ratio >= share,
-                "-" if ratio is None else f"{ratio:.2f}x",
-            )
+            _share_target(f"{at}{name} goodput >= {share:g}x oracle", cell.ratio(name), share)
         )
     return targets
 
@@ -126,12 +126,12 @@ def _special_targets(result: ZooResult, seed: str) -> list[Target]:
     errors = next((c for c in result.cells if c.variant == "errors20"), None)
     if errors is not None:
         at = f"{seed}{errors.model} 20 % bad input {errors.load:g}x: "
-        ratio = errors.ratio("auto")
         targets.append(
-            Target(
+            _share_target(
                 f"{at}auto goodput >= {ERRORS_GOODPUT:g}x oracle",
-                ratio is not None and ratio >= ERRORS_GOODPUT,
-                "-" if ratio is None else f"{ratio:.3f}x",
+                errors.ratio("auto"),
+                ERRORS_GOODPUT,
+                ".3f",
             )
         )
         shed = errors.policies["auto"].shed
@@ -178,12 +178,11 @@ def _special_targets(result: ZooResult, seed: str) -> list[Target]:
                 "never" if reach is None else f"{reach:g} s",
             )
         )
-        ratio = drop.ratio()
         targets.append(
-            Target(
+            _share_target(
                 f"{at}auto goodput >= {ORACLE_SHARE:g}x oracle (1 worker)",
-                ratio is not None and ratio >= ORACLE_SHARE,
-                "-" if ratio is None else f"{ratio:.2f}x",
+                drop.ratio(),
+                ORACLE_SHARE,
             )
         )
     if result.cold is not None:
