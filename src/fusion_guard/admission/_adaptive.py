@@ -510,7 +510,7 @@ class GradientLimit:
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
         self._probing = True
-        self._limit = self._quiet_bound()
+        self._limit = max(self._quiet_bound(), min(self._limit, math.floor(self._parallelism)))
 
     def _quiet_bound(self) -> int:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
