@@ -123,6 +123,12 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: A probe first holds the slots the tool appears to serve in parallel (``parallelism``, whole),
+#: and cuts to the quiet bound only after this many crowded calls more: a burst that is ending
+#: leaves quiet calls by itself, and a cut to one slot of a 2-worker FIFO pool (no call ever
+#: overtakes another, so the quiet bound is 1) mid-burst drained 30 callers 5 ms apart at 1.34x
+#: the ideal time. A standing load gets its cut after these calls.
+PROBE_GRACE_CALLS = 10
 #: A slow tool (its uncrowded call outlasts ``window``) gathers calls slowly: 20 calls of 1-5 s
 #: at 4 slots are 15 s, and a limit that grows one slot a window took minutes to reach the
 #: tool's workers. So a window also closes once its calls, at the uncrowded latency, amount to
@@ -172,6 +178,7 @@ class GradientLimit:
         "_overtaking",
         "_parallelism",
         "_parallelism_measured",
+        "_probe_crowded",
         "_probe_taken",
         "_probing",
         "_quiet",
@@ -231,6 +238,7 @@ class GradientLimit:
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
         self._probe_taken = 0
+        self._probe_crowded = 0  # crowded calls since a probe began (``_start_probe``)
         self._probing = False
         self._measured = False  # no baseline yet: the first one is taken from calls as they come
         self._crowded_unmeasured = 0
@@ -339,6 +347,10 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
+            if self._probing and not calm:
+                self._probe_crowded += 1
+                if self._probe_crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
+                    self._limit = self._quiet_bound()
             if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
                 self._start_probe()  # the quiet calls counted so far still count
                 return True
@@ -510,6 +522,7 @@ class GradientLimit:
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
         self._probing = True
+        self._probe_crowded = 0
         self._limit = max(self._quiet_bound(), min(self._limit, math.floor(self._parallelism)))
 
     def _quiet_bound(self) -> int:
