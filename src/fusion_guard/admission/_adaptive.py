@@ -349,8 +349,9 @@ class GradientLimit:
                 return True
             if self._probing and not calm:
                 self._probe_crowded += 1
-                if self._probe_crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
+                if self._probe_crowded == PROBE_GRACE_CALLS:  # a standing load: make room
                     self._limit = self._quiet_bound()
+                    return True
             if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
                 self._start_probe()  # the quiet calls counted so far still count
                 return True
