@@ -347,7 +347,7 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
-            if self._probing and not calm:
+            if self._probing and not calm and not self._measured:
                 self._probe_crowded += 1
                 if self._probe_crowded == PROBE_GRACE_CALLS:  # a standing load: make room
                     self._limit = self._quiet_bound()
@@ -522,9 +522,12 @@ class GradientLimit:
 
     def _start_probe(self) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
+        held = self._limit
         self._probing = True
-        self._probe_crowded = 0
-        self._limit = max(self._quiet_bound(), min(self._limit, math.floor(self._parallelism)))
+        self._limit = self._quiet_bound()
+        if not self._measured:  # the first probe: a burst may be ending (PROBE_GRACE_CALLS)
+            self._probe_crowded = 0
+            self._limit = max(self._limit, min(held, math.floor(self._parallelism)))
 
     def _quiet_bound(self) -> int:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
