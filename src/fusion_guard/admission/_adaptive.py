@@ -179,6 +179,7 @@ class GradientLimit:
         "_parallelism",
         "_parallelism_measured",
         "_probe_crowded",
+        "_probe_grace",
         "_probe_taken",
         "_probing",
         "_quiet",
@@ -238,7 +239,10 @@ class GradientLimit:
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
         self._probe_taken = 0
-        self._probe_crowded = 0  # crowded calls since a probe began (``_start_probe``)
+        # The first probe's grace (``_start_probe``): when it began (infinite: none pending),
+        # and the crowded calls admitted since.
+        self._probe_grace = _INF
+        self._probe_crowded = 0
         self._probing = False
         self._measured = False  # no baseline yet: the first one is taken from calls as they come
         self._crowded_unmeasured = 0
@@ -340,6 +344,7 @@ class GradientLimit:
                 and self._first_settled(end)
             ):
                 self._first.clear()
+                self._probe_grace = _INF
                 self._probing = False
                 self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
@@ -347,18 +352,19 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
-            if self._probing and not calm and not self._measured:
+            if not calm and start >= self._probe_grace:  # admitted under the probe's grace
                 self._probe_crowded += 1
-                if self._probe_crowded == PROBE_GRACE_CALLS:  # a standing load: make room
+                if self._probe_crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
+                    self._probe_grace = _INF
                     self._limit = self._quiet_bound()
                     return True
             if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
-                self._start_probe()  # the quiet calls counted so far still count
+                self._start_probe(end)  # the quiet calls counted so far still count
                 return True
             return False
         if end >= self._next_probe:
             self._probe_taken = 0
-            self._start_probe()
+            self._start_probe(end)
             return True
         window = self._window
         if not window:
@@ -520,14 +526,17 @@ class GradientLimit:
             and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
         )
 
-    def _start_probe(self) -> None:
-        """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
+    def _start_probe(self, now: float) -> None:
+        """Make room for quiet calls: hold the limit at the quiet bound until enough have come
+        (the first probe, at the parallelism for PROBE_GRACE_CALLS crowded calls first)."""
         held = self._limit
         self._probing = True
         self._limit = self._quiet_bound()
-        if not self._measured:  # the first probe: a burst may be ending (PROBE_GRACE_CALLS)
+        graced = min(held, math.floor(self._parallelism))
+        if not self._measured and graced > self._limit:  # a burst may be ending
+            self._limit = graced
+            self._probe_grace = now
             self._probe_crowded = 0
-            self._limit = max(self._limit, min(held, math.floor(self._parallelism)))
 
     def _quiet_bound(self) -> int:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter
