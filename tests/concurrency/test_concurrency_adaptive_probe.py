@@ -37,6 +37,7 @@ def test_a_fresh_limits_first_probe_holds_its_parallelism_before_the_quiet_bound
     # Before: one slot at once (the quiet bound), and a 2-worker pool served a draining burst
     # one call at a time (1.34x the ideal drain).
     assert limit.limit == 2
+    now += 2 * SERVICE  # the calls admitted before the probe have ended
     for _ in range(PROBE_GRACE_CALLS - 1):
         limit.on_sample(now, SERVICE, 2, False)
         now += SERVICE / 2
@@ -55,11 +56,24 @@ def test_a_probe_that_quiet_calls_end_within_its_grace_never_cuts_to_the_quiet_b
     for n in range(FIRST_PROBE_CALLS):
         limit.on_sample(n * 0.01, 1.8 * SERVICE, 3, False)
     assert limit.limit == 2
+    for n in range(2 * PROBE_GRACE_CALLS):  # calls admitted before the probe: no grace spent
+        limit.on_sample(0.0, 1.0, 4, False)
+    assert limit.limit == 2
     for n in range(FIRST_SAMPLES):  # the burst is over: the calls come one at a time
         limit.on_sample(1.0 + n * SERVICE, SERVICE, 1, False)
         assert limit.limit in (2, 4)
     assert limit.limit == 4
     assert limit.baseline == pytest.approx(SERVICE)
+
+
+def test_a_probe_with_the_quiet_bound_at_the_parallelism_has_no_grace() -> None:
+    limit = GradientLimit()
+    for n in range(FIRST_PROBE_CALLS):  # the tool seen serving 2 at once: the quiet bound
+        limit.on_sample(n * 0.01, 1.8 * SERVICE, 3, False, overtook=1)
+    assert limit.limit == 2  # the quiet bound: the probe as before
+    for n in range(2 * PROBE_GRACE_CALLS):  # crowded calls do not cut it
+        limit.on_sample(1.0 + n * 0.01, 1.8 * SERVICE, 3, False, overtook=1)
+    assert limit.limit == 2
 
 
 @pytest.mark.parametrize("workers", [1, 2, 8])
