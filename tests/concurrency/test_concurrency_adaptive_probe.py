@@ -56,7 +56,7 @@ def test_a_probe_that_quiet_calls_end_within_its_grace_never_cuts_to_the_quiet_b
     for n in range(FIRST_PROBE_CALLS):
         limit.on_sample(n * 0.01, 1.8 * SERVICE, 3, False)
     assert limit.limit == 2
-    for n in range(2 * PROBE_GRACE_CALLS):  # calls admitted before the probe: no grace spent
+    for _ in range(2 * PROBE_GRACE_CALLS):  # calls admitted before the probe: no grace spent
         limit.on_sample(0.0, 1.0, 4, False)
     assert limit.limit == 2
     for n in range(FIRST_SAMPLES):  # the burst is over: the calls come one at a time
@@ -86,4 +86,3 @@ def test_under_a_standing_load_the_probe_still_measures_the_uncrowded_latency(
     _saturate(limit, workers, 2000, 0.0)
     assert limit.baseline == pytest.approx(SERVICE)
     assert workers <= limit.limit <= limit.tolerance * workers + 1
-
