@@ -16,6 +16,7 @@ from fusion_guard.admission._adaptive import (
     FIRST_SAMPLES,
     OVERTAKING_MEMORY,
     PARALLELISM_WEIGHT,
+    PROBE_GRACE_CALLS,
     QUIET_SAMPLES,
     GradientLimit,
 )
@@ -92,7 +93,10 @@ def test_a_new_limit_that_gets_only_crowded_calls_makes_room_for_quiet_ones() ->
     for n in range(FIRST_PROBE_CALLS):
         assert limit.limit == 8
         limit.on_sample(n * 0.010, 0.040, 8, False)
-    assert limit.limit == 2  # a probe: a quarter of the limit, so that quiet calls can come
+    assert limit.limit == 4  # a probe: first the parallelism (a burst may be ending)...
+    for n in range(PROBE_GRACE_CALLS):
+        limit.on_sample(1.0 + n * 0.010, 0.040, 4, False)  # admitted under the probe
+    assert limit.limit == 2  # ...then a quarter of the limit, so that quiet calls can come
     for n in range(FIRST_SAMPLES):
         limit.on_sample(1.0 + n * 0.010, 0.010, 2, False)
     assert limit.baseline == pytest.approx(0.010)

@@ -235,16 +235,8 @@ def test_a_cold_burst_at_the_default_guard_drains_near_the_ideal_time(
     assert run_virtual(scenario, backend) <= 1.5
 
 
-_STAGGERED_MISS = pytest.mark.xfail(
-    reason="issue 41, not met: 30 callers 5 ms apart at a warm default Guard() drain at 1.34x"
-    " (the adaptive limit holds one slot of a 2-worker tool for part of the burst); the same"
-    " burst at one instant, 1.05x",
-    strict=True,
-)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("gap", [0.0, pytest.param(0.005, marks=_STAGGERED_MISS)])
+@pytest.mark.parametrize("gap", [0.0, 0.005])
 def test_a_warm_burst_at_the_default_guard_drains_near_the_ideal_time(
     backend: str, gap: float
 ) -> None:

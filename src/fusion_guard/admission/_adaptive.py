@@ -13,7 +13,9 @@ limit in seconds:
   (``SLOW_WINDOW_SAMPLES`` calls of seconds). When no quiet call has come for ``probe_every``
   seconds (a busy tool runs at its limit), the limit drops to that bound until
   ``probe_samples`` quiet calls have finished, so the baseline follows a tool that slows down
-  or speeds up; more workers do not change it.
+  or speeds up; more workers do not change it. The first probe holds the parallelism guess
+  first, if higher, and drops to the bound only after ``PROBE_GRACE_CALLS`` crowded calls
+  admitted under it: a burst that is ending sends quiet calls by itself.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took
@@ -123,6 +125,12 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: A probe first holds the slots the tool appears to serve in parallel (``parallelism``, whole),
+#: and cuts to the quiet bound only after this many crowded calls more: a burst that is ending
+#: leaves quiet calls by itself, and a cut to one slot of a 2-worker FIFO pool (no call ever
+#: overtakes another, so the quiet bound is 1) mid-burst drained 30 callers 5 ms apart at 1.34x
+#: the ideal time. A standing load gets its cut after these calls.
+PROBE_GRACE_CALLS = 10
 #: A slow tool (its uncrowded call outlasts ``window``) gathers calls slowly: 20 calls of 1-5 s
 #: at 4 slots are 15 s, and a limit that grows one slot a window took minutes to reach the
 #: tool's workers. So a window also closes once its calls, at the uncrowded latency, amount to
@@ -172,6 +180,8 @@ class GradientLimit:
         "_overtaking",
         "_parallelism",
         "_parallelism_measured",
+        "_probe_crowded",
+        "_probe_grace",
         "_probe_taken",
         "_probing",
         "_quiet",
@@ -231,6 +241,10 @@ class GradientLimit:
         self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
         self._baseline = math.nan
         self._probe_taken = 0
+        # The first probe's grace (``_start_probe``): when it began (infinite: none pending),
+        # and the crowded calls admitted since.
+        self._probe_grace = _INF
+        self._probe_crowded = 0
         self._probing = False
         self._measured = False  # no baseline yet: the first one is taken from calls as they come
         self._crowded_unmeasured = 0
@@ -332,6 +346,7 @@ class GradientLimit:
                 and self._first_settled(end)
             ):
                 self._first.clear()
+                self._probe_grace = _INF
                 self._probing = False
                 self._measured = True
                 spacing = max(self.probe_every, PROBE_SPACING_BASELINES * self._baseline)
@@ -339,13 +354,19 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
+            if not calm and start >= self._probe_grace:  # admitted under the probe's grace
+                self._probe_crowded += 1
+                if self._probe_crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
+                    self._probe_grace = _INF
+                    self._limit = self._quiet_bound()
+                    return True
             if not self._probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
-                self._start_probe()  # the quiet calls counted so far still count
+                self._start_probe(end)  # the quiet calls counted so far still count
                 return True
             return False
         if end >= self._next_probe:
             self._probe_taken = 0
-            self._start_probe()
+            self._start_probe(end)
             return True
         window = self._window
         if not window:
@@ -507,10 +528,17 @@ class GradientLimit:
             and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
         )
 
-    def _start_probe(self) -> None:
-        """Make room for quiet calls: hold the limit at the quiet bound until enough have come."""
+    def _start_probe(self, now: float) -> None:
+        """Make room for quiet calls: hold the limit at the quiet bound until enough have come
+        (the first probe, at the parallelism for PROBE_GRACE_CALLS crowded calls first)."""
+        held = self._limit
         self._probing = True
         self._limit = self._quiet_bound()
+        graced = min(held, math.floor(self._parallelism))
+        if not self._measured and graced > self._limit:  # a burst may be ending
+            self._limit = graced
+            self._probe_grace = now
+            self._probe_crowded = 0
 
     def _quiet_bound(self) -> int:
         """The most calls in flight at which a call still counts as quiet (uncrowded): a quarter

@@ -1,0 +1,88 @@
+"""GradientLimit's probe with plain numbers (issue 41): a probe first holds the slots the tool
+appears to serve in parallel, and cuts to the quiet bound only under a standing load, so a burst
+at a FIFO pool (no call overtakes another: the quiet bound is one slot) is not served one call
+at a time while it drains."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusion_guard.admission._adaptive import (
+    FIRST_PROBE_CALLS,
+    FIRST_SAMPLES,
+    PROBE_GRACE_CALLS,
+    GradientLimit,
+)
+
+SERVICE = 0.050
+
+
+def _saturate(limit: GradientLimit, workers: int, calls: int, now: float) -> float:
+    """``calls`` calls at a FIFO tool of ``workers`` workers always offered more than the limit:
+    each starts with the limit in flight and waits behind the ones admitted before it."""
+    for _ in range(calls):
+        inflight = limit.limit
+        limit.on_sample(now, SERVICE * max(1.0, inflight / workers), inflight, False)
+        now += SERVICE / min(inflight, workers)
+    return now
+
+
+def test_a_fresh_limits_first_probe_holds_its_parallelism_before_the_quiet_bound() -> None:
+    limit = GradientLimit()  # 4 slots; parallelism 2 until measured (4 / tolerance 2)
+    limit.on_sample(0.0, SERVICE, 1, False)
+    now = 0.1
+    for _ in range(FIRST_PROBE_CALLS):  # a burst: crowded calls, none overtaking another
+        limit.on_sample(now, 1.8 * SERVICE, 3, False)
+        now += SERVICE / 2
+    # Before: one slot at once (the quiet bound), and a 2-worker pool served a draining burst
+    # one call at a time (1.34x the ideal drain).
+    assert limit.limit == 2
+    now += 2 * SERVICE  # the calls admitted before the probe have ended
+    for _ in range(PROBE_GRACE_CALLS - 1):
+        limit.on_sample(now, SERVICE, 2, False)
+        now += SERVICE / 2
+    assert limit.limit == 2
+    limit.on_sample(now, SERVICE, 2, False)  # crowded calls still come: a standing load
+    assert limit.limit == 1  # room for quiet calls
+    for _ in range(FIRST_SAMPLES):
+        now += SERVICE
+        limit.on_sample(now, SERVICE, 1, False)
+    assert limit.baseline == pytest.approx(SERVICE)
+    assert limit.limit == 4  # measured: back to the limit held before the probe
+
+
+def test_a_probe_that_quiet_calls_end_within_its_grace_never_cuts_to_the_quiet_bound() -> None:
+    limit = GradientLimit()
+    for n in range(FIRST_PROBE_CALLS):
+        limit.on_sample(n * 0.01, 1.8 * SERVICE, 3, False)
+    assert limit.limit == 2
+    for _ in range(2 * PROBE_GRACE_CALLS):  # calls admitted before the probe: no grace spent
+        limit.on_sample(0.0, 1.0, 4, False)
+    assert limit.limit == 2
+    for n in range(FIRST_SAMPLES):  # the burst is over: the calls come one at a time
+        limit.on_sample(1.0 + n * SERVICE, SERVICE, 1, False)
+        assert limit.limit in (2, 4)
+    assert limit.limit == 4
+    assert limit.baseline == pytest.approx(SERVICE)
+
+
+def test_a_probe_with_the_quiet_bound_at_the_parallelism_has_no_grace() -> None:
+    limit = GradientLimit()
+    for n in range(FIRST_PROBE_CALLS):  # the tool seen serving 2 at once: the quiet bound
+        limit.on_sample(n * 0.01, 1.8 * SERVICE, 3, False, overtook=1)
+    assert limit.limit == 2  # the quiet bound: the probe as before
+    for n in range(2 * PROBE_GRACE_CALLS):  # crowded calls do not cut it
+        limit.on_sample(1.0 + n * 0.01, 1.8 * SERVICE, 3, False, overtook=1)
+    assert limit.limit == 2
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+def test_under_a_standing_load_the_probe_still_measures_the_uncrowded_latency(
+    workers: int,
+) -> None:
+    # A probe held at the parallelism under a load that never eases would never see a quiet
+    # call: the grace ends, and the quiet bound lets them come.
+    limit = GradientLimit()
+    _saturate(limit, workers, 2000, 0.0)
+    assert limit.baseline == pytest.approx(SERVICE)
+    assert workers <= limit.limit <= limit.tolerance * workers + 1
