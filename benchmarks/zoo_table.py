@@ -1,0 +1,248 @@
+"""The tables of docs/zoo.md's "Results", in markdown, from the zoo's JSON (no figure typed by hand).
+
+    python benchmarks/zoo.py --seeds 1-3 --json zoo.json
+    python benchmarks/zoo_table.py zoo.json [--before zoo_before.json]
+
+The first seed in the file gives the per-policy figures; ``auto`` over the oracle's goodput, and
+every special cell, are shown as the range over all its seeds. ``--before`` adds ``auto``'s ratio
+and shed from a second file (the same command run on older code) beside today's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+
+_GRID = ("none", "oracle", "fixed10", "auto")
+
+
+def _span(values: Iterable[float | None], spec: str = ".2f", suffix: str = "") -> str:
+    """``lo-hi`` over the seeds (one value when they agree; ``-`` when none was measured)."""
+    found = [v for v in values if v is not None]
+    if not found:
+        return "-"
+    lo, hi = format(min(found), spec), format(max(found), spec)
+    return f"{lo}{suffix}" if lo == hi else f"{lo}-{hi}{suffix}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _ratio(policies: Json, policy: str, to: str = "oracle") -> float | None:
+    mine, theirs = policies.get(policy), policies.get(to)
+    if mine is None or theirs is None or theirs["goodput_slo"] <= 0:
+        return None
+    return float(mine["goodput_slo"]) / float(theirs["goodput_slo"])
+
+
+def _cells(run: Json, variant: str = "") -> dict[tuple[str, float], Json]:
+    return {(c["model"], c["load"]): c["policies"] for c in run["cells"] if c["variant"] == variant}
+
+
+def _over(runs: list[Json], key: tuple[str, float], read: Callable[[Json], float | None]) -> str:
+    return _span(read(cells[key]) for run in runs if key in (cells := _cells(run)))
+
+
+def _over_pct(runs: list[Json], key: tuple[str, float]) -> str:
+    shed = _over(runs, key, lambda p: 100 * p["auto"]["shed"])
+    return shed if shed == "-" else f"{shed} %"
+
+
+def grid_table(runs: list[Json], before: list[Json]) -> str:
+    n = len(runs)
+    head = ["model", "load", *("fixed 10" if p == "fixed10" else p for p in _GRID)]
+    head.append(f"auto / oracle ({n} seeds)")
+    if before:
+        head.append(f"auto / oracle before ({len(before)} seeds)")
+    head.append("auto shed")
+    if before:
+        head.append("auto shed before")
+    head += ["auto overload errors", "auto busy/excess", "auto p99 ms", "auto limit"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (model, load), policies in _cells(runs[0]).items():
+        auto = policies["auto"]
+        row = [model, f"{load:g}x", *(f"{policies[p]['goodput_slo']:.2f}" for p in _GRID)]
+        row.append(_over(runs, (model, load), lambda p: _ratio(p, "auto")))
+        if before:
+            row.append(_over(before, (model, load), lambda p: _ratio(p, "auto")))
+        row.append(_pct(auto["shed"]))
+        if before:
+            row.append(_over_pct(before, (model, load)))
+        p99 = auto["p99_ms"]
+        row += [
+            _pct(auto["overload_errors"]),
+            _pct(auto["busy_of_excess"]),
+            "-" if p99 is None else f"{p99:.0f}",
+            "-" if auto["mean_limit"] is None else f"{auto['mean_limit']:.1f}",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def named_table(runs: list[Json]) -> str:
+    """``Guard(overload_errors=<the tool's>)`` where the tool raises one, over the seeds."""
+    lines = [
+        "| model | load | auto_named / oracle | overload errors | busy/excess | shed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, load in _cells(runs[0]):
+        named = [c[(model, load)].get("auto_named") for c in map(_cells, runs)]
+        if not all(named):
+            continue
+        lines.append(
+            f"| {model} | {load:g}x"
+            f" | {_over(runs, (model, load), lambda p: _ratio(p, 'auto_named'))}"
+            f" | {_span((100 * (n['overload_errors'] or 0) for n in named), '.1f', ' %')}"
+            f" | {_span((100 * b if (b := n['busy_of_excess']) is not None else None for n in named), '.0f', ' %')}"  # noqa: E501
+            f" | {_span((100 * n['shed'] for n in named), '.1f', ' %')} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def special_table(runs: list[Json]) -> str:
+    policies = ("auto", "oracle", "fixed10")
+    lines = ["| cell | auto | oracle | fixed 10 |", "|---|---|---|---|"]
+
+    errors = [c for r in runs for c in r["cells"] if c["variant"] == "errors20"]
+    if errors:
+        row = [
+            _span(e["policies"][p]["goodput_slo"] for e in errors)
+            + f" ({_span(_ratio(e['policies'], p) for e in errors)}x oracle)"
+            + f" / {_span((100 * e['policies'][p]['shed'] for e in errors), '.1f', ' %')}"
+            for p in policies
+        ]
+        lines.append("| 20 % bad input at 0.5x: goodput / shed | " + " | ".join(row) + " |")
+
+    outages = [r["outage"] for r in runs if r["outage"]]
+    if outages:
+        row = [
+            _span((o["policies"][p]["probes_min_per_s"] for o in outages), ".0f")
+            + " / "
+            + _span((o["policies"][p]["recovery_s"] for o in outages), ".1f", " s")
+            + (" (never, once)" if any(o["policies"][p]["recovery_s"] is None for o in outages)
+               else "")  # fmt: skip
+            for p in policies
+        ]
+        lines.append(
+            f"| backend down {outages[0]['down_s']:g} s: probes a second (fewest) / back to 0.9x"
+            " goodput | " + " | ".join(row) + " |"
+        )
+
+    drops: dict[float, list[Json]] = {}
+    for run in runs:
+        for drop in run["drops"]:
+            drops.setdefault(drop["sigma"], []).append(drop)
+    for sigma, same in drops.items():
+        row = []
+        for p in policies:
+            figures = [d["policies"][p] for d in same]
+            never = sum(f["reach_s"] is None for f in figures)
+            reach = _span((f["reach_s"] for f in figures), ".2f", " s")
+            if never:
+                reach = "never" if never == len(figures) else f"{reach} (never on {never})"
+            cell = f"{reach} / {_span(f['goodput_slo'] for f in figures)}"
+            if p != "oracle":
+                ratios = (_ratio(d["policies"], p) for d in same)
+                cell += f" ({_span(ratios)}x oracle)"
+            if p == "auto":
+                cell += f", mean limit {_span((f['mean_limit'] for f in figures), '.1f')}"
+            row.append(cell)
+        lines.append(
+            f"| drop 8 -> 1, sigma {sigma:g}: within 2x after / goodput in the 1-worker phase | "
+            + " | ".join(row)
+            + " |"
+        )
+
+    tight = [c["policies"] for r in runs for c in r["cells"] if c["variant"] == "tight"]
+    if tight:
+
+        def shed(policy: str) -> str:
+            return (
+                _span((100 * t[policy]["shed"] for t in tight), ".1f", " %")
+                + f" ({_span((100 * t[policy]['timeouts'] for t in tight), '.1f', ' %')}"
+                " timed out)"
+            )
+
+        lines.append(
+            "| tight queue at 0.8x: shed (timed out) | "
+            f"{shed('auto')} under `Guard()` | `oracle_tight`: {shed('oracle_tight')};"
+            f" `max_active=2` alone: {shed('oracle')} | - |"
+        )
+
+    colds = [r["cold_burst"] for r in runs if r["cold_burst"]]
+    if colds:
+        guards = list(colds[0]["done_x"])
+
+        def burst(guard: str) -> str:
+            return (
+                f"`{'Guard()' if guard == 'default' else guard}`: "
+                + _span((c["done_x"][guard]["cold"] for c in colds), ".2f", "x")
+                + " / "
+                + _span((c["done_x"][guard]["warm"] for c in colds), ".2f", "x")
+            )
+
+        row = [burst(g) for g in guards] + ["-"] * (3 - len(guards))
+        lines.append("| cold burst, over the ideal: cold / warm | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _seeds(runs: list[Json]) -> str:
+    seeds = [int(r["scenario"]["seed"]) for r in runs]
+    return _span(seeds, "d")
+
+
+def targets_table(data: Json) -> str:
+    """Per target (its seed taken off the name), the seeds that met it and what each measured."""
+    by_name: dict[str, list[tuple[str, bool, str]]] = {}
+    for target in data["targets"]:
+        seed, _, name = target["name"].partition(": ")
+        by_name.setdefault(name, []).append((seed.removeprefix("seed "), target["met"],
+                                             target["observed"]))  # fmt: skip
+    met_all = [n for n, seen in by_name.items() if all(m for _, m, _ in seen)]
+    lines = [
+        f"{len(met_all)} of {len(by_name)} targets met on every seed; the others:",
+        "",
+        "| target | met on seeds | measured (seed: figure) |",
+        "|---|---|---|",
+    ]
+    for name, seen in by_name.items():
+        if name in met_all:
+            continue
+        met = ", ".join(s for s, m, _ in seen if m) or "none"
+        measured = "; ".join(f"{s}: {o}" for s, _, o in seen)
+        lines.append(f"| {name} | {met} | {measured} |")
+    return "\n".join(lines)
+
+
+def _load(path: Path) -> Json:
+    data: Json = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("json", type=Path, help="written by benchmarks/zoo.py --json")
+    parser.add_argument("--before", type=Path, help="the same run on older code")
+    args = parser.parse_args()
+    data = _load(args.json)
+    runs: list[Json] = data["runs"]
+    before: list[Json] = _load(args.before)["runs"] if args.before else []
+    print(f"Seed {runs[0]['scenario']['seed']}, and over seeds {_seeds(runs)}:\n")
+    print(grid_table(runs, before), end="\n\n")
+    named = named_table(runs)
+    if named:
+        print(f"`auto_named`, seeds {_seeds(runs)}:\n\n{named}\n")
+    print(f"Special cells, seeds {_seeds(runs)}:\n\n{special_table(runs)}\n")
+    if before:
+        print(f"Special cells before, seeds {_seeds(before)}:\n\n{special_table(before)}\n")
+    print(targets_table(data))
+
+
+if __name__ == "__main__":
+    main()
