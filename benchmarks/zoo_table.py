@@ -1,4 +1,4 @@
-"""The tables of docs/zoo.md's "Results", in markdown, from the zoo's JSON (no figure typed by hand).
+"""docs/zoo.md's result tables in markdown, from the zoo's JSON (no figure typed by hand).
 
     python benchmarks/zoo.py --seeds 1-3 --json zoo.json
     python benchmarks/zoo_table.py zoo.json [--before zoo_before.json]
@@ -28,6 +28,15 @@ def _span(values: Iterable[float | None], spec: str = ".2f", suffix: str = "") -
         return "-"
     lo, hi = format(min(found), spec), format(max(found), spec)
     return f"{lo}{suffix}" if lo == hi else f"{lo}-{hi}{suffix}"
+
+
+def _seconds(values: list[float | None], spec: str) -> str:
+    """A range of seconds; None is a time never reached within the run."""
+    never = sum(v is None for v in values)
+    if never == len(values):
+        return "never"
+    span = _span(values, spec, " s")
+    return f"{span} (never on {never} of {len(values)})" if never else span
 
 
 def _pct(value: float | None) -> str:
@@ -92,8 +101,9 @@ def named_table(runs: list[Json]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for model, load in _cells(runs[0]):
-        named = [c[(model, load)].get("auto_named") for c in map(_cells, runs)]
-        if not all(named):
+        found = [c[(model, load)].get("auto_named") for c in map(_cells, runs)]
+        named = [n for n in found if n is not None]
+        if len(named) < len(found):
             continue
         lines.append(
             f"| {model} | {load:g}x"
@@ -124,9 +134,7 @@ def special_table(runs: list[Json]) -> str:
         row = [
             _span((o["policies"][p]["probes_min_per_s"] for o in outages), ".0f")
             + " / "
-            + _span((o["policies"][p]["recovery_s"] for o in outages), ".1f", " s")
-            + (" (never, once)" if any(o["policies"][p]["recovery_s"] is None for o in outages)
-               else "")  # fmt: skip
+            + _seconds([o["policies"][p]["recovery_s"] for o in outages], ".1f")
             for p in policies
         ]
         lines.append(
@@ -142,10 +150,7 @@ def special_table(runs: list[Json]) -> str:
         row = []
         for p in policies:
             figures = [d["policies"][p] for d in same]
-            never = sum(f["reach_s"] is None for f in figures)
-            reach = _span((f["reach_s"] for f in figures), ".2f", " s")
-            if never:
-                reach = "never" if never == len(figures) else f"{reach} (never on {never})"
+            reach = _seconds([f["reach_s"] for f in figures], ".2f")
             cell = f"{reach} / {_span(f['goodput_slo'] for f in figures)}"
             if p != "oracle":
                 ratios = (_ratio(d["policies"], p) for d in same)
