@@ -40,7 +40,7 @@ def _seconds(values: list[float | None], spec: str) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+    return "-" if value is None else f"{100 * value:.1f} %"
 
 
 def _ratio(policies: Json, policy: str, to: str = "oracle") -> float | None:
@@ -54,13 +54,18 @@ def _cells(run: Json, variant: str = "") -> dict[tuple[str, float], Json]:
     return {(c["model"], c["load"]): c["policies"] for c in run["cells"] if c["variant"] == variant}
 
 
-def _over(runs: list[Json], key: tuple[str, float], read: Callable[[Json], float | None]) -> str:
-    return _span(read(cells[key]) for run in runs if key in (cells := _cells(run)))
+def _over(
+    runs: list[Json],
+    key: tuple[str, float],
+    read: Callable[[Json], float | None],
+    spec: str = ".2f",
+    suffix: str = "",
+) -> str:
+    return _span((read(cells[key]) for run in runs if key in (cells := _cells(run))), spec, suffix)
 
 
 def _over_pct(runs: list[Json], key: tuple[str, float]) -> str:
-    shed = _over(runs, key, lambda p: 100 * p["auto"]["shed"])
-    return shed if shed == "-" else f"{shed} %"
+    return _over(runs, key, lambda p: 100 * p["auto"]["shed"], ".1f", " %")
 
 
 def grid_table(runs: list[Json], before: list[Json]) -> str:
@@ -194,7 +199,7 @@ def special_table(runs: list[Json]) -> str:
 
         row = [burst(g) for g in guards] + ["-"] * (3 - len(guards))
         lines.append("| cold burst, over the ideal: cold / warm | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def _seeds(runs: list[Json]) -> str:
@@ -210,6 +215,8 @@ def targets_table(data: Json) -> str:
         by_name.setdefault(name, []).append((seed.removeprefix("seed "), target["met"],
                                              target["observed"]))  # fmt: skip
     met_all = [n for n, seen in by_name.items() if all(m for _, m, _ in seen)]
+    if len(met_all) == len(by_name):
+        return f"All {len(by_name)} targets met on every seed."
     lines = [
         f"{len(met_all)} of {len(by_name)} targets met on every seed; the others:",
         "",
@@ -243,9 +250,9 @@ def main() -> None:
     named = named_table(runs)
     if named:
         print(f"`auto_named`, seeds {_seeds(runs)}:\n\n{named}\n")
-    print(f"Special cells, seeds {_seeds(runs)}:\n\n{special_table(runs)}\n")
-    if before:
-        print(f"Special cells before, seeds {_seeds(before)}:\n\n{special_table(before)}\n")
+    for name, which in (("", runs), (" before", before)):
+        if special := special_table(which):
+            print(f"Special cells{name}, seeds {_seeds(which)}:\n\n{special}\n")
     print(targets_table(data))
 
 
