@@ -99,6 +99,48 @@ def grid_table(runs: list[Json], before: list[Json]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(runs: list[Json], before: list[Json]) -> str:
+    """Per model, ``auto`` before and now: goodput over the oracle's and overload errors from
+    1.5x, shed at 0.5x and 0.8x (each a range over the loads and seeds)."""
+
+    def over(
+        which: list[Json],
+        model: str,
+        loads: Callable[[float], bool],
+        read: Callable[[Json], float | None],
+        spec: str,
+        suffix: str,
+    ) -> str:
+        return _span(
+            (read(policies) for r in which for (m, load), policies in _cells(r).items()
+             if m == model and loads(load)),
+            spec,
+            suffix,
+        )  # fmt: skip
+
+    columns: list[tuple[str, Callable[[float], bool], Callable[[Json], float | None], str, str]]
+    columns = [
+        ("auto / oracle from 1.5x", lambda x: x >= 1.5, lambda p: _ratio(p, "auto"), ".2f", ""),
+        ("auto shed at 0.5x", lambda x: x == 0.5, lambda p: 100 * p["auto"]["shed"], ".1f", " %"),
+        ("auto shed at 0.8x", lambda x: x == 0.8, lambda p: 100 * p["auto"]["shed"], ".1f", " %"),
+        (
+            "auto overload errors from 1.5x",
+            lambda x: x >= 1.5,
+            lambda p: 100 * (p["auto"]["overload_errors"] or 0.0),
+            ".1f",
+            " %",
+        ),
+    ]
+    head = ["model"] + [f"{name}: before / now" for name, *_ in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model in dict.fromkeys(m for m, _ in _cells(runs[0])):
+        row = [model] + [
+            f"{over(before, model, *rest)} / {over(runs, model, *rest)}" for _, *rest in columns
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def named_table(runs: list[Json]) -> str:
     """``Guard(overload_errors=<the tool's>)`` where the tool raises one, over the seeds."""
     lines = [
@@ -245,6 +287,8 @@ def main() -> None:
     data = _load(args.json)
     runs: list[Json] = data["runs"]
     before: list[Json] = _load(args.before)["runs"] if args.before else []
+    if before:
+        print(f"`auto` before and now, seeds {_seeds(runs)}:\n\n{summary_table(runs, before)}\n")
     print(f"Seed {runs[0]['scenario']['seed']}, and over seeds {_seeds(runs)}:\n")
     print(grid_table(runs, before), end="\n\n")
     named = named_table(runs)
@@ -254,6 +298,8 @@ def main() -> None:
         if special := special_table(which):
             print(f"Special cells{name}, seeds {_seeds(which)}:\n\n{special}\n")
     print(targets_table(data))
+    if args.before:
+        print(f"\nBefore:\n\n{targets_table(_load(args.before))}")
 
 
 if __name__ == "__main__":
