@@ -131,11 +131,13 @@ def summary_table(runs: list[Json], before: list[Json]) -> str:
             " %",
         ),
     ]
-    head = ["model"] + [f"{name}: before / now" for name, *_ in columns]
+    head = ["model"] + [f"{column[0]}: before / now" for column in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in dict.fromkeys(m for m, _ in _cells(runs[0])):
         row = [model] + [
-            f"{over(before, model, *rest)} / {over(runs, model, *rest)}" for _, *rest in columns
+            f"{over(before, model, loads, read, spec, unit)}"
+            f" / {over(runs, model, loads, read, spec, unit)}"
+            for _, loads, read, spec, unit in columns
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
