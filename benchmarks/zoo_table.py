@@ -251,7 +251,7 @@ def _seeds(runs: list[Json]) -> str:
     return _span(seeds, "d")
 
 
-def targets_table(data: Json) -> str:
+def targets_table(data: Json, when: str = "") -> str:
     """Per target (its seed taken off the name), the seeds that met it and what each measured."""
     by_name: dict[str, list[tuple[str, bool, str]]] = {}
     for target in data["targets"]:
@@ -260,9 +260,9 @@ def targets_table(data: Json) -> str:
                                              target["observed"]))  # fmt: skip
     met_all = [n for n, seen in by_name.items() if all(m for _, m, _ in seen)]
     if len(met_all) == len(by_name):
-        return f"All {len(by_name)} targets met on every seed."
+        return f"{when}all {len(by_name)} targets met on every seed.".capitalize()
     lines = [
-        f"{len(met_all)} of {len(by_name)} targets met on every seed; the others:",
+        f"{when}{len(met_all)} of {len(by_name)} targets met on every seed; the others:",
         "",
         "| target | met on seeds | measured (seed: figure) |",
         "|---|---|---|",
@@ -301,7 +301,7 @@ def main() -> None:
             print(f"Special cells{name}, seeds {_seeds(which)}:\n\n{special}\n")
     print(targets_table(data))
     if args.before:
-        print(f"\nBefore:\n\n{targets_table(_load(args.before))}")
+        print(f"\n{targets_table(_load(args.before), 'Before, ')}")
 
 
 if __name__ == "__main__":
