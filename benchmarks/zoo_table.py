@@ -1,11 +1,12 @@
 """docs/zoo.md's result tables in markdown, from the zoo's JSON (no figure typed by hand).
 
     python benchmarks/zoo.py --seeds 1-3 --json zoo.json
-    python benchmarks/zoo_table.py zoo.json [--before zoo_before.json]
+    python benchmarks/zoo_table.py zoo.json [--before zoo_before.json] [--splice docs/zoo.md]
 
 The first seed in the file gives the per-policy figures; ``auto`` over the oracle's goodput, and
 every special cell, are shown as the range over all its seeds. ``--before`` adds ``auto``'s ratio
-and shed from a second file (the same command run on older code) beside today's.
+and shed from a second file (the same command run on older code) beside today's; ``--splice``
+writes the tables into the page between its two marker lines instead of printing them.
 """
 
 from __future__ import annotations
@@ -281,27 +282,59 @@ def _load(path: Path) -> Json:
     return data
 
 
+def tables(data: Json, before_data: Json | None) -> str:
+    """Every table of the page's results, with a line naming each."""
+    runs: list[Json] = data["runs"]
+    before: list[Json] = before_data["runs"] if before_data else []
+    parts = []
+    if before:
+        parts.append(
+            f"`auto` before and now, seeds {_seeds(runs)}:\n\n{summary_table(runs, before)}"
+        )
+    parts.append(f"Seed {runs[0]['scenario']['seed']}, and over seeds {_seeds(runs)}:")
+    parts.append(grid_table(runs, before))
+    if named := named_table(runs):
+        parts.append(f"`auto_named`, seeds {_seeds(runs)}:\n\n{named}")
+    for name, which in (("", runs), (" before", before)):
+        if special := special_table(which):
+            parts.append(f"Special cells{name}, seeds {_seeds(which)}:\n\n{special}")
+    parts.append(targets_table(data))
+    if before_data:
+        parts.append(targets_table(before_data, "Before, "))
+    return "\n\n".join(parts) + "\n"
+
+
+#: What ``--splice`` replaces: the text between these two lines of the page.
+BEGIN, END = (
+    "<!-- printed by: python benchmarks/zoo_table.py",
+    "<!-- end of zoo_table.py's output -->",
+)
+
+
+def splice(page: Path, text: str) -> None:
+    """Put ``text`` between the page's BEGIN and END lines, in place of what was there."""
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith(BEGIN)]
+    ends = [i for i, line in enumerate(lines) if line.startswith(END)]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise SystemExit(f"--splice {page}: expected one {BEGIN!r} line, then one {END!r} line")
+    new = [*lines[: starts[0] + 1], "\n", text, "\n", *lines[ends[0] :]]
+    page.write_text("".join(new), encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("json", type=Path, help="written by benchmarks/zoo.py --json")
     parser.add_argument("--before", type=Path, help="the same run on older code")
+    parser.add_argument(
+        "--splice", type=Path, help="write the tables into this page (docs/zoo.md), not stdout"
+    )
     args = parser.parse_args()
-    data = _load(args.json)
-    runs: list[Json] = data["runs"]
-    before: list[Json] = _load(args.before)["runs"] if args.before else []
-    if before:
-        print(f"`auto` before and now, seeds {_seeds(runs)}:\n\n{summary_table(runs, before)}\n")
-    print(f"Seed {runs[0]['scenario']['seed']}, and over seeds {_seeds(runs)}:\n")
-    print(grid_table(runs, before), end="\n\n")
-    named = named_table(runs)
-    if named:
-        print(f"`auto_named`, seeds {_seeds(runs)}:\n\n{named}\n")
-    for name, which in (("", runs), (" before", before)):
-        if special := special_table(which):
-            print(f"Special cells{name}, seeds {_seeds(which)}:\n\n{special}\n")
-    print(targets_table(data))
-    if args.before:
-        print(f"\n{targets_table(_load(args.before), 'Before, ')}")
+    text = tables(_load(args.json), _load(args.before) if args.before else None)
+    if args.splice:
+        splice(args.splice, text)
+    else:
+        print(text, end="")
 
 
 if __name__ == "__main__":
