@@ -2,6 +2,8 @@
 
     python benchmarks/zoo.py --seeds 1-3 --json zoo.json
     python benchmarks/zoo_table.py zoo.json [--before zoo_before.json] [--splice docs/zoo.md]
+    python benchmarks/zoo.py --seeds 4-6 --json zoo46.json --quiet
+    python benchmarks/zoo_table.py zoo46.json --targets-only [--splice docs/zoo.md]
 
 The first seed in the file gives the per-policy figures; ``auto`` over the oracle's goodput, and
 every special cell, are shown as the range over all its seeds. ``--before`` adds ``auto``'s ratio
@@ -261,7 +263,8 @@ def targets_table(data: Json, when: str = "") -> str:
                                              target["observed"]))  # fmt: skip
     met_all = [n for n, seen in by_name.items() if all(m for _, m, _ in seen)]
     if len(met_all) == len(by_name):
-        return f"{when}all {len(by_name)} targets met on every seed.".capitalize()
+        text = f"{when}all {len(by_name)} targets met on every seed."
+        return text[:1].upper() + text[1:]
     lines = [
         f"{when}{len(met_all)} of {len(by_name)} targets met on every seed; the others:",
         "",
@@ -304,20 +307,29 @@ def tables(data: Json, before_data: Json | None) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-#: What ``--splice`` replaces: the text between these two lines of the page.
+#: What ``--splice`` replaces: the text between a BEGIN line and the END line after it. A page
+#: holds one block for the full tables and may hold one for ``--targets-only`` (its BEGIN line
+#: names that option).
 BEGIN, END = (
     "<!-- printed by: python benchmarks/zoo_table.py",
     "<!-- end of zoo_table.py's output -->",
 )
 
 
-def splice(page: Path, text: str) -> None:
-    """Put ``text`` between the page's BEGIN and END lines, in place of what was there."""
+def splice(page: Path, text: str, targets_only: bool) -> None:
+    """Put ``text`` in the page's block for this output, in place of what was there."""
     lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith(BEGIN)]
-    ends = [i for i, line in enumerate(lines) if line.startswith(END)]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise SystemExit(f"--splice {page}: expected one {BEGIN!r} line, then one {END!r} line")
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(BEGIN) and ("--targets-only" in line) == targets_only
+    ]
+    ends = [i for i, line in enumerate(lines) if line.startswith(END) and starts and i > starts[0]]
+    if len(starts) != 1 or not ends:
+        raise SystemExit(
+            f"--splice {page}: expected one {BEGIN!r} line"
+            f" {'with' if targets_only else 'without'} --targets-only, then a {END!r} line"
+        )
     new = [*lines[: starts[0] + 1], "\n", text, "\n", *lines[ends[0] :]]
     page.write_text("".join(new), encoding="utf-8")
 
@@ -327,12 +339,19 @@ def main() -> None:
     parser.add_argument("json", type=Path, help="written by benchmarks/zoo.py --json")
     parser.add_argument("--before", type=Path, help="the same run on older code")
     parser.add_argument(
+        "--targets-only", action="store_true", help="only the targets missed on some seed"
+    )
+    parser.add_argument(
         "--splice", type=Path, help="write the tables into this page (docs/zoo.md), not stdout"
     )
     args = parser.parse_args()
-    text = tables(_load(args.json), _load(args.before) if args.before else None)
+    data = _load(args.json)
+    if args.targets_only:
+        text = targets_table(data, f"Seeds {_seeds(data['runs'])}: ") + "\n"
+    else:
+        text = tables(data, _load(args.before) if args.before else None)
     if args.splice:
-        splice(args.splice, text)
+        splice(args.splice, text, args.targets_only)
     else:
         print(text, end="")
 
