@@ -344,3 +344,32 @@ def test_bad_settings_fail_with_one_line_naming_them(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         GradientLimit(**kwargs)  # type: ignore[arg-type]
+
+
+def _bimodal(limit: GradientLimit, now: float, calls: int, inflight: int) -> float:
+    """``calls`` calls of a lookup tool, one in five an expensive query (150 ms; lookups 5 ms),
+    in that order, each started at ``inflight`` in flight. Returns the time reached."""
+    for index in range(calls):
+        latency = 0.150 if index % 5 == 4 else 0.005
+        limit.on_sample(now, latency, inflight, False)
+        now += latency / inflight
+    return now
+
+
+def test_a_chance_run_of_a_bimodal_tools_slow_calls_is_no_lost_capacity() -> None:
+    # 20 % of the tool's own quiet calls take 30x the median: five of them in a row come by
+    # chance (about once in half a minute at 100 calls a second) and must not cut the limit to
+    # a quarter as a tool that lost capacity would be (zoo: arg_cost at 0.8x).
+    limit = GradientLimit(initial_limit=8)
+    now = _bimodal(limit, 0.0, 400, 1)  # quiet: the baseline, and what its calls look like
+    now = _bimodal(limit, now, 399, 4)  # (its last call a lookup)
+    before = limit.limit
+    for _ in range(5):
+        limit.on_sample(now, 0.150, 4, False)
+        now += 0.150 / 4
+    assert limit.limit == before
+    # The tool really slowing down: a longer run of such calls still cuts it early.
+    for _ in range(10):
+        limit.on_sample(now, 0.150, 4, False)
+        now += 0.150 / 4
+    assert limit.limit < before

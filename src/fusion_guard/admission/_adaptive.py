@@ -19,7 +19,8 @@ limit in seconds:
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took
-  ``EARLY_FACTOR`` times the tolerated latency or more, and is decided on those calls alone (the
+  ``EARLY_FACTOR`` times the tolerated latency or more (more calls when the tool's quiet calls
+  are often that slow: ``EARLY_RUN_CHANCE``), and is decided on those calls alone (the
   calls of the window that ended before the tool slowed down do not hold it back): a tool that
   lost capacity answers so slowly that
   a full window of its calls would take seconds to gather. A window that would only grow the
@@ -98,6 +99,12 @@ PROBE_SPACING_BASELINES = 200
 #: limit to come within 2x of one worker after eight, median over seeds 1-40.)
 EARLY_SAMPLES = 5
 EARLY_FACTOR = 3.0
+#: ... unless the tool's own uncrowded calls make such a run this likely at any one call: a tool
+#: whose quiet calls are often that slow (a lookup tool's expensive queries: 20 % of its calls at
+#: 30x the median) then needs a longer run. Five in a row of those came by chance about once in
+#: half a minute at 0.8x, and each cut the limit to a quarter: 6.8 % shed, not 2.2 %
+#: (``python benchmarks/zoo.py --models arg_cost --loads 0.8 --no-special --seeds 4-8``).
+EARLY_RUN_CHANCE = 1e-4
 #: A window that would only grow the limit closes once it holds this many calls per slot (and
 #: has lasted ``window``): at a limit of 1 a full window takes ``window_samples`` services one
 #: after another, so a limit that a noisy window had cut to 1 took a second or more to climb.
@@ -384,7 +391,8 @@ class GradientLimit:
         self._window_crowd += inflight
         gathered = len(window)
         due = end >= self._window_end
-        if slow >= EARLY_SAMPLES:  # the tool lost capacity: decided on the slow calls alone
+        if slow >= EARLY_SAMPLES and slow >= self._early_run():
+            # The tool lost capacity: decided on the slow calls alone.
             self._decide(_median(window[-slow:]), end, early=slow)
             window.clear()
             return True
@@ -527,6 +535,17 @@ class GradientLimit:
             len(settled) >= SLOW_WINDOW_SAMPLES
             and len(settled) * _median_of_sorted(settled) >= FIRST_SAMPLES * self.window
         )
+
+    def _early_run(self) -> int:
+        """How many calls in a row at the early bar or more say the tool lost capacity: at
+        least ``EARLY_SAMPLES``, more when its quiet calls reach the bar often enough that a
+        shorter run comes by chance (``EARLY_RUN_CHANCE``). Asked only once such a run is
+        ``EARLY_SAMPLES`` long."""
+        ordered = self._quiet_sorted
+        share = (len(ordered) - bisect_left(ordered, self._early_bar)) / len(ordered)
+        if share <= 0.0:  # (the bar is above the median: share < 0.5, the log below < 0)
+            return EARLY_SAMPLES
+        return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
 
     def _start_probe(self, now: float) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come
