@@ -206,8 +206,7 @@ class Slot:
         """The body raised ``exc``: end with the outcome it says, the limit told whether it says
         the tool is overloaded (a named overload error, a raised SERVER_BUSY, RATE_LIMITED or
         TIMEOUT envelope)."""
-        if overload_raised(exc, self._core.overload_errors):
-            self._overload = True
+        self.caught(exc)
         self._end(outcome_of(exc))
 
     def caught(self, exc: BaseException) -> None:
@@ -512,9 +511,6 @@ class UnboundedSlot(Slot):
 
     def _timed_out(self) -> HandlerTimeout:
         return self._slots.timeouts.refusal(self._timeout or 0.0)
-
-    def _raised(self, exc: BaseException) -> None:
-        self._end(outcome_of(exc))  # no limit to tell
 
     def caught(self, exc: BaseException) -> None:
         pass  # no limit to tell
