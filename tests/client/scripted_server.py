@@ -1,13 +1,16 @@
 """A scripted tool for the client tests: it answers with the results it is given, in order, and
-records when each attempt arrived (the event loop's time, virtual under ``virtual_time``)."""
+records when each attempt arrived (the event loop's time, virtual under ``virtual_time``); and
+``retrying``, the tests' ``Retrying`` (seeded jitter, no shared budget or throttle unless given)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import anyio
 
 from fusion_guard import tool_error
+from fusion_guard.client import Retrying
 from fusion_guard.wire._meta import META_KEY
 
 
@@ -55,3 +58,11 @@ class Script:
     @property
     def calls(self) -> int:
         return len(self.times)
+
+
+def retrying(**options: Any) -> Retrying:
+    """A ``Retrying`` with seeded jitter and, unless given, no budget or throttle."""
+    options.setdefault("rng", random.Random(7))
+    options.setdefault("budget", None)
+    options.setdefault("throttle", None)
+    return Retrying(**options)

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from prometheus_client import CollectorRegistry
-from scripted_server import Script, refusal, success
+from scripted_server import Script, refusal, retrying, success
 
 from fusion_guard import ToolResponse, tool_error
 from fusion_guard.client import (
@@ -30,13 +30,6 @@ from fusion_guard.client import (
 from virtual_time import virtual_time_backends
 
 anyio_backend = virtual_time_backends()
-
-
-def retrying(**options: Any) -> Retrying:
-    options.setdefault("rng", random.Random(7))
-    options.setdefault("budget", None)
-    options.setdefault("throttle", None)
-    return Retrying(**options)
 
 
 # -- what is retried, and when ----------------------------------------------------------------

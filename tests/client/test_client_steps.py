@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
-from scripted_server import Script, refusal, success
+from scripted_server import Script, refusal, retrying, success
 
 from fusion_guard import Guard, MemoryBackend, tool_error
 from fusion_guard.client import (
@@ -27,13 +27,6 @@ from fusion_guard.integrations.mcp import install
 from virtual_time import virtual_time_backends
 
 anyio_backend = virtual_time_backends()
-
-
-def retrying(**options: Any) -> Retrying:
-    options.setdefault("rng", random.Random(7))
-    options.setdefault("budget", None)
-    options.setdefault("throttle", None)
-    return Retrying(**options)
 
 
 @pytest.mark.anyio

@@ -166,17 +166,7 @@ async def test_a_hint_that_tries_to_raise_over_stdio(sdk: str) -> None:
         ):
             tg.start_soon(_collect, process, stderr)
             session = RawSession(process)
-            await session.request(
-                1,
-                "initialize",
-                {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "stdio-test", "version": "0"},
-                },
-            )
-            assert "result" in await session.response(1)
-            await session.send({"method": "notifications/initialized"})
+            await session.initialize()
             await session.request(2, "tools/call", call("slow", progress_token="slow-1"))
             await session.wait_for(
                 lambda m: (

@@ -61,6 +61,20 @@ class RawSession:
     async def response(self, id_: int) -> dict[str, Any]:
         return await self.wait_for(lambda m: m.get("id") == id_ and "method" not in m)
 
+    async def initialize(self) -> None:
+        """The MCP handshake, as request 1."""
+        await self.request(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "stdio-test", "version": "0"},
+            },
+        )
+        assert "result" in await self.response(1)
+        await self.send({"method": "notifications/initialized"})
+
     async def close(self) -> None:
         """Close stdin (the server shuts down) and read stdout to EOF, checking every line."""
         await self._stdin.aclose()
@@ -122,17 +136,7 @@ async def _collect(process: Process, into: bytearray) -> None:
 
 async def _exchange(session: RawSession) -> str:
     """Initialize, force a shed and an internal error; returns the internal error's reference."""
-    await session.request(
-        1,
-        "initialize",
-        {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "stdio-test", "version": "0"},
-        },
-    )
-    assert "result" in await session.response(1)
-    await session.send({"method": "notifications/initialized"})
+    await session.initialize()
 
     await session.request(2, "tools/call", call("slow", progress_token="slow-1"))
     await session.wait_for(
