@@ -58,12 +58,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ._pacing import AT_ONCE_MEMORY
+
 __all__ = [
     "ALONE",
     "ERROR_HISTORY",
     "ERROR_Z",
     "NEAR_DEADLINE",
     "OVERLOAD",
+    "RATE",
     "SERVED_BY_OTHERS",
     "TROUBLE_WEIGHT",
     "CapacityFeedback",
@@ -86,8 +89,12 @@ TROUBLE_WEIGHT = 4
 #: the tool is overloaded at the calls in flight at its start; an error of a call that ran alone.
 OVERLOAD = "overload"
 ALONE = "alone"
+#: An overload error at no more calls in flight than the tool was lately seen serving at once:
+#: its limit is a rate, not a count of calls (``_pacing.py``).
+RATE = "rate"
 Signal = bool | str | None
-"""What ``CapacityFeedback.ended`` returns: False, True, ``OVERLOAD``, ``ALONE`` or None."""
+"""What ``CapacityFeedback.ended`` returns: False, True, ``OVERLOAD``, ``RATE``, ``ALONE`` or
+None."""
 #: The calls (by the calls in flight at their start) the error share is judged over: older ones
 #: are scaled down once the count passes it, so a tool that changed is judged by what it does
 #: now within a few hundred calls.
@@ -187,6 +194,9 @@ class CapacityFeedback:
     """
 
     __slots__ = (
+        "_at_once",
+        "_at_once_before",
+        "_at_once_until",
         "_clients",
         "_errors",
         "_idle",
@@ -194,6 +204,8 @@ class CapacityFeedback:
         "_queued_by_others",
         "_score",
         "_served",
+        "served",
+        "served_time",
     )
 
     def __init__(self, queued_by_others: Callable[[str | None], int]) -> None:
@@ -207,6 +219,15 @@ class CapacityFeedback:
         self._idle: _Client | None = None
         self._errors = ErrorShare()
         self._served = self._errors.served  # counted into for every call served (``ended``)
+        # Calls served, ever, and their holds summed: a pacer reads the rate they are served
+        # at and the slots that rate needs (``_pacing.py``).
+        self.served = 0
+        self.served_time = 0.0
+        # The most calls admitted before a served one that it overtook (it ended while they
+        # ran: the tool served that many and one more at once), in the current period of
+        # AT_ONCE_MEMORY / 2 seconds (until ``_at_once_until``) and in the one before.
+        self._at_once = self._at_once_before = 0
+        self._at_once_until = -math.inf
 
     @property
     def clients(self) -> int:
@@ -234,14 +255,16 @@ class CapacityFeedback:
         outcome: str,
         overload: bool = False,
         reached_tool: bool = True,
+        overtook: int = 0,
     ) -> Signal:
         """The call seated at ``seat`` gave its slot back: it took it at ``start`` with
         ``inflight`` calls holding one, itself included, and held it ``held`` seconds;
         ``timeout``: its deadline, if any; ``outcome``: how it ended (``ok``, ``timeout``: the
         deadline ended it, ``error``, ``internal_error``, ``cancelled``); ``overload``: it
         said the tool is overloaded (a named error, an envelope); ``reached_tool``: False when
-        its arguments failed validation. Returns what the limit learns: ``False`` a latency
-        sample, ``True`` a drop, ``OVERLOAD`` or ``ALONE`` (see the module), ``None`` nothing."""
+        its arguments failed validation; ``overtook``: the calls admitted before it that still
+        ran when it ended. Returns what the limit learns: ``False`` a latency sample, ``True``
+        a drop, ``OVERLOAD``, ``RATE`` or ``ALONE`` (see the module), ``None`` nothing."""
         record, others_then = seat
         record.holding -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
@@ -254,6 +277,12 @@ class CapacityFeedback:
         if outcome == "ok" and (timeout is None or held < NEAR_DEADLINE * timeout):
             record.score += 1
             self._score += 1
+            self.served += 1
+            self.served_time += held
+            if start + held >= self._at_once_until:
+                self._next_period(start + held)
+            if overtook > self._at_once:
+                self._at_once = overtook
             try:  # ErrorShare.ok, inlined: every call
                 self._served[inflight] += 1.0
             except IndexError:
@@ -289,6 +318,8 @@ class CapacityFeedback:
                 self._last_drop = start + held
                 return True
         if outcome == "ok":
+            self.served += 1
+            self.served_time += held
             self._errors.ok(inflight)
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
         if outcome == "cancelled":
@@ -299,4 +330,22 @@ class CapacityFeedback:
         if inflight <= 1:
             errors.failed_alone()
             return ALONE
-        return OVERLOAD if overload or rising else None
+        if not (overload or rising):
+            return None
+        return RATE if self._served_at_once(start + held) >= inflight else OVERLOAD
+
+    def _next_period(self, now: float) -> None:
+        """The sightings of calls served at once start a new period at ``now``; the last one is
+        kept as the one before (none, if it ended a period ago or more)."""
+        ended = self._at_once_until
+        self._at_once_before = self._at_once if now < ended + AT_ONCE_MEMORY / 2 else 0
+        self._at_once = 0
+        self._at_once_until = now + AT_ONCE_MEMORY / 2
+
+    def _served_at_once(self, now: float) -> int:
+        """The most calls the tool was seen serving at once within the last ``AT_ONCE_MEMORY``
+        seconds, at least (1 when none overtook another). Older sightings are forgotten, so that
+        a tool that lost capacity is judged by what it serves now."""
+        if now >= self._at_once_until:
+            self._next_period(now)
+        return max(self._at_once, self._at_once_before) + 1

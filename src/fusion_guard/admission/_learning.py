@@ -19,8 +19,9 @@ from .._log import log_event
 from .._observer import observer_failed
 from ._core import Core
 from ._discipline import whole_calls
-from ._feedback import ALONE, CapacityFeedback, Seat
+from ._feedback import ALONE, RATE, CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
+from ._pacing import RatePacer
 from ._refusal import Refusals
 from ._service_time import EWMA_ALPHA, ServiceTimeEstimator
 
@@ -66,6 +67,7 @@ class LimitLearning:
         "_on_overtaking_sample",
         "_openings",
         "_overtaking",
+        "_pacer",
         "_parallel_calls",
         "_queue_floor",
         "_queue_follows",
@@ -89,6 +91,8 @@ class LimitLearning:
         self._on_overload = on_overload if callable(on_overload) else None
         # Each finished call's signal (``_feedback.py``), from the seat it took with its slot.
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
+        # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
+        self._pacer = RatePacer(self._feedback)
         # The time between slot openings at saturation, learnt from each call's hold over the
         # calls it shared the tool with. The mean hold over the slots in force is wrong for as
         # long as the mean lags a moved limit (a small limit moves often).
@@ -122,8 +126,9 @@ class LimitLearning:
         seconds, overtook ``overtook`` calls that took a slot before it, and ended with
         ``outcome`` (``overload``: its answer said the tool is overloaded)."""
         core = self._core
-        dropped = self._feedback.ended(
-            seat, start, held, inflight, timeout, outcome, overload, reached_tool
+        feedback = self._feedback
+        dropped = feedback.ended(
+            seat, start, held, inflight, timeout, outcome, overload, reached_tool, overtook
         )
         if dropped is None:
             # It never ran, or it teaches nothing: a timeout of its caller's own, a
@@ -159,6 +164,9 @@ class LimitLearning:
                     )
                 else:
                     moved = self._adaptive.on_sample(start, held, inflight, dropped)
+            elif dropped is RATE:  # the tool's limit is a rate: paced, the limit left alone
+                self._pacer.rate_shaped(start + held)
+                moved = False
             else:  # an overload error: not a hold the slots' openings are learnt from
                 moved = self._overloaded(start, held, inflight, overtook, dropped is ALONE)
             limit = self._limit_read
@@ -183,7 +191,14 @@ class LimitLearning:
         discipline = core.discipline
         if isinstance(limit, int) and limit >= 1:
             waiters = core.waiters
-            if waiters:  # (without waiters no queue stands: the limit is in force as it is)
+            pacer = self._pacer
+            # Paced (``_pacing.py``): not above what the pace allows, which stands in for the
+            # slots under overload below (the pace, not the parallelism, is the tool's limit).
+            paced = pacer.slots(start + held, core.active, core.admitted) if pacer.pacing else None
+            if paced is not None:
+                if paced < limit:
+                    limit = paced
+            elif waiters:  # (without waiters no queue stands: the limit is in force as it is)
                 # Under sustained overload, not above what the tool serves in parallel (and one).
                 limit = discipline.slots_in_force(limit, parallelism, start + held, len(waiters))
             if limit != core.max_active:
@@ -207,6 +222,8 @@ class LimitLearning:
     ) -> bool | None:
         """An overload error (``alone``: of a call that ran alone) told to the limit: its
         ``on_overload`` if it has one, else a drop (a call alone tells such a limit nothing)."""
+        # While paced, a ceiling below the slots the pace needs would fight it (``_pacing.py``).
+        inflight = max(inflight, self._pacer.needed() + 1)
         on_overload = self._on_overload
         if on_overload is not None:
             moved: bool | None = on_overload(start, held, inflight, overtook=overtook)

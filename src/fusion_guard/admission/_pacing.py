@@ -1,0 +1,178 @@
+"""Pacing: the instrument for a tool whose limit is a rate, not a count of calls in flight.
+
+An upstream API with a rate limit (a token bucket, a fixed window) answers the calls past its
+rate with an error (a 429), and fast. Its overload errors look like a pool's that fails fast
+when full, and a concurrency ceiling is the wrong answer to them: the 429s free their slots in
+milliseconds, so the count of slots at which every excess call is admitted (to fail) lies barely
+one slot above the count the rate needs (at 4x, 50 calls/s of 80 ms, 429s in 5 ms: 4 slots
+serve 50 calls/s, 5 admit 250 calls/s). A ceiling set at the calls in flight of each 429 (the
+pool's rule) sits at or below what the rate needs, and the guard refuses what the upstream
+would have served (goodput 0.88-0.94x a fixed 10 on the zoo's upstream at 4x).
+
+Which instrument an overload error calls for is told by the error itself (``_feedback.py``):
+
+- **Concurrency-shaped**: a pool that fails when full fails a call only when its connections
+  are all taken, so never at fewer calls in flight than it was seen serving at once (a served
+  call that ended while ``k`` calls admitted before it still ran: ``k + 1`` at once). Its error
+  sets the ceiling (``GradientLimit.on_overload``), as before.
+- **Rate-shaped**: the tool refused the ``n``-th call in flight although it was seen serving
+  ``n`` or more at once within the last ``AT_ONCE_MEMORY`` seconds: what it lacked was not a
+  slot but a token. Such an error does not touch the limit; it starts (or keeps) the pacer.
+
+``RatePacer`` then admits calls at the rate the tool serves while it refuses some: the served
+calls' rate (``SERVED_WINDOW`` seconds of them, measured after the first rate-shaped error, so
+that it is the upstream's rate and not a rate held down by the ceilings before) with
+``HEADROOM`` more, so that a rate a little above the measured one keeps being tried and the
+pacer follows an upstream that grants more. It paces through the slots in force: at each call's
+end the slots are the calls still in flight and the tokens its rate has earned since (a token
+bucket of ``BURST_SECONDS`` of the rate, spent by every call admitted), never fewer than one.
+The calls beyond wait in the guard's queue and are refused as any excess is, SERVER_BUSY with a
+``retry_after`` (the slots open at the paced rate, and the advice follows them). The pacer lets
+go ``RATE_HOLD`` seconds after the last rate-shaped error: a load back under the rate, or an
+upstream that raised its rate, is then run without it (the first error brings it back).
+
+The pacer acts only at calls' ends (no timer, no clock of its own: the ends carry the time), so
+between two ends at most the tokens of the last one are spent; an upstream of a few calls a
+second is paced in steps of its own calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+__all__ = [
+    "AT_ONCE_MEMORY",
+    "BURST_SECONDS",
+    "HEADROOM",
+    "RATE_HOLD",
+    "SERVED_WINDOW",
+    "RatePacer",
+    "Served",
+]
+
+#: How long (seconds) a sighting of ``k`` calls served at once stands as proof that the tool
+#: serves that many: an error at that many calls in flight or fewer, within it, is rate-shaped.
+AT_ONCE_MEMORY = 2.0
+#: The served calls' rate is measured over at least this long (seconds) before it is paced.
+SERVED_WINDOW = 0.5
+#: The pace is the measured rate and this share more: the upstream's own rate is found (and
+#: followed when it grows) by a few of its refusals, about HEADROOM / (1 + HEADROOM) of the
+#: calls admitted, rather than by a pace that might sit below it.
+HEADROOM = 0.1
+#: The tokens the pacer may hold: this many seconds of its rate (at least one call).
+BURST_SECONDS = 0.1
+#: The pacer lets go this long (seconds) after the last rate-shaped error.
+RATE_HOLD = 3.0
+
+
+class RatePacer:
+    """Admissions paced at a rate learnt from a tool that refuses by rate (see the module), from
+    the served calls ``feedback`` counts (``served``, ``served_time``: counters that only grow).
+
+    ``rate_shaped(end)`` is told each rate-shaped overload error (ended at ``end``);
+    ``slots(end, active, admitted)``, asked at each call's end while ``pacing``, answers the
+    slots the pace allows now (``active`` calls in flight, the ending one included;
+    ``admitted``: the calls admitted so far, a counter that only grows), or None (not pacing
+    now); ``needed()``: the slots the pace needs, for a ceiling not to be set below them.
+    """
+
+    __slots__ = (
+        "_admitted",
+        "_at",
+        "_feedback",
+        "_hold",
+        "_mark",
+        "_mark_served",
+        "_mark_time",
+        "_rate",
+        "_tokens",
+        "_until",
+        "pacing",
+    )
+
+    def __init__(self, feedback: Served) -> None:
+        self._feedback = feedback
+        self.pacing = False  # True from the first rate-shaped error until the pacer lets go
+        self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
+        self._rate = math.nan  # the pace (calls/s); NaN: still measuring
+        self._hold = math.nan  # the served calls' mean hold (seconds), as last measured
+        # When the served calls were last counted, their count and their holds then.
+        self._mark = math.nan
+        self._mark_served = 0
+        self._mark_time = 0.0
+        self._tokens = 0.0
+        self._at = math.nan  # when the tokens were last counted, and the admissions then
+        self._admitted = 0
+
+    @property
+    def rate(self) -> float:
+        """The pace in force (calls/s), NaN while measuring or let go."""
+        return self._rate if self.pacing else math.nan
+
+    def rate_shaped(self, end: float) -> None:
+        """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
+        more seconds."""
+        self._until = end + RATE_HOLD
+        if not self.pacing:
+            self.pacing = True
+            self._rate = self._hold = math.nan
+            self._mark_now(end)
+            return
+        self._measure(end)
+
+    def needed(self) -> int:
+        """The slots the pace needs: its calls in flight at the served calls' mean hold
+        (Little's law), and one more; 0 when not pacing or still measuring."""
+        rate = self._rate
+        if not self.pacing or rate != rate:
+            return 0
+        return math.ceil(rate * self._hold) + 1
+
+    def _mark_now(self, end: float) -> None:
+        feedback = self._feedback
+        self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
+
+    def _measure(self, end: float) -> None:
+        """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed."""
+        elapsed = end - self._mark
+        if elapsed < SERVED_WINDOW:
+            return
+        feedback = self._feedback
+        served = feedback.served - self._mark_served
+        if served > 0:
+            first = self._rate != self._rate  # NaN: the first measurement
+            self._rate = (1.0 + HEADROOM) * served / elapsed
+            self._hold = (feedback.served_time - self._mark_time) / served
+            if first:
+                self._tokens = 0.0
+                self._at = math.nan
+        self._mark_now(end)
+
+    def slots(self, end: float, active: int, admitted: int) -> int | None:
+        """The slots in force the pace allows at ``end`` (see the class), or None: not pacing
+        (it let go, or is still measuring the rate)."""
+        if end >= self._until:
+            self.pacing = False
+            return None
+        self._measure(end)
+        rate = self._rate
+        if rate != rate:  # NaN: measuring
+            return None
+        at = self._at
+        if at != at:  # the first reading of the tokens: none spent yet
+            self._at, self._admitted = end, admitted
+            return max(1, active - 1)
+        burst = max(1.0, rate * BURST_SECONDS)
+        tokens = min(burst, self._tokens + (end - at) * rate) - (admitted - self._admitted)
+        self._tokens = tokens
+        self._at, self._admitted = end, admitted
+        # The calls still in flight once this one ends, and one more per token earned.
+        return max(1, active - 1 + (math.floor(tokens) if tokens > 0.0 else 0))
+
+
+class Served(Protocol):
+    """What the pacer reads of the served calls (``CapacityFeedback``)."""
+
+    served: int
+    served_time: float
