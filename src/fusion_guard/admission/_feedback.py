@@ -144,6 +144,11 @@ class ErrorShare:
         self.served.extend(more)
         self._errors.extend(more)
 
+    def served_at(self, level: int) -> bool:
+        """Whether at least half the calls that started with ``level`` calls in flight were
+        served (a failure just counted by ``rising`` included)."""
+        return self.served[level] >= self._errors[level]
+
     def rising(self, level: int) -> bool:
         """Count a failure of a call that started with ``level`` calls in flight; True when the
         error share is clearly higher from that count up than below it."""
@@ -197,6 +202,8 @@ class CapacityFeedback:
         "_at_once",
         "_at_once_before",
         "_at_once_until",
+        "_error_end",
+        "_served_top",
         "_clients",
         "_errors",
         "_idle",
@@ -228,6 +235,8 @@ class CapacityFeedback:
         # AT_ONCE_MEMORY / 2 seconds (until ``_at_once_until``) and in the one before.
         self._at_once = self._at_once_before = 0
         self._at_once_until = -math.inf
+        self._served_top = 0
+        self._error_end = -math.inf
 
     @property
     def clients(self) -> int:
@@ -283,6 +292,8 @@ class CapacityFeedback:
                 self._next_period(start + held)
             if overtook > self._at_once:
                 self._at_once = overtook
+            if inflight > self._served_top and start >= self._error_end:
+                self._served_top = inflight
             try:  # ErrorShare.ok, inlined: every call
                 self._served[inflight] += 1.0
             except IndexError:
@@ -324,6 +335,9 @@ class CapacityFeedback:
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
         if outcome == "cancelled":
             return None
+        top = self._served_top
+        self._served_top = 0
+        self._error_end = start + held
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
         rising = False if errors.down() else errors.rising(inflight)
@@ -332,7 +346,13 @@ class CapacityFeedback:
             return ALONE
         if not (overload or rising):
             return None
-        return RATE if self._served_at_once(start + held) >= inflight else OVERLOAD
+        import os
+        rule = os.environ.get("UP41_RULE", "share")
+        a = self._served_at_once(start + held) >= inflight
+        b = errors.served_at(inflight)
+        c = top >= inflight
+        ok = {"atonce": a, "share": b, "either": a or b, "top": c, "topat": a or c}[rule]
+        return RATE if ok else OVERLOAD
 
     def _next_period(self, now: float) -> None:
         """The sightings of calls served at once start a new period at ``now``; the last one is

@@ -44,6 +44,7 @@ from typing import Protocol
 __all__ = [
     "AT_ONCE_MEMORY",
     "BURST_SECONDS",
+    "CLUMP",
     "HEADROOM",
     "RATE_HOLD",
     "SERVED_WINDOW",
@@ -56,12 +57,18 @@ __all__ = [
 AT_ONCE_MEMORY = 2.0
 #: The served calls' rate is measured over at least this long (seconds) before it is paced.
 SERVED_WINDOW = 0.5
+#: ... and over this many served calls at least (an upstream of a few calls a second is measured
+#: over seconds, not over the odd call of half a second).
+SERVED_CALLS = 20
 #: The pace is the measured rate and this share more: the upstream's own rate is found (and
 #: followed when it grows) by a few of its refusals, about HEADROOM / (1 + HEADROOM) of the
 #: calls admitted, rather than by a pace that might sit below it.
-HEADROOM = 0.1
+import os
+HEADROOM = float(os.environ.get("UP41_H", "0.1"))
 #: The tokens the pacer may hold: this many seconds of its rate (at least one call).
 BURST_SECONDS = 0.1
+#: The most slots opened at one call's end (the tokens beyond wait for the next ends).
+CLUMP = 2
 #: The pacer lets go this long (seconds) after the last rate-shaped error.
 RATE_HOLD = 3.0
 
@@ -86,6 +93,7 @@ class RatePacer:
         "_mark_served",
         "_mark_time",
         "_rate",
+        "_refused",
         "_tokens",
         "_until",
         "pacing",
@@ -101,6 +109,7 @@ class RatePacer:
         self._mark = math.nan
         self._mark_served = 0
         self._mark_time = 0.0
+        self._refused = False  # a rate-shaped error came since the served calls were counted
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
@@ -113,7 +122,8 @@ class RatePacer:
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
         more seconds."""
-        self._until = end + RATE_HOLD
+        self._until = end + max(RATE_HOLD, 3.0 * SERVED_CALLS / self._rate) if self._rate == self._rate else end + RATE_HOLD
+        self._refused = True
         if not self.pacing:
             self.pacing = True
             self._rate = self._hold = math.nan
@@ -140,13 +150,21 @@ class RatePacer:
             return
         feedback = self._feedback
         served = feedback.served - self._mark_served
+        if served < SERVED_CALLS:
+            return
         if served > 0:
-            first = self._rate != self._rate  # NaN: the first measurement
-            self._rate = (1.0 + HEADROOM) * served / elapsed
-            self._hold = (feedback.served_time - self._mark_time) / served
-            if first:
+            rate = (1.0 + HEADROOM) * served / elapsed
+            previous = self._rate
+            if previous != previous:  # NaN: the first measurement
                 self._tokens = 0.0
                 self._at = math.nan
+            elif not self._refused and rate < previous:
+                # The tool refused nothing meanwhile: the calls served were all there were to
+                # serve, not its rate, and the pace stays (it grows, if they outran it).
+                rate = previous
+            self._rate = rate
+            self._hold = (feedback.served_time - self._mark_time) / served
+        self._refused = False
         self._mark_now(end)
 
     def slots(self, end: float, active: int, admitted: int) -> int | None:
@@ -163,12 +181,18 @@ class RatePacer:
         if at != at:  # the first reading of the tokens: none spent yet
             self._at, self._admitted = end, admitted
             return max(1, active - 1)
-        burst = max(1.0, rate * BURST_SECONDS)
+        # Tokens are kept up to the calls the pace holds in flight: ends come at its rate when
+        # they are all in flight, and seldom when few are (the tokens earned meanwhile open
+        # slots at the next ends, CLUMP at a time, and are not lost).
+        burst = max(float(CLUMP), rate * self._hold)
         tokens = min(burst, self._tokens + (end - at) * rate) - (admitted - self._admitted)
         self._tokens = tokens
         self._at, self._admitted = end, admitted
-        # The calls still in flight once this one ends, and one more per token earned.
-        return max(1, active - 1 + (math.floor(tokens) if tokens > 0.0 else 0))
+        # The calls still in flight once this one ends, and one more per token earned, but
+        # not more than CLUMP at once: the calls queued take the slots opened at once, and an
+        # upstream with a small burst of its own refuses a clump its rate would serve spread.
+        opened = min(math.floor(tokens), CLUMP) if tokens > 0.0 else 0
+        return max(1, active - 1 + opened)
 
 
 class Served(Protocol):

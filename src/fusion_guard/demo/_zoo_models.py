@@ -42,6 +42,9 @@ __all__ = [
     "SlowLLM",
     "UpstreamRateLimited",
     "UpstreamApi",
+    "UpstreamFast",
+    "UpstreamSlow",
+    "UpstreamWindow",
     "ZooModel",
     "ZooTool",
     "model_named",
@@ -164,16 +167,43 @@ class _UpstreamTool(ZooTool):
         self._at: float | None = None
         self._time = WorkerTime()
 
-    async def _work(self, job: Job) -> None:
-        now = anyio.current_time()
+    def _admits(self, now: float) -> bool:
         if self._at is not None:
             self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
         self._at = now
         if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    async def _work(self, job: Job) -> None:
+        if not self._admits(anyio.current_time()):
             await anyio.sleep(self._reject_s)
             raise UpstreamRateLimited("429 Too Many Requests")
-        self._tokens -= 1
         await self._time.serve(job.service, 0, math.inf)
+
+
+class _WindowUpstreamTool(_UpstreamTool):
+    """A fixed window at the upstream: ``rate x window_s`` calls per window of ``window_s``
+    seconds (counted from the first call), a call past them answered 429 quickly."""
+
+    def __init__(self, rate: float, window_s: float, reject_s: float) -> None:
+        super().__init__(rate, 0, reject_s)
+        self._window_s = window_s
+        self._quota = round(rate * window_s)
+        self._used = 0
+        self._window_at: float | None = None
+
+    def _admits(self, now: float) -> bool:
+        if self._window_at is None:
+            self._window_at = now
+        elif now >= self._window_at + self._window_s:
+            self._window_at += self._window_s * ((now - self._window_at) // self._window_s)
+            self._used = 0
+        if self._used >= self._quota:
+            return False
+        self._used += 1
+        return True
 
 
 class _CpuTool(ZooTool):
@@ -365,6 +395,70 @@ class UpstreamApi(_LogNormalService):
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamFast(UpstreamApi):
+    """A variant of the upstream API the pacing was not tuned on: a faster API with a twice
+    higher rate and almost no burst, answering 429 in 1 ms."""
+
+    name: ClassVar[str] = "upstream_fast"
+    title: ClassVar[str] = "upstream API, fast, small burst"
+    rate: float = 100.0
+    burst: int = 2
+    mean_s: float = 0.030
+    sigma: float = 0.3
+    reject_s: float = 0.001
+    workers: int = 3
+    slo_s: float = 0.2
+    client_timeout_s: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamSlow(UpstreamApi):
+    """A variant of the upstream API the pacing was not tuned on: a slow API of a few calls a
+    second with a large burst, answering 429 in 20 ms."""
+
+    name: ClassVar[str] = "upstream_slow"
+    title: ClassVar[str] = "upstream API, slow, large burst"
+    rate: float = 8.0
+    burst: int = 30
+    mean_s: float = 0.500
+    sigma: float = 0.5
+    reject_s: float = 0.020
+    workers: int = 4
+    slo_s: float = 2.0
+    client_timeout_s: float = 5.0
+    settle_s: float = 10.0
+    duration_s: float = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamWindow(UpstreamApi):
+    """A variant of the upstream API the pacing was not tuned on: a fixed-window limiter (its
+    quota of a second granted at once, at the window's start), slower and heavier-tailed calls,
+    429 in 20 ms."""
+
+    name: ClassVar[str] = "upstream_window"
+    title: ClassVar[str] = "upstream API, fixed-window limit"
+    rate: float = 40.0
+    window_s: float = 1.0
+    mean_s: float = 0.120
+    sigma: float = 0.6
+    reject_s: float = 0.020
+    workers: int = 5
+    slo_s: float = 0.6
+    client_timeout_s: float = 2.0
+
+    def make_tool(self) -> ZooTool:
+        return _WindowUpstreamTool(self.rate, self.window_s, self.reject_s)
+
+    def parameters(self) -> str:
+        return (
+            f"fixed window of {self.rate * self.window_s:g} calls per {self.window_s:g} s,"
+            f" {self.service_text()}; UpstreamRateLimited (429) after"
+            f" {self.reject_s * 1000:g} ms past the quota"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class BimodalCache(_QueueingModel):
     """A cache: most calls hit (uniform 1-2 ms), some miss (uniform 100-300 ms); both hold one
     of its connections, calls beyond them queue."""
@@ -546,6 +640,9 @@ MODELS: tuple[ZooModel, ...] = (
     QueueingPool(),
     FailFastPool(),
     UpstreamApi(),
+    UpstreamFast(),
+    UpstreamSlow(),
+    UpstreamWindow(),
     BimodalCache(),
     ArgumentCost(),
     CpuThreads(),
