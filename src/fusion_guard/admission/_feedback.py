@@ -336,8 +336,6 @@ class CapacityFeedback:
         if outcome == "cancelled":
             return None
         top = self._served_top
-        self._served_top = 0
-        self._error_end = start + held
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
         rising = False if errors.down() else errors.rising(inflight)
@@ -352,7 +350,11 @@ class CapacityFeedback:
         b = errors.served_at(inflight)
         c = top >= inflight
         ok = {"atonce": a, "share": b, "either": a or b, "top": c, "topat": a or c}[rule]
-        return RATE if ok else OVERLOAD
+        if ok:
+            return RATE
+        self._served_top = 0
+        self._error_end = start + held
+        return OVERLOAD
 
     def _next_period(self, now: float) -> None:
         """The sightings of calls served at once start a new period at ``now``; the last one is

@@ -67,6 +67,7 @@ class LimitLearning:
         "_on_overtaking_sample",
         "_openings",
         "_overtaking",
+        "_paced_queue",
         "_pacer",
         "_parallel_calls",
         "_queue_floor",
@@ -93,6 +94,7 @@ class LimitLearning:
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
         self._pacer = RatePacer(self._feedback)
+        self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
         # The time between slot openings at saturation, learnt from each call's hold over the
         # calls it shared the tool with. The mean hold over the slots in force is wrong for as
         # long as the mean lags a moved limit (a small limit moves often).
@@ -198,6 +200,11 @@ class LimitLearning:
             if paced is not None:
                 if paced < limit:
                     limit = paced
+                if self._queue_follows:
+                    self._pace_queue(pacer.needed())
+            elif self._paced_queue:  # the pacer let go: the default queue again
+                self._paced_queue = False
+                self._follow_parallelism(parallelism or 1.0)
             elif waiters:  # (without waiters no queue stands: the limit is in force as it is)
                 # Under sustained overload, not above what the tool serves in parallel (and one).
                 limit = discipline.slots_in_force(limit, parallelism, start + held, len(waiters))
@@ -233,6 +240,17 @@ class LimitLearning:
         if self._overtaking:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
+
+    def _pace_queue(self, needed: int) -> None:
+        """A default queue while paced (``_pacing.py``): the calls the pace admits within about
+        one served call's time. A call that would wait longer for its turn at the pace is
+        refused at once, with the advice of when to come back, not queued."""
+        core = self._core
+        self._paced_queue = True
+        queue = max(1, needed - 1)
+        if queue != core.max_queue:
+            core.max_queue = core.discipline.max_queue = queue
+            self._refusals.on_queue()
 
     def _follow_parallelism(self, parallelism: float) -> None:
         """A default queue under an adaptive limit: ``QUEUE_PER_PARALLEL_CALL`` waiters per call

@@ -184,8 +184,8 @@ class RatePacer:
         # Tokens are kept up to the calls the pace holds in flight: ends come at its rate when
         # they are all in flight, and seldom when few are (the tokens earned meanwhile open
         # slots at the next ends, CLUMP at a time, and are not lost).
-        burst = max(float(CLUMP), rate * self._hold)
-        tokens = min(burst, self._tokens + (end - at) * rate) - (admitted - self._admitted)
+        burst = max(CLUMP + 1.0, rate * self._hold)
+        tokens = min(burst, self._tokens + (end - at) * rate - (admitted - self._admitted))
         self._tokens = tokens
         self._at, self._admitted = end, admitted
         # The calls still in flight once this one ends, and one more per token earned, but
