@@ -144,11 +144,6 @@ class ErrorShare:
         self.served.extend(more)
         self._errors.extend(more)
 
-    def served_at(self, level: int) -> bool:
-        """Whether at least half the calls that started with ``level`` calls in flight were
-        served (a failure just counted by ``rising`` included)."""
-        return self.served[level] >= self._errors[level]
-
     def rising(self, level: int) -> bool:
         """Count a failure of a call that started with ``level`` calls in flight; True when the
         error share is clearly higher from that count up than below it."""
@@ -202,8 +197,7 @@ class CapacityFeedback:
         "_at_once",
         "_at_once_before",
         "_at_once_until",
-        "_error_end",
-        "_served_top",
+        "_ceiling_end",
         "_clients",
         "_errors",
         "_idle",
@@ -211,6 +205,7 @@ class CapacityFeedback:
         "_queued_by_others",
         "_score",
         "_served",
+        "_served_top",
         "served",
         "served_time",
     )
@@ -235,8 +230,11 @@ class CapacityFeedback:
         # AT_ONCE_MEMORY / 2 seconds (until ``_at_once_until``) and in the one before.
         self._at_once = self._at_once_before = 0
         self._at_once_until = -math.inf
+        # The most calls in flight at the start of a call served since the last overload
+        # error that set a ceiling (one that started after that error ended): a tool that
+        # serves calls at a count it refused at is not full at that count.
         self._served_top = 0
-        self._error_end = -math.inf
+        self._ceiling_end = -math.inf
 
     @property
     def clients(self) -> int:
@@ -292,7 +290,7 @@ class CapacityFeedback:
                 self._next_period(start + held)
             if overtook > self._at_once:
                 self._at_once = overtook
-            if inflight > self._served_top and start >= self._error_end:
+            if inflight > self._served_top and start >= self._ceiling_end:
                 self._served_top = inflight
             try:  # ErrorShare.ok, inlined: every call
                 self._served[inflight] += 1.0
@@ -335,7 +333,6 @@ class CapacityFeedback:
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
         if outcome == "cancelled":
             return None
-        top = self._served_top
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
         rising = False if errors.down() else errors.rising(inflight)
@@ -344,16 +341,12 @@ class CapacityFeedback:
             return ALONE
         if not (overload or rising):
             return None
-        import os
-        rule = os.environ.get("UP41_RULE", "share")
-        a = self._served_at_once(start + held) >= inflight
-        b = errors.served_at(inflight)
-        c = top >= inflight
-        ok = {"atonce": a, "share": b, "either": a or b, "top": c, "topat": a or c}[rule]
-        if ok:
+        # Rate-shaped (``_pacing.py``): the tool was seen serving this many calls at once
+        # lately, or served a call that started with as many in flight since its last ceiling.
+        if self._served_top >= inflight or self._served_at_once(start + held) >= inflight:
             return RATE
-        self._served_top = 0
-        self._error_end = start + held
+        self._served_top = 0  # the ceiling this error sets is tested anew from its end
+        self._ceiling_end = start + held
         return OVERLOAD
 
     def _next_period(self, now: float) -> None:

@@ -63,8 +63,7 @@ SERVED_CALLS = 20
 #: The pace is the measured rate and this share more: the upstream's own rate is found (and
 #: followed when it grows) by a few of its refusals, about HEADROOM / (1 + HEADROOM) of the
 #: calls admitted, rather than by a pace that might sit below it.
-import os
-HEADROOM = float(os.environ.get("UP41_H", "0.1"))
+HEADROOM = 0.2
 #: The tokens the pacer may hold: this many seconds of its rate (at least one call).
 BURST_SECONDS = 0.1
 #: The most slots opened at one call's end (the tokens beyond wait for the next ends).

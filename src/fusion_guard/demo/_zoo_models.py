@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -43,6 +44,8 @@ __all__ = [
     "UpstreamRateLimited",
     "UpstreamApi",
     "UpstreamFast",
+    "UpstreamLong",
+    "UpstreamSliding",
     "UpstreamSlow",
     "UpstreamWindow",
     "ZooModel",
@@ -203,6 +206,26 @@ class _WindowUpstreamTool(_UpstreamTool):
         if self._used >= self._quota:
             return False
         self._used += 1
+        return True
+
+
+class _SlidingUpstreamTool(_UpstreamTool):
+    """A sliding-window log at the upstream: at most ``rate x window_s`` calls admitted in any
+    trailing ``window_s`` seconds, a call past them answered 429 quickly."""
+
+    def __init__(self, rate: float, window_s: float, reject_s: float) -> None:
+        super().__init__(rate, 0, reject_s)
+        self._window_s = window_s
+        self._quota = round(rate * window_s)
+        self._log: deque[float] = deque()
+
+    def _admits(self, now: float) -> bool:
+        log = self._log
+        while log and log[0] <= now - self._window_s:
+            log.popleft()
+        if len(log) >= self._quota:
+            return False
+        log.append(now)
         return True
 
 
@@ -459,6 +482,53 @@ class UpstreamWindow(UpstreamApi):
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamSliding(UpstreamApi):
+    """A variant of the upstream API held out from the pacing's tuning: a sliding-window log
+    (no more than ``rate x window_s`` calls in any trailing ``window_s``), heavy-tailed calls,
+    429 in 10 ms."""
+
+    name: ClassVar[str] = "upstream_sliding"
+    title: ClassVar[str] = "upstream API, sliding-window limit"
+    rate: float = 60.0
+    window_s: float = 0.5
+    mean_s: float = 0.060
+    sigma: float = 0.8
+    reject_s: float = 0.010
+    workers: int = 4
+    slo_s: float = 0.4
+    client_timeout_s: float = 2.0
+
+    def make_tool(self) -> ZooTool:
+        return _SlidingUpstreamTool(self.rate, self.window_s, self.reject_s)
+
+    def parameters(self) -> str:
+        return (
+            f"sliding window of {self.rate * self.window_s:g} calls per {self.window_s:g} s,"
+            f" {self.service_text()}; UpstreamRateLimited (429) after"
+            f" {self.reject_s * 1000:g} ms past the quota"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamLong(UpstreamApi):
+    """A variant of the upstream API held out from the pacing's tuning: a low rate of long
+    calls (the rate needs more calls in flight than the burst), 429 in 3 ms."""
+
+    name: ClassVar[str] = "upstream_long"
+    title: ClassVar[str] = "upstream API, long calls, small burst"
+    rate: float = 25.0
+    burst: int = 5
+    mean_s: float = 0.200
+    sigma: float = 0.3
+    reject_s: float = 0.003
+    workers: int = 5
+    slo_s: float = 0.8
+    client_timeout_s: float = 3.0
+    settle_s: float = 5.0
+    duration_s: float = 15.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class BimodalCache(_QueueingModel):
     """A cache: most calls hit (uniform 1-2 ms), some miss (uniform 100-300 ms); both hold one
     of its connections, calls beyond them queue."""
@@ -643,6 +713,8 @@ MODELS: tuple[ZooModel, ...] = (
     UpstreamFast(),
     UpstreamSlow(),
     UpstreamWindow(),
+    UpstreamSliding(),
+    UpstreamLong(),
     BimodalCache(),
     ArgumentCost(),
     CpuThreads(),
