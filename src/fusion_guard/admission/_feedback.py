@@ -206,6 +206,7 @@ class CapacityFeedback:
         "_score",
         "_served",
         "_served_top",
+        "_served_top_before",
         "served",
         "served_time",
     )
@@ -233,7 +234,7 @@ class CapacityFeedback:
         # The most calls in flight at the start of a call served since the last overload
         # error that set a ceiling (one that started after that error ended): a tool that
         # serves calls at a count it refused at is not full at that count.
-        self._served_top = 0
+        self._served_top = self._served_top_before = 0
         self._ceiling_end = -math.inf
 
     @property
@@ -343,24 +344,31 @@ class CapacityFeedback:
             return None
         # Rate-shaped (``_pacing.py``): the tool was seen serving this many calls at once
         # lately, or served a call that started with as many in flight since its last ceiling.
-        if self._served_top >= inflight or self._served_at_once(start + held) >= inflight:
+        at_once, top = self._seen(start + held)
+        if top >= inflight or at_once >= inflight:
             return RATE
-        self._served_top = 0  # the ceiling this error sets is tested anew from its end
+        self._served_top = self._served_top_before = 0  # its ceiling is tested from its end
         self._ceiling_end = start + held
         return OVERLOAD
 
     def _next_period(self, now: float) -> None:
-        """The sightings of calls served at once start a new period at ``now``; the last one is
-        kept as the one before (none, if it ended a period ago or more)."""
-        ended = self._at_once_until
-        self._at_once_before = self._at_once if now < ended + AT_ONCE_MEMORY / 2 else 0
-        self._at_once = 0
+        """The sightings of calls served (at once, and at a count in flight) start a new period
+        at ``now``; the last one's are kept as the one before (none, if it ended a period ago
+        or more)."""
+        recent = now < self._at_once_until + AT_ONCE_MEMORY / 2
+        self._at_once_before = self._at_once if recent else 0
+        self._served_top_before = self._served_top if recent else 0
+        self._at_once = self._served_top = 0
         self._at_once_until = now + AT_ONCE_MEMORY / 2
 
-    def _served_at_once(self, now: float) -> int:
-        """The most calls the tool was seen serving at once within the last ``AT_ONCE_MEMORY``
-        seconds, at least (1 when none overtook another). Older sightings are forgotten, so that
-        a tool that lost capacity is judged by what it serves now."""
+    def _seen(self, now: float) -> tuple[int, int]:
+        """Within the last ``AT_ONCE_MEMORY`` seconds, at least: the most calls the tool was
+        seen serving at once (1 when none overtook another), and the most calls in flight at
+        the start of a call served since the last ceiling. Older sightings are forgotten, so
+        that a tool that lost capacity is judged by what it serves now."""
         if now >= self._at_once_until:
             self._next_period(now)
-        return max(self._at_once, self._at_once_before) + 1
+        return (
+            max(self._at_once, self._at_once_before) + 1,
+            max(self._served_top, self._served_top_before),
+        )

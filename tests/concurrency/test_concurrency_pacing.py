@@ -1,0 +1,287 @@
+"""Pacing a tool whose limit is a rate (``admission/_pacing.py``): which overload errors are
+rate-shaped (``_feedback.py``), the pacer with plain numbers, the real guard in front of a token
+bucket in virtual time on asyncio and trio, and hypothesis over the pacer's inputs."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusion_guard import ConcurrencyGuard, GradientLimit, ServerBusy
+from fusion_guard.admission._feedback import OVERLOAD, RATE, CapacityFeedback
+from fusion_guard.admission._pacing import (
+    AT_ONCE_MEMORY,
+    CLUMP,
+    HEADROOM,
+    RATE_HOLD,
+    SERVED_CALLS,
+    SERVED_WINDOW,
+    RatePacer,
+)
+from virtual_time import virtual_time_backends
+
+anyio_backend = virtual_time_backends()
+
+
+class RateLimited(Exception):
+    """The upstream answered 429."""
+
+
+def _feedback() -> CapacityFeedback:
+    return CapacityFeedback(lambda client: 0)
+
+
+def _end(
+    feedback: CapacityFeedback,
+    start: float,
+    inflight: int,
+    outcome: str = "ok",
+    overtook: int = 0,
+    held: float = 0.05,
+) -> object:
+    return feedback.ended(
+        feedback.seat(None), start, held, inflight, None, outcome, outcome != "ok", True, overtook
+    )
+
+
+# -- which overload errors are rate-shaped --------------------------------------------------------
+
+
+def test_a_pool_refusing_above_its_size_is_concurrency_shaped() -> None:
+    feedback = _feedback()
+    now = 0.0
+    for _ in range(30):  # a pool of 4: calls served with up to 4 in flight, 4 seen at once
+        for inflight in range(1, 5):
+            assert _end(feedback, now, inflight, overtook=inflight - 1) is False
+            now += 0.01
+    assert _end(feedback, now, 5, "internal_error", held=0.001) is OVERLOAD
+    # The ceiling it sets holds the calls at 4: nothing is served at 5, and the next try fails.
+    for inflight in range(1, 5):
+        _end(feedback, now + 0.01, inflight, overtook=inflight - 1)
+    assert _end(feedback, now + 1.0, 5, "internal_error", held=0.001) is OVERLOAD
+
+
+def test_a_refusal_at_a_count_the_tool_was_seen_serving_at_once_is_rate_shaped() -> None:
+    feedback = _feedback()
+    assert _end(feedback, 0.0, 6, overtook=5) is False  # 6 served at once
+    assert _end(feedback, 0.1, 4, "internal_error", held=0.005) is RATE
+    assert _end(feedback, 0.1, 6, "internal_error", held=0.005) is RATE
+    assert _end(feedback, 0.1, 7, "internal_error", held=0.005) is OVERLOAD
+
+
+def test_a_sighting_of_calls_served_at_once_is_forgotten() -> None:
+    feedback = _feedback()
+    _end(feedback, 0.0, 6, overtook=5)
+    assert _end(feedback, AT_ONCE_MEMORY + 0.1, 4, "internal_error") is OVERLOAD
+
+
+def test_a_call_served_at_a_count_refused_since_the_last_ceiling_is_rate_shaped() -> None:
+    # Calls end in order (none overtakes another): only the count at their start shows that the
+    # tool served three at a time after it refused the third.
+    feedback = _feedback()
+    assert _end(feedback, 0.0, 3, "internal_error", held=0.001) is OVERLOAD  # a ceiling at 2
+    assert _end(feedback, 0.0005, 3) is False  # started before the refusal ended: not evidence
+    assert _end(feedback, 0.5, 3, "internal_error", held=0.001) is OVERLOAD
+    assert _end(feedback, 1.0, 3) is False  # served with 3 in flight, after the ceiling
+    assert _end(feedback, 1.1, 3, "internal_error", held=0.001) is RATE
+    assert _end(feedback, 1.1, 4, "internal_error", held=0.001) is OVERLOAD  # never served at 4
+
+
+# -- the pacer, with plain numbers ----------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    served: int = 0
+    served_time: float = 0.0
+
+    def serve(self, calls: int, hold: float) -> None:
+        self.served += calls
+        self.served_time += calls * hold
+
+
+def _measured(rate: float = 50.0, hold: float = 0.08) -> tuple[RatePacer, Served, float]:
+    """A pacer that measured ``rate`` calls a second served (of ``hold`` seconds) while the
+    tool refused some; the time it did."""
+    served = Served()
+    pacer = RatePacer(served)
+    pacer.rate_shaped(0.0)
+    assert pacer.pacing
+    assert math.isnan(pacer.rate)  # measuring
+    seconds = max(SERVED_WINDOW, SERVED_CALLS / rate)
+    served.serve(round(rate * seconds), hold)
+    pacer.rate_shaped(seconds)
+    return pacer, served, seconds
+
+
+def test_the_pace_is_the_served_rate_and_headroom() -> None:
+    pacer, _, _ = _measured(50.0, 0.08)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 50.0)
+    assert pacer.needed() == math.ceil(pacer.rate * 0.08) + 1
+
+
+def test_the_rate_is_measured_over_enough_calls() -> None:
+    served = Served()
+    pacer = RatePacer(served)
+    pacer.rate_shaped(0.0)
+    served.serve(SERVED_CALLS - 1, 0.5)  # a slow upstream: too few calls for a rate yet
+    pacer.rate_shaped(SERVED_WINDOW + 0.1)
+    assert math.isnan(pacer.rate)
+    assert pacer.slots(SERVED_WINDOW + 0.2, 3, 0) is None  # not pacing before it has a rate
+
+
+def test_slots_open_at_the_pace_at_most_a_clump_at_once() -> None:
+    pacer, _, now = _measured(50.0, 0.08)  # a pace of 60 a second, 4.8 calls in flight
+    admitted = 100
+    assert pacer.slots(now, 5, admitted) == 4  # the first reading: tokens from now on
+    # 50 ms later 3 tokens are earned, but one end opens CLUMP slots at most.
+    assert pacer.slots(now + 0.05, 5, admitted) == 4 + CLUMP
+    # The calls admitted spend the tokens: 3 earned, 2 and then 2 more admitted.
+    assert pacer.slots(now + 0.0501, 5, admitted + 2) == 4 + 1
+    assert pacer.slots(now + 0.0502, 5, admitted + 4) == 4  # in debt: none opened
+    assert pacer.slots(now + 0.0503, 1, admitted + 4) == 1  # never fewer than one
+    # A lull keeps no more tokens than the pace has calls in flight (4.8): after 4 admitted,
+    # less than one is left.
+    assert pacer.slots(now + 1.0, 5, admitted + 4) == 4 + CLUMP
+    assert pacer.slots(now + 1.0, 5, admitted + 8) == 4
+
+
+def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None:
+    pacer, served, now = _measured(50.0, 0.08)
+    pace = pacer.rate
+    served.serve(20, 0.08)  # the load fell: 20 calls in a second, none refused
+    assert pacer.slots(now + 1.0, 2, 0) is not None
+    assert pacer.rate == pace
+    served.serve(80, 0.08)  # 80 in a second, none refused: the upstream grants more
+    pacer.slots(now + 2.0, 2, 0)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 80)
+    pacer.rate_shaped(now + 2.5)
+    served.serve(40, 0.08)  # refused again, 40 served in a second: its rate now
+    pacer.rate_shaped(now + 3.0)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)
+
+
+def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:
+    pacer, served, now = _measured(50.0, 0.08)
+    assert pacer.slots(now + RATE_HOLD - 0.01, 3, 0) is not None
+    assert pacer.pacing
+    assert pacer.slots(now + RATE_HOLD + 0.01, 3, 0) is None
+    assert not pacer.pacing
+    assert pacer.needed() == 0
+    pacer.rate_shaped(now + 10.0)  # a new episode measures anew
+    assert math.isnan(pacer.rate)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.floats(0.0, 0.5),  # time to the next call's end
+            st.integers(1, 30),  # calls in flight then
+            st.integers(0, 5),  # calls admitted since the last end
+            st.integers(0, 5),  # calls served since
+            st.booleans(),  # a rate-shaped error now
+        ),
+        min_size=1,
+        max_size=300,
+    )
+)
+def test_the_pacer_never_closes_every_slot_nor_admits_past_its_tokens(
+    steps: list[tuple[float, int, int, int, bool]],
+) -> None:
+    served = Served()
+    pacer = RatePacer(served)
+    now, admitted, granted = 0.0, 0, 0.0
+    for dt, active, newly_admitted, newly_served, refused in steps:
+        now += dt
+        admitted += newly_admitted
+        served.serve(newly_served, 0.05)
+        if refused:
+            pacer.rate_shaped(now)
+        if pacer.pacing:
+            slots = pacer.slots(now, active, admitted)
+            if slots is not None:
+                assert 1 <= slots <= max(1, active - 1 + CLUMP)
+        rate = pacer.rate
+        assert math.isnan(rate) or 0.0 < rate < math.inf
+        assert pacer.needed() >= 0
+        granted = max(granted, now)
+
+
+# -- on the guard, in front of an upstream's token bucket ----------------------------------------
+
+
+@dataclass
+class Bucket:
+    """An upstream API of ``rate`` calls a second (bursts of ``burst``), 80 ms calls; past the
+    rate it answers 429 in 5 ms."""
+
+    rate: float = 50.0
+    burst: float = 10.0
+    service: float = 0.080
+    tokens: float = 10.0
+    at: float | None = None
+
+    async def call(self) -> None:
+        now = anyio.current_time()
+        if self.at is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            await anyio.sleep(0.005)
+            raise RateLimited
+        self.tokens -= 1.0
+        await anyio.sleep(self.service)
+
+
+@dataclass
+class Figures:
+    ok_at: list[float] = field(default_factory=list)
+    errors: int = 0
+    busy: int = 0
+    advised: int = 0
+
+
+async def _offer(guard: ConcurrencyGuard, rate: float, seconds: float) -> Figures:
+    upstream, figures, rng = Bucket(), Figures(), random.Random(7)
+
+    async def one() -> None:
+        try:
+            async with guard.slot():
+                await upstream.call()
+            figures.ok_at.append(anyio.current_time() - start)
+        except ServerBusy as refusal:
+            figures.busy += 1
+            figures.advised += refusal.retry_after is not None and refusal.retry_after > 0
+        except RateLimited:
+            figures.errors += 1
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        now = start
+        while (now := now + rng.expovariate(rate)) < start + seconds:
+            await anyio.sleep(now - anyio.current_time())
+            tg.start_soon(one)
+    return figures
+
+
+@pytest.mark.anyio
+async def test_an_upstream_rate_limit_is_paced_not_cut_to_a_ceiling() -> None:
+    # 4x an upstream of 50 calls a second: a fixed 10 sends everything and the upstream serves
+    # its rate; the adaptive guard must serve as much, refusing the excess with advice. (Its
+    # first seconds are a new limit's own: its first probe for the uncrowded latency.)
+    fixed = await _offer(ConcurrencyGuard(10, clock=anyio.current_time), 200.0, 10.0)
+    guard = ConcurrencyGuard(
+        limit=GradientLimit(), clock=anyio.current_time, overload_errors=(RateLimited,)
+    )
+    paced = await _offer(guard, 200.0, 10.0)
+    served = sum(1 for t in paced.ok_at if t >= 4.0)
+    assert served >= 0.95 * sum(1 for t in fixed.ok_at if t >= 4.0)
+    assert paced.busy > 0.5 * (paced.busy + paced.errors + len(paced.ok_at))  # refused, mostly
+    assert paced.advised == paced.busy  # every refusal says when to come back
