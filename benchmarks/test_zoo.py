@@ -149,6 +149,19 @@ def test_auto_keeps_the_oracles_goodput_on_a_slow_tool(load: float) -> None:
     assert result.ratio("auto") >= ORACLE_SHARE  # type: ignore[operator]
 
 
+@pytest.mark.parametrize("load", [1.5, 4.0])
+@pytest.mark.parametrize("policy", ["auto", "auto_named"])
+def test_an_upstream_rate_limit_is_paced_to_fixed_10s_goodput(load: float, policy: str) -> None:
+    # A concurrency ceiling held auto at 0.88-0.94x fixed 10 here (admission/_pacing.py).
+    result = cell("upstream", load, ("oracle", "fixed10", policy))
+    assert result.ratio(policy) >= ORACLE_SHARE  # type: ignore[operator]
+    assert result.ratio(policy, "fixed10") >= FIXED_SHARE  # type: ignore[operator]
+    figures = result.policies[policy]
+    assert figures is not None
+    assert figures.busy_of_excess is not None
+    assert figures.busy_of_excess >= 0.5  # most of the excess refused, not sent to fail
+
+
 def test_auto_keeps_the_oracles_goodput_on_a_fail_fast_pool() -> None:
     result = cell("fail_fast", 1.5, ("oracle", "auto"))
     assert result.ratio("auto") >= ORACLE_SHARE  # type: ignore[operator]

@@ -168,7 +168,7 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
 
 
 def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:
-    pacer, served, now = _measured(50.0, 0.08)
+    pacer, _, now = _measured(50.0, 0.08)
     assert pacer.slots(now + RATE_HOLD - 0.01, 3, 0) is not None
     assert pacer.pacing
     assert pacer.slots(now + RATE_HOLD + 0.01, 3, 0) is None

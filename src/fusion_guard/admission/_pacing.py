@@ -1,39 +1,40 @@
 """Pacing: the instrument for a tool whose limit is a rate, not a count of calls in flight.
 
-An upstream API with a rate limit (a token bucket, a fixed window) answers the calls past its
-rate with an error (a 429), and fast. Its overload errors look like a pool's that fails fast
-when full, and a concurrency ceiling is the wrong answer to them: the 429s free their slots in
-milliseconds, so the count of slots at which every excess call is admitted (to fail) lies barely
-one slot above the count the rate needs (at 4x, 50 calls/s of 80 ms, 429s in 5 ms: 4 slots
+An upstream API with a rate limit (a token bucket, a fixed or sliding window) answers the calls
+past its rate with an error (a 429), and fast. Its overload errors look like a pool's that fails
+fast when full, and a concurrency ceiling is the wrong answer to them: the 429s free their slots
+in milliseconds, so the count of slots at which every excess call is admitted (to fail) lies
+barely one slot above the count the rate needs (50 calls/s of 80 ms, 429s in 5 ms: 4 slots
 serve 50 calls/s, 5 admit 250 calls/s). A ceiling set at the calls in flight of each 429 (the
-pool's rule) sits at or below what the rate needs, and the guard refuses what the upstream
+pool's rule) sits at or below what the rate needs, and the guard refused what the upstream
 would have served (goodput 0.88-0.94x a fixed 10 on the zoo's upstream at 4x).
 
 Which instrument an overload error calls for is told by the error itself (``_feedback.py``):
 
 - **Concurrency-shaped**: a pool that fails when full fails a call only when its connections
-  are all taken, so never at fewer calls in flight than it was seen serving at once (a served
-  call that ended while ``k`` calls admitted before it still ran: ``k + 1`` at once). Its error
+  are all taken, so never at a count of calls in flight it was just seen serving. Its error
   sets the ceiling (``GradientLimit.on_overload``), as before.
-- **Rate-shaped**: the tool refused the ``n``-th call in flight although it was seen serving
-  ``n`` or more at once within the last ``AT_ONCE_MEMORY`` seconds: what it lacked was not a
-  slot but a token. Such an error does not touch the limit; it starts (or keeps) the pacer.
+- **Rate-shaped**: the tool refused the ``n``-th call in flight although, within the last
+  ``AT_ONCE_MEMORY`` seconds, it was seen serving ``n`` at once, or served a call that started
+  with ``n`` in flight after its last ceiling: what it lacked was not a slot but a token. Such an
+  error does not touch the limit; it starts (or keeps) the pacer.
 
-``RatePacer`` then admits calls at the rate the tool serves while it refuses some: the served
-calls' rate (``SERVED_WINDOW`` seconds of them, measured after the first rate-shaped error, so
-that it is the upstream's rate and not a rate held down by the ceilings before) with
-``HEADROOM`` more, so that a rate a little above the measured one keeps being tried and the
-pacer follows an upstream that grants more. It paces through the slots in force: at each call's
-end the slots are the calls still in flight and the tokens its rate has earned since (a token
-bucket of ``BURST_SECONDS`` of the rate, spent by every call admitted), never fewer than one.
-The calls beyond wait in the guard's queue and are refused as any excess is, SERVER_BUSY with a
-``retry_after`` (the slots open at the paced rate, and the advice follows them). The pacer lets
-go ``RATE_HOLD`` seconds after the last rate-shaped error: a load back under the rate, or an
-upstream that raised its rate, is then run without it (the first error brings it back).
+``RatePacer`` admits calls at the rate the tool serves while it refuses some, with ``HEADROOM``
+more: the served calls' rate over ``SERVED_WINDOW`` seconds and ``SERVED_CALLS`` calls at least,
+measured from the first rate-shaped error (so that it is the upstream's rate, not one held down
+by the ceilings before), and not lowered by a stretch in which the tool refused nothing (the
+calls served then were all there were to serve). A pace a little above the measured rate keeps
+a few refusals coming, which tell the rate, and follows an upstream that grants more.
 
-The pacer acts only at calls' ends (no timer, no clock of its own: the ends carry the time), so
-between two ends at most the tokens of the last one are spent; an upstream of a few calls a
-second is paced in steps of its own calls.
+It paces through the slots in force: at each call's end they are the calls still in flight and
+one per token its rate earned since (spent by every call admitted, kept up to the calls the pace
+holds in flight), at most ``CLUMP`` more at once, and never fewer than one. The calls beyond are
+refused as any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate,
+and the advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
+measurements, if longer) after the last rate-shaped error: a load back under the rate, or an
+upstream that raised its rate, is then run without it, and the first 429 brings it back.
+
+The pacer acts only at calls' ends (no timer, no clock of its own: the ends carry the time).
 """
 
 from __future__ import annotations
@@ -43,33 +44,38 @@ from typing import Protocol
 
 __all__ = [
     "AT_ONCE_MEMORY",
-    "BURST_SECONDS",
     "CLUMP",
     "HEADROOM",
+    "HOLD_MEASUREMENTS",
     "RATE_HOLD",
+    "SERVED_CALLS",
     "SERVED_WINDOW",
     "RatePacer",
     "Served",
 ]
 
-#: How long (seconds) a sighting of ``k`` calls served at once stands as proof that the tool
-#: serves that many: an error at that many calls in flight or fewer, within it, is rate-shaped.
+#: How long (seconds) a sighting of calls served (at once, or at a count in flight) stands as
+#: proof that the tool serves that many: an error at that count or fewer, within it, is
+#: rate-shaped. Kept in two periods of half this (a sighting lives 1-2 s).
 AT_ONCE_MEMORY = 2.0
-#: The served calls' rate is measured over at least this long (seconds) before it is paced.
+#: The served calls' rate is measured over at least this long (seconds) ...
 SERVED_WINDOW = 0.5
 #: ... and over this many served calls at least (an upstream of a few calls a second is measured
 #: over seconds, not over the odd call of half a second).
 SERVED_CALLS = 20
 #: The pace is the measured rate and this share more: the upstream's own rate is found (and
 #: followed when it grows) by a few of its refusals, about HEADROOM / (1 + HEADROOM) of the
-#: calls admitted, rather than by a pace that might sit below it.
+#: calls admitted. At 0.1 an upstream with a burst of 2 refused a tenth of a pace below its rate
+#: (jitter, not rate) and the pace settled there (docs/zoo.md, the upstream variants).
 HEADROOM = 0.2
-#: The tokens the pacer may hold: this many seconds of its rate (at least one call).
-BURST_SECONDS = 0.1
-#: The most slots opened at one call's end (the tokens beyond wait for the next ends).
+#: The most slots opened at one call's end beyond the calls still in flight: the calls queued
+#: take the slots opened at once, and an upstream with a small burst of its own refuses a clump
+#: its rate would serve spread out (the tokens beyond wait for the next ends).
 CLUMP = 2
-#: The pacer lets go this long (seconds) after the last rate-shaped error.
+#: The pacer lets go this long (seconds) after the last rate-shaped error ...
 RATE_HOLD = 3.0
+#: ... or after this many measurements of its rate, if longer (a slow upstream's).
+HOLD_MEASUREMENTS = 3
 
 
 class RatePacer:
@@ -120,8 +126,12 @@ class RatePacer:
 
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
-        more seconds."""
-        self._until = end + max(RATE_HOLD, 3.0 * SERVED_CALLS / self._rate) if self._rate == self._rate else end + RATE_HOLD
+        more seconds (HOLD_MEASUREMENTS of the rate in force, if longer)."""
+        rate = self._rate
+        hold = (
+            RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
+        )
+        self._until = end + hold
         self._refused = True
         if not self.pacing:
             self.pacing = True
@@ -143,7 +153,8 @@ class RatePacer:
         self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
 
     def _measure(self, end: float) -> None:
-        """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed."""
+        """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed and
+        SERVED_CALLS were served."""
         elapsed = end - self._mark
         if elapsed < SERVED_WINDOW:
             return
@@ -151,18 +162,17 @@ class RatePacer:
         served = feedback.served - self._mark_served
         if served < SERVED_CALLS:
             return
-        if served > 0:
-            rate = (1.0 + HEADROOM) * served / elapsed
-            previous = self._rate
-            if previous != previous:  # NaN: the first measurement
-                self._tokens = 0.0
-                self._at = math.nan
-            elif not self._refused and rate < previous:
-                # The tool refused nothing meanwhile: the calls served were all there were to
-                # serve, not its rate, and the pace stays (it grows, if they outran it).
-                rate = previous
-            self._rate = rate
-            self._hold = (feedback.served_time - self._mark_time) / served
+        rate = (1.0 + HEADROOM) * served / elapsed
+        previous = self._rate
+        if previous != previous:  # NaN: the first measurement
+            self._tokens = 0.0
+            self._at = math.nan
+        elif not self._refused and rate < previous:
+            # The tool refused nothing meanwhile: the calls served were all there were to
+            # serve, not its rate, and the pace stays (it grows, if they outran it).
+            rate = previous
+        self._rate = rate
+        self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
         self._mark_now(end)
 
