@@ -41,6 +41,12 @@ one caller's arguments:
   it was once calls succeed again. Otherwise an error teaches nothing: its hold times the error's
   own path (a validation error answers in microseconds), not the tool's service, and fed as a
   latency sample it would read as an uncrowded tool and grow the limit.
+- **An overload signal of a tool limited by a rate** (``RATE``) is one at a count of calls in
+  flight the tool was lately seen serving: it served that many at once (a served call ended
+  while as many less one, admitted before it, still ran), or served a call that started with as
+  many in flight since its last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. A pool
+  refuses only above what it serves; an upstream refusing by rate, at any count. Such a signal
+  is paced (``_pacing.py``), not taken as a ceiling.
 - **A cancelled call** teaches nothing: its caller left, and its hold ends when the caller left,
   not when the tool would have answered.
 - **Any other call** (answered ``ok``) is a latency sample.
@@ -89,8 +95,8 @@ TROUBLE_WEIGHT = 4
 #: the tool is overloaded at the calls in flight at its start; an error of a call that ran alone.
 OVERLOAD = "overload"
 ALONE = "alone"
-#: An overload error at no more calls in flight than the tool was lately seen serving at once:
-#: its limit is a rate, not a count of calls (``_pacing.py``).
+#: An overload error at a count of calls in flight the tool was lately seen serving: its limit
+#: is a rate, not a count of calls (``_pacing.py``).
 RATE = "rate"
 Signal = bool | str | None
 """What ``CapacityFeedback.ended`` returns: False, True, ``OVERLOAD``, ``RATE``, ``ALONE`` or

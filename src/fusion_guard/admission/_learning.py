@@ -229,8 +229,9 @@ class LimitLearning:
     ) -> bool | None:
         """An overload error (``alone``: of a call that ran alone) told to the limit: its
         ``on_overload`` if it has one, else a drop (a call alone tells such a limit nothing)."""
-        # While paced, a ceiling below the slots the pace needs would fight it (``_pacing.py``).
-        inflight = max(inflight, self._pacer.needed() + 1)
+        if not alone:
+            # While paced, a ceiling below the slots the pace needs would fight the pace.
+            inflight = max(inflight, self._pacer.needed() + 1)
         on_overload = self._on_overload
         if on_overload is not None:
             moved: bool | None = on_overload(start, held, inflight, overtook=overtook)
