@@ -22,6 +22,7 @@ from fusion_guard.admission._pacing import (
     RATE_HOLD,
     SERVED_CALLS,
     SERVED_WINDOW,
+    STEP_DOWN,
     RatePacer,
 )
 from virtual_time import virtual_time_backends
@@ -161,10 +162,15 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
     served.serve(80, 0.08)  # 80 in a second, none refused: the upstream grants more
     pacer.slots(now + 2.0, 2, 0)
     assert pacer.rate == pytest.approx((1 + HEADROOM) * 80)
+    pace = pacer.rate
     pacer.rate_shaped(now + 2.5)
-    served.serve(40, 0.08)  # refused again, 40 served in a second: its rate now
+    served.serve(40, 0.08)  # refused again, 40 served in a second: down a step at a time
     pacer.rate_shaped(now + 3.0)
-    assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)
+    assert pacer.rate == pytest.approx(STEP_DOWN * pace)
+    for step in range(1, 20):
+        served.serve(20, 0.08)
+        pacer.rate_shaped(now + 3.0 + 0.5 * step)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)  # where the upstream serves now
 
 
 def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:

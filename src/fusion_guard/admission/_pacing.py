@@ -50,6 +50,7 @@ __all__ = [
     "RATE_HOLD",
     "SERVED_CALLS",
     "SERVED_WINDOW",
+    "STEP_DOWN",
     "RatePacer",
     "Served",
 ]
@@ -68,6 +69,9 @@ SERVED_CALLS = 20
 #: calls admitted. At 0.1 an upstream with a burst of 2 refused a tenth of a pace below its rate
 #: (jitter, not rate) and the pace settled there (docs/zoo.md, the upstream variants).
 HEADROOM = 0.2
+#: A measurement in which the tool refused calls and served fewer than the pace's rate brings
+#: the pace down by this factor at most.
+STEP_DOWN = 0.9
 #: The most slots opened at one call's end beyond the calls still in flight: the calls queued
 #: take the slots opened at once, and an upstream with a small burst of its own refuses a clump
 #: its rate would serve spread out (the tokens beyond wait for the next ends).
@@ -167,10 +171,15 @@ class RatePacer:
         if previous != previous:  # NaN: the first measurement
             self._tokens = 0.0
             self._at = math.nan
-        elif not self._refused and rate < previous:
+        elif not self._refused:
             # The tool refused nothing meanwhile: the calls served were all there were to
             # serve, not its rate, and the pace stays (it grows, if they outran it).
-            rate = previous
+            rate = max(rate, previous)
+        else:
+            # Refused, and fewer served than the pace's rate: a window or a burst of the
+            # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
+            # down by a step a measurement, not at once to what one stretch served.
+            rate = max(rate, STEP_DOWN * previous)
         self._rate = rate
         self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
