@@ -201,7 +201,7 @@ class LimitLearning:
                 if paced < limit:
                     limit = paced
                 if self._queue_follows:
-                    self._pace_queue(pacer.needed())
+                    self._pace_queue(pacer.queue())
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
                 self._follow_parallelism(parallelism or 1.0)
@@ -242,13 +242,11 @@ class LimitLearning:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
 
-    def _pace_queue(self, needed: int) -> None:
-        """A default queue while paced (``_pacing.py``): the calls the pace admits within about
-        one served call's time. A call that would wait longer for its turn at the pace is
-        refused at once, with the advice of when to come back, not queued."""
+    def _pace_queue(self, queue: int) -> None:
+        """A default queue while paced (``RatePacer.queue``): a call that would wait longer for
+        its turn at the pace is refused at once, with the advice of when to come back."""
         core = self._core
         self._paced_queue = True
-        queue = max(1, needed - 1)
         if queue != core.max_queue:
             core.max_queue = core.discipline.max_queue = queue
             self._refusals.on_queue()

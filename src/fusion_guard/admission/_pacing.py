@@ -47,6 +47,7 @@ __all__ = [
     "CLUMP",
     "HEADROOM",
     "HOLD_MEASUREMENTS",
+    "QUEUE_SECONDS",
     "RATE_HOLD",
     "SERVED_CALLS",
     "SERVED_WINDOW",
@@ -76,6 +77,9 @@ STEP_DOWN = 0.9
 #: take the slots opened at once, and an upstream with a small burst of its own refuses a clump
 #: its rate would serve spread out (the tokens beyond wait for the next ends).
 CLUMP = 2
+#: A default queue holds the calls the pace admits in this long (seconds), or in one served
+#: call's mean hold if longer: a call that would wait longer for its turn is refused at once.
+QUEUE_SECONDS = 0.1
 #: The pacer lets go this long (seconds) after the last rate-shaped error ...
 RATE_HOLD = 3.0
 #: ... or after this many measurements of its rate, if longer (a slow upstream's).
@@ -151,6 +155,14 @@ class RatePacer:
         if not self.pacing or rate != rate:
             return 0
         return math.ceil(rate * self._hold) + 1
+
+    def queue(self) -> int:
+        """The calls a default queue holds while paced: those the pace admits within one
+        served call's mean hold or QUEUE_SECONDS, the longer (at least one)."""
+        rate = self._rate
+        if rate != rate:
+            return 1
+        return max(1, math.ceil(rate * max(self._hold, QUEUE_SECONDS)))
 
     def _mark_now(self, end: float) -> None:
         feedback = self._feedback
