@@ -66,6 +66,12 @@ Gradient2-style increase was tried and wandered too much at steady load): docs/a
 
 The limit stays within [``min_limit``, ``max_limit``] and is never NaN. It learns only from the
 samples it is fed (no clock of its own, no I/O), so it is tested with plain numbers.
+
+The limit decides here, over the samples of its hot path (the quiet calls, the window, the calls
+seen served at once); its parts keep their own state and answer it with values: the warm-up and
+the probes (``_adaptive_probe.py``), the ceilings of overload errors (``_overload_ceiling.py``),
+what is read off the samples (``_latency_estimates.py``), and the tuned constants, each with its
+reason (``_adaptive_tuning.py``).
 """
 
 from __future__ import annotations
@@ -361,10 +367,9 @@ class GradientLimit:
             return
         self._ceiling.served()
         # An early window (the last ``early`` calls, each EARLY_FACTOR x the tolerated latency)
-        # cuts to a quarter at once if its median says so, and only the calls seen served at
-        # once during those calls hold it up: those seen before were served before the tool
-        # lost its capacity (a tool gone from 8 workers to 1 finishes the 8 calls it was serving
-        # in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
+        # is held up only by the calls seen served at once during it: those seen before were
+        # served before the tool lost its capacity (a tool gone from 8 workers to 1 finishes its
+        # 8 calls in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
         at_once = seen_at_once(self._overtaking, self._samples - early + 1 if early else 0)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency

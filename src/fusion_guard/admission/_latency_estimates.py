@@ -67,10 +67,8 @@ def seen_at_once(sightings: deque[tuple[int, int]], since: int = 0) -> int:
 
 
 class ParallelismEstimate:
-    """The calls the tool appears to serve in parallel (``GradientLimit.parallelism``): the
-    calls in flight of a window (their mean) scaled by the uncrowded latency over the window's,
-    rising by a share (``PARALLELISM_WEIGHT``) of each higher estimate, falling to a lower one
-    at once, and never below the calls seen served at once. ``value`` is read, not written."""
+    """The calls the tool appears to serve in parallel, learnt a window at a time (how, and why:
+    ``GradientLimit.parallelism``). ``value`` is read, not written."""
 
     __slots__ = ("_measured", "value")
 
