@@ -222,13 +222,21 @@ class Ticket:
             raise
         except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
             # Cancelled before it reached a slot: the one end no slot can report.
-            gate.observer.finished("cancelled", None)
+            observer = gate.observer
+            try:
+                observer.finished("cancelled", None)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "finished", failure)
             raise
         self._refused(gate, refusal)
 
     def _refused(self, gate: Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:
-            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
+            observer = gate.observer
+            try:
+                observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "rate_limited", failure)
             raise refusal
 
 

@@ -500,8 +500,11 @@ class UnboundedSlot(Slot):
 
     def take_free(self) -> bool:
         slots = self._slots
-        # The gate's observers: contained fan-outs, or the null one.
-        self._observer.admitted(0.0)
+        observer = self._observer
+        try:
+            observer.admitted(0.0)
+        except Exception as failure:  # observers never change an outcome
+            observer_failed(observer, "admitted", failure)
         self._held = True
         self._ends = slots.observer
         self._start = slots.clock()
