@@ -25,7 +25,7 @@ from .admission._concurrency import ConcurrencyGuard
 from .admission._context import CallContext
 from .admission._distributed import DistributedConcurrencyGuard
 from .admission._rate import RateLimit, RateLimiter
-from .admission._slot import Unbounded
+from .admission._unbounded import Unbounded
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 
