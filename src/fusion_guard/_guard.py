@@ -18,7 +18,6 @@ open again with the next call.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import logging
@@ -37,7 +36,7 @@ from ._exceptions import (
     RateLimited,
     Rejected,
 )
-from ._gates import Gate, GateAssembly, Slots
+from ._gates import OVERFLOW_TOOL, Gate, GateAssembly, GateTable, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
 from ._observer import (
@@ -64,16 +63,15 @@ if TYPE_CHECKING:
 
     from .config._settings import GuardSettings
 
-__all__ = ["Guard", "Ticket", "admitted_call"]
+__all__ = ["MAX_TOOLS", "OVERFLOW_TOOL", "Guard", "Ticket", "admitted_call"]
 
 P = ParamSpec("P")
 
 MAX_TOOLS = 1024
 """Distinct tool names a guard keeps a gate (and metric series) of its own for. Past it, a new
 name shares the gate of the names that match the same configured patterns, so its limits still
-apply; a name configured exactly always gets its own gate."""
-OVERFLOW_TOOL = "(other tools)"
-"""The shared gate of names past ``MAX_TOOLS`` that match no configured pattern."""
+apply; a name configured exactly always gets its own gate (``GateTable``, with
+``OVERFLOW_TOOL`` for the names that match no configured pattern)."""
 
 
 class Ticket:
@@ -321,13 +319,11 @@ class Guard:
     """
 
     __slots__ = (
-        "_assembly",
         "_clock",
         "_closed",
         "_defaults",
         "_expose",
         "_gates",
-        "_overflow",
         "_policies",
         "_serving",
         "_settings",
@@ -351,15 +347,14 @@ class Guard:
         self._clock = clock
         self._settings = _settings(settings, limits)
         (self._defaults,) = default_observers(self._settings, registry)
-        self._assembly = GateAssembly(
+        assembly = GateAssembly(
             self._settings, (self._defaults, *_user_observer(observer)), rate_backend, clock
         )
         # A rate backend that can fail (Redis, given directly) makes failure policies apply.
         shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
         self._policies = PolicyTable(self._settings, shared_backend=shared_backend)
+        self._gates = GateTable(self._policies, assembly, MAX_TOOLS)
         self._expose = self._settings.expose_exceptions
-        self._gates: dict[str, Gate] = {}
-        self._overflow: dict[tuple[str, ...], Gate] = {}
         self._closed = False
         self._serving = 0  # servers running on this guard (``lifespan``)
 
@@ -400,7 +395,7 @@ class Guard:
 
     def limits(self, tool: str) -> ToolLimits:
         """The limits in force for ``tool`` (resolved once, on first use)."""
-        return self._gate(tool).limits
+        return self._gates.gate(tool).limits
 
     def configured_limits(self) -> dict[str, ToolLimits]:
         """What the configuration gives: ``""`` maps to the limits of a tool no per-tool pattern
@@ -413,7 +408,7 @@ class Guard:
 
     def concurrency(self, tool: str) -> Slots | None:
         """The tool's concurrency guard (``active``, ``queued``, ``statistics()``), if limited."""
-        return self._gate(tool).slots
+        return self._gates.gate(tool).slots
 
     def admit(
         self,
@@ -435,9 +430,9 @@ class Guard:
         """
         if self._closed:
             raise self._closed_error()
-        gate = self._gates.get(tool)
+        gate = self._gates.made.get(tool)
         if gate is None:
-            gate = self._gate(tool)
+            gate = self._gates.gate(tool)
         if isinstance(client, str) and len(client) > MAX_KEY_CHARS:  # kept as a digest
             client = bounded_key(client)
         if priority is None:
@@ -489,7 +484,7 @@ class Guard:
         The wrapper keeps the handler's name, docstring and signature (``functools.wraps``);
         the tool's limits are resolved now, so a bad configuration fails at decoration.
         """
-        self._gate(tool)
+        self._gates.gate(tool)
 
         def decorate(
             handler: Callable[P, Awaitable[object]],
@@ -555,9 +550,8 @@ class Guard:
         # Shielded: a server stopping on a cancellation still closes what it opened.
         with anyio.CancelScope(shield=True):
             self._defaults.flush()
-            gates = [*self._gates.values(), *self._overflow.values()]
             try:
-                await self._assembly.aclose(gates)
+                await self._gates.aclose()
             except Exception as failure:  # a connection that fails to close is gone anyway
                 # Logged, not raised: at a server's stop it would replace the stop's own error.
                 log_event(logging.WARNING, "guard_close_failed", failure, error=str(failure))
@@ -569,31 +563,7 @@ class Guard:
         )
 
     def __repr__(self) -> str:
-        return f"Guard({self._settings!r}, tools_seen={len(self._gates)})"
-
-    # -- per-tool state, made once ---------------------------------------------------------------
-
-    def _gate(self, tool: str) -> Gate:
-        gate = self._gates.get(tool)
-        if gate is None:
-            limits = self._policies.resolve(_check_tool(tool))
-            if len(self._gates) >= MAX_TOOLS and tool not in limits.patterns:
-                return self._overflow_gate(limits)
-            gate = self._gates[tool] = self._assembly.gate(limits)
-        return gate
-
-    def _overflow_gate(self, limits: ToolLimits) -> Gate:
-        # Names invented faster than tools are written must not grow this table (or the metrics'
-        # label sets) forever, nor lose their configured limits: names matching the same patterns
-        # have the same limits, so they share one gate per set of patterns (bounded by the
-        # configuration, not by what callers send).
-        gate = self._overflow.get(limits.patterns)
-        if gate is None:
-            name = _overflow_name(limits.patterns)
-            log_event(logging.WARNING, "tool_table_full", gate=name, max_tools=MAX_TOOLS)
-            gate = self._assembly.gate(dataclasses.replace(limits, tool=name))
-            self._overflow[limits.patterns] = gate
-        return gate
+        return f"Guard({self._settings!r}, tools_seen={len(self._gates.made)})"
 
 
 def _settings(settings: GuardSettings | None, limits: dict[str, Any]) -> GuardSettings:
@@ -618,17 +588,6 @@ def _user_observer(observer: GuardObserver | None) -> tuple[GuardObserver, ...]:
             " for_tool(tool, *, max_active) returning a ToolObserver)"
         )
     return (observer,)
-
-
-def _overflow_name(patterns: tuple[str, ...]) -> str:
-    # Each set of patterns has its own gate, so its name lists them all (most specific first).
-    return f"(other tools matching {', '.join(reversed(patterns))})" if patterns else OVERFLOW_TOOL
-
-
-def _check_tool(tool: object) -> str:
-    if not isinstance(tool, str) or not tool:
-        raise ConfigurationError(f"tool={tool!r} is invalid: expected a non-empty tool name")
-    return tool
 
 
 def _check_async(tool: str, handler: object) -> None:
