@@ -48,7 +48,7 @@ from ._observer import (
 )
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
-from ._priority import Priority, check_priority
+from ._priority import DEFAULT_RANK, PRIORITY_NAMES, Priority, check_priority
 from .admission._concurrency import Slot
 from .admission._context import CallContext
 from .admission._rate import RateLimiter
@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 __all__ = ["MAX_TOOLS", "OVERFLOW_TOOL", "Guard", "Ticket", "admitted_call"]
 
 P = ParamSpec("P")
+
+_DEFAULT_PRIORITY = PRIORITY_NAMES[DEFAULT_RANK]
+"""``Priority.INTERACTIVE``, read once: an enum member's look-up costs a tenth of a refusal."""
 
 MAX_TOOLS = 1024
 """Distinct tool names a guard keeps a gate (and metric series) of its own for. Past it, a new
@@ -192,19 +195,30 @@ class Ticket:
         if self._slot is not None:
             self._slot.report(outcome or self.outcome)  # type: ignore[arg-type]
 
-    def _enter_at_once(self) -> bool:
+    def _enter_at_once(self) -> bool | Rejected:
         """``__aenter__`` without a coroutine, as far as nothing needs awaiting: True when
         admitted (a free slot, no shared rate backend); False when the caller must still
-        ``await ticket.__aenter__()``, which carries on from where this stopped. Raises
-        ``RateLimited`` or ``ServerBusy`` as ``__aenter__`` would."""
-        gate = self._gate
-        rates = gate.rates
-        if rates is not None:
-            if not rates.is_sync:
-                return False
-            self._refused(gate, rates.check(self._context(gate)))
-        slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client, self._priority)
-        return slot.take_free()
+        ``await ticket.__aenter__()``, which carries on from where this stopped; the refusal
+        (``RateLimited`` or ``ServerBusy``, reported) when refused at once, returned where
+        ``__aenter__`` would raise it. Under overload most calls are refused here, and an
+        exception unwound through the adapters' frames up to their answer cost a sixth of
+        the whole refusal."""
+        try:
+            gate = self._gate
+            rates = gate.rates
+            if rates is not None:
+                if not rates.is_sync:
+                    return False
+                self._refused(gate, rates.check(self._context(gate)))
+            slot = self._slot = gate.admission.slot(
+                gate.limits.timeout, self._client, self._priority
+            )
+            return slot.take_free()
+        except Rejected as refusal:
+            # Returned, not raised on: its frames would keep the caller's (which holds it)
+            # alive in a cycle for the garbage collector.
+            refusal.__traceback__ = None
+            return refusal
 
     def _context(self, gate: Gate) -> CallContext:
         if self._client is None and self._request is None and self._priority is None:
@@ -247,7 +261,7 @@ async def admitted_call(
     failed: Callable[[Any], bool],
     passthrough: tuple[type[BaseException], ...],
     current: ContextVar[Ticket | None],
-) -> R:
+) -> R | Rejected:
     """``async with ticket: result = await call()`` spelled out for the SDK adapters, so that
     the usual call (admitted at once, left at once) costs no coroutine for the ticket.
 
@@ -255,8 +269,13 @@ async def admitted_call(
     (``answered``): a ``ToolResponse`` by ``answered``, anything else ``error`` when ``failed``
     says so (an SDK's error result). An exception of ``passthrough`` (the SDK's own errors) ends
     the call as ``error`` and is raised once the slot is free; ``current`` holds the ticket while
-    the call runs (for code the SDK runs inside it)."""
-    if not ticket._enter_at_once():
+    the call runs (for code the SDK runs inside it). A call refused at once (``RateLimited``,
+    ``ServerBusy``) is not run: its refusal is returned, not raised (one refused later, while
+    queued, is raised)."""
+    entered = ticket._enter_at_once()
+    if entered is not True:
+        if entered is not False:
+            return entered  # refused at once
         await ticket.__aenter__()
     slot: Slot = ticket._slot  # type: ignore[assignment]  # entered
     deferred: BaseException | None = None
@@ -437,7 +456,7 @@ class Guard:
             client = bounded_key(client)
         if priority is None:
             priority = gate.limits.priority
-            if priority is Priority.INTERACTIVE:  # the default: a call without priorities
+            if priority is _DEFAULT_PRIORITY:  # the default: a call without priorities
                 return Ticket(gate, client, request)
         else:
             priority = check_priority("priority", priority)

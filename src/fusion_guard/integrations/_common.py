@@ -257,8 +257,16 @@ async def admit_call(
             if attempt > 1:
                 ticket.retried()
         result = await admitted_call(ticket, call, failed, passthrough, _current_ticket)
-    except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
-        response, retry_after = exc.response, exc.retry_after
+    except Rejected as exc:  # refused while queued (a refusal at once is returned)
+        result = exc
+    except Exception as exc:
+        if ticket is not None and isinstance(exc, passthrough):
+            raise  # the SDK's own error, raised by the call: the SDK answers it
+        response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+        mark_span(response, tool=tool)
+        return response
+    if isinstance(result, Rejected):  # the SDK never saw the call: the span names the tool here
+        response, retry_after = result.response, result.retry_after
         if (
             attempt > 1
             and retries is not None
@@ -268,12 +276,6 @@ async def admit_call(
             response = retry_storm(response)
             retry_after = (response.facts or {}).get("retry_after", retry_after)
         mark_span(response, retry_after, tool=tool)
-        return response
-    except Exception as exc:
-        if ticket is not None and isinstance(exc, passthrough):
-            raise  # the SDK's own error, raised by the call: the SDK answers it
-        response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
-        mark_span(response, tool=tool)
         return response
     if isinstance(result, ToolResponse):
         mark_span(result)
@@ -454,18 +456,19 @@ _OPERATION = {"gen_ai.operation.name": "execute_tool"}
 """What both SDKs set beside the tool's name on a ``tools/call`` span."""
 
 _trace: ModuleType | None = None
+_current_context: Callable[[], Mapping[str, object]] | None = None
 _looked_up = False
 
 
 def _trace_api() -> ModuleType | None:
-    global _trace, _looked_up
+    global _trace, _current_context, _looked_up
     if not _looked_up:
         _looked_up = True
         try:
-            from opentelemetry import trace
+            from opentelemetry import context, trace
         except ImportError:
-            trace = None  # type: ignore[assignment]
-        _trace = trace
+            return None
+        _trace, _current_context = trace, context.get_current
     return _trace
 
 
@@ -483,7 +486,10 @@ def mark_span(
     trace = _trace if _looked_up else _trace_api()  # one call fewer on every later answer
     if trace is None:
         return
-    span: Any = trace.get_current_span()
+    context = _current_context()  # type: ignore[misc]  # set with the trace API
+    if not context:  # an empty context holds no span: asked first, a third of the look-up
+        return
+    span: Any = trace.get_current_span(context)
     if not span.is_recording():
         return
     attributes: dict[str, str | float] = {ATTRIBUTE_PREFIX + "code": code}
