@@ -11,9 +11,9 @@ refusal, its envelope, the span) and the result's ``_meta`` (``result_parts``), 
 path of its ``fusion_guard`` package) is imported beside this one under another name, as in
 ``ab_concurrency.py``, and each round times a batch of each in a shuffled order: a machine shared
 with other work moves such a figure by a third from one minute to the next. Printed: the best
-and the median microseconds per refusal of each (the thread's CPU time; ``--wall``: the wall clock), and the
-median over the rounds of this tree over the base (each round's two batches run side by side).
-Not collected by pytest.
+and the median microseconds per refusal of each (the thread's CPU time; ``--wall``: the wall
+clock), and the median over the rounds of this tree over the base (each round's two batches run
+side by side). Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -101,9 +101,10 @@ def main() -> int:
     times = asyncio.run(_times(runs, args.rounds))
     b, t = times["base"], times["this"]
     ratio = statistics.median(this / base for this, base in zip(t, b, strict=True))
+    median_b, median_t = statistics.median(b) * 1e6, statistics.median(t) * 1e6
     print(f"refusal via admit_call + _meta: best base {min(b) * 1e6:.2f} us, this"
-          f" {min(t) * 1e6:.2f} us; median base {statistics.median(b) * 1e6:.2f} us, this"
-          f" {statistics.median(t) * 1e6:.2f} us; this/base, median of the rounds {ratio:.3f}")  # fmt: skip
+          f" {min(t) * 1e6:.2f} us; median base {median_b:.2f} us, this {median_t:.2f} us;"
+          f" this/base, median of the rounds {ratio:.3f}")  # fmt: skip
     return 0
 
 
