@@ -122,3 +122,43 @@ def test_a_refusal_through_the_fastmcp_middleware() -> None:
     calls = _profile(answer)
     assert sum(calls.values()) <= min(FASTMCP_REFUSAL_CALLS, TARGET_REFUSAL_CALLS), calls
     assert len(calls) <= REFUSAL_MODULES, calls
+
+
+def test_refusals_leave_no_garbage_cycles() -> None:
+    """A refusal returned (at once) or caught (while queued) keeps no traceback whose frames
+    would hold it in a cycle: under overload that would be garbage for the collector on every
+    call (16 objects a refusal while queued, before its traceback was dropped)."""
+    import gc
+
+    from fusion_guard.integrations._common import admit_call
+
+    at_once = _full_guard()
+    queued = Guard(metrics=False, max_active=1, max_queue=5, queue_timeout=0.001)
+    queued.concurrency("search").acquire_nowait()  # type: ignore[union-attr]  # held
+
+    async def never() -> Any:
+        raise AssertionError("a refused call never reaches the tool")
+
+    async def refusals(guard: Guard, count: int) -> None:
+        for _ in range(count):
+            answer = await admit_call(
+                guard, "search", never, request=None, client_key=None, failed=bool
+            )
+            assert answer.code == "SERVER_BUSY"
+
+    async def measured() -> list[int]:
+        found = []
+        for guard in (at_once, queued):
+            await refusals(guard, 5)  # the gate, the templates, the timers
+            gc.collect()
+            gc.disable()
+            try:
+                await refusals(guard, 100)
+                found.append(gc.collect())
+            finally:
+                gc.enable()
+        return found
+
+    at_once_cycles, queued_cycles = asyncio.run(measured())
+    assert at_once_cycles < 20
+    assert queued_cycles < 20

@@ -258,6 +258,7 @@ async def admit_call(
                 ticket.retried()
         result = await admitted_call(ticket, call, failed, passthrough, _current_ticket)
     except Rejected as exc:  # refused while queued (a refusal at once is returned)
+        exc.__traceback__ = None  # kept past this block: its frames (this one) would be a cycle
         result = exc
     except Exception as exc:
         if ticket is not None and isinstance(exc, passthrough):
