@@ -105,10 +105,10 @@ class Slot:
         self._ends = core.ends  # who hears the call's end, once (``report`` may tell it early)
         self._reached_tool = True
         capacity = core.capacity
-        if capacity is not None:
+        if capacity is not None:  # an adaptive limit's (set with core.learn): what it learns from
             self._seat = capacity.seat(self._client)
-        self._inflight = core.active  # itself included: what an adaptive limit learns from
-        self._rank = core.admitted  # calls that took a slot before it: _rank - 1
+            self._inflight = core.active  # itself included
+            self._rank = core.admitted  # calls that took a slot before it: _rank - 1
         self._start = core.latest_start = core.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)
