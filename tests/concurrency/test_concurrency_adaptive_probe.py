@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_guard.admission._adaptive import (
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
     FIRST_SAMPLES,
     PROBE_GRACE_CALLS,
-    GradientLimit,
 )
 
 SERVICE = 0.050
