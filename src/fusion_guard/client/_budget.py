@@ -110,16 +110,19 @@ class _Window:
     """Counts over the last ``span`` seconds in ``slices`` buckets: memory stays bounded
     whatever the call rate, and a count leaves the window at most one slice late. The newest
     slice's count is kept apart from the older slices' total: while it lasts, adding is one
-    comparison and one addition, and reading one addition (the client counts on every call)."""
+    comparison and one addition, and reading one addition (the client counts on every call).
+    ``end`` and ``newest`` are public so that the counters on a call's path add in place
+    (``if now < w.end: w.newest += 1``, else ``add``): a function call there is a measurable
+    part of the wrapper's overhead."""
 
-    __slots__ = ("_counts", "_end", "_index", "_newest", "_older", "_slice")
+    __slots__ = ("_counts", "_index", "_older", "_slice", "end", "newest")
 
     def __init__(self, span: float, slices: int = 10) -> None:
         self._slice = span / slices
         self._counts = [0.0] * (slices - 1)  # the older slices, oldest first
         self._index = -math.inf  # the newest slice's number (time // slice)
-        self._end = -math.inf  # when it ends
-        self._newest = 0.0  # its count
+        self.end = -math.inf  # when it ends
+        self.newest = 0.0  # its count
         self._older = 0.0  # the older slices' total
 
     def _advance(self, now: float) -> None:
@@ -133,27 +136,22 @@ class _Window:
             steps = int(passed)
             # The newest slice becomes the youngest of the older ones, followed by the empty
             # slices passed over; as many of the oldest leave.
-            counts[:] = [*counts[steps:], self._newest, *([0.0] * (steps - 1))]
+            counts[:] = [*counts[steps:], self.newest, *([0.0] * (steps - 1))]
         self._index = index
-        self._end = (index + 1) * self._slice
-        self._newest = 0.0
+        self.end = (index + 1) * self._slice
+        self.newest = 0.0
         self._older = sum(counts)  # summed again, not decremented: no float drift
 
     def add(self, now: float, amount: float = 1.0) -> None:
-        if now >= self._end:
+        if now >= self.end:
             self._advance(now)
         # (a clock read a moment before the newest slice began counts in it)
-        self._newest += amount
+        self.newest += amount
 
     def total(self, now: float) -> float:
-        if now >= self._end:
+        if now >= self.end:
             self._advance(now)
-        return self._older + self._newest
-
-    @property
-    def newest_end(self) -> float:
-        """When the newest slice ends (as of the last count or reading)."""
-        return self._end
+        return self._older + self.newest
 
 
 class RetryBudget:
@@ -184,7 +182,11 @@ class RetryBudget:
 
     def sent(self, *, retry: bool) -> None:
         if not retry:
-            self._first.add(self._clock())
+            first, now = self._first, self._clock()
+            if now < first.end:
+                first.newest += 1
+            else:
+                first.add(now)
 
     def answered(self, *, refused: bool) -> None:
         pass  # the ratio counts what is sent, whatever the answer
@@ -233,7 +235,7 @@ class AdaptiveThrottle:
     ``default_throttle``)."""
 
     __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_random", "_refusals",
-                 "_requests")  # fmt: skip
+                 "_requests", "_share", "_shut_until", "_span")  # fmt: skip
 
     def __init__(
         self,
@@ -248,10 +250,14 @@ class AdaptiveThrottle:
             raise ValueError(
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
             )
-        # Half the share the book's probability holds the refusals to: at the share itself the
-        # gate opened and closed with chance, each opening a burst of refusals (1.12 per
-        # acceptance on one model and seed at k = 1.8, 0.97 with half).
-        self._gate = (self._k - 1) / 2
+        # The gate shuts when the server refuses more than the share the book's probability
+        # holds it to (``k - 1`` per acceptance, and more than ``_EVIDENCE``) and opens again
+        # only at half of it, with no floor: a gate that opened where it shut flapped with
+        # chance under a steady overload, each opening a burst of refusals.
+        self._share = self._k - 1
+        self._gate = self._share / 2
+        self._span = _positive("window", window)
+        self._shut_until = -math.inf
         self._requests = _Window(_positive("window", window))
         self._accepts = _Window(window)
         self._refusals = _Window(window)
@@ -264,10 +270,16 @@ class AdaptiveThrottle:
     def _open(self, now: float) -> bool:
         """Whether the server refuses within its share (then nothing is held back)."""
         accepts = self._accepts.total(now)
-        if self._refusals.total(now) <= max(self._gate * accepts, _EVIDENCE):
-            self._open_until = self._accepts.newest_end
-            return True
-        return False
+        refusals = self._refusals.total(now)
+        if now < self._shut_until:  # shut within the window: the half share alone, both ways
+            shut = refusals > self._gate * accepts
+        else:
+            shut = refusals > max(self._share * accepts, _EVIDENCE)
+        if shut:
+            self._shut_until = now + self._span
+            return False
+        self._open_until = self._accepts.end
+        return True
 
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
@@ -277,21 +289,36 @@ class AdaptiveThrottle:
         requests = self._requests.total(now)
         return max(0.0, (requests - self._k * self._accepts.total(now)) / (requests + 1))
 
-    def admit(self) -> bool:
+    def admit(self, *, retry: bool = False) -> bool:
         """Whether to send a call now; counted as a request either way (a call refused here
-        still tells the throttle how much is wanted)."""
+        still tells the throttle how much is wanted). While calls are being held back, a
+        ``retry`` is held back too: the sends the server is trusted with go to first attempts,
+        and a retry waits for a server that accepts what it is sent."""
         now = self._clock()
         if now < self._open_until or self._open(now):  # the path of every call
-            self._requests.add(now)
+            requests = self._requests
+            if now < requests.end:
+                requests.newest += 1
+            else:
+                requests.add(now)
             return True
         requests = self._requests.total(now)
         self._requests.add(now)
         excess = requests - self._k * self._accepts.total(now)
-        return excess <= 0 or self._random.random() * (requests + 1) >= excess
+        if excess <= 0:
+            return True
+        passes = self._random.random() * (requests + 1) >= excess
+        if retry and passes:  # held back as a first attempt twice over
+            passes = self._random.random() * (requests + 1) >= excess
+        return passes
 
     def accepted(self) -> None:
         """The server accepted a call (any answer but a refusal)."""
-        self._accepts.add(self._clock())
+        accepts, now = self._accepts, self._clock()
+        if now < accepts.end:
+            accepts.newest += 1
+        else:
+            accepts.add(now)
 
     def refused(self) -> None:
         """The server refused a call (SERVER_BUSY, RATE_LIMITED)."""
