@@ -506,8 +506,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--models", nargs="+", default=["busy", "busy-exp", "rate"],
                         choices=MODELS)  # fmt: skip
-    parser.add_argument("--arrivals", default="poisson", choices=ARRIVALS,
-                        help="a Poisson stream of calls, or of batches of calls (see BATCH_MEAN)")
+    parser.add_argument(
+        "--arrivals",
+        default="poisson",
+        choices=ARRIVALS,
+        help="a Poisson stream of calls, or of batches of calls (see BATCH_MEAN)",
+    )
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument(
         "--processes", type=int, default=PROCESSES, help="client processes sharing the load"

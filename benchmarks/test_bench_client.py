@@ -139,8 +139,17 @@ class _AttemptNumberOnly:
         return self.client.call_tool(name, arguments, meta={ATTEMPT_META_KEY: 1})
 
 
+class _AsyncLayer(_AttemptNumberOnly):
+    """The same, awaited in a coroutine of its own, as any wrapper that reads the answer must:
+    each time the round trip suspends, its resumption passes through one frame more."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:  # type: ignore[override]
+        return await self.client.call_tool(name, arguments, meta={ATTEMPT_META_KEY: 1})
+
+
 PARTS: dict[str, Callable[[Any], Any]] = {
     "the attempt number in _meta alone": _AttemptNumberOnly,
+    "the same in a coroutine of its own": _AsyncLayer,
     "wrap(client, budget=None, throttle=None)": lambda c: wrap(c, budget=None, throttle=None),
     "wrap(client, throttle=None): the budget": lambda c: wrap(c, throttle=None),
     "wrap(client, budget=None): the throttle": lambda c: wrap(c, budget=None),

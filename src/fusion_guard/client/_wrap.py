@@ -102,10 +102,11 @@ class RetryingSession(_Wrapper):
         **kwargs: Any,
     ) -> Any:
         # The first attempt is sent from here; the retry loop starts only after a refusal. A
-        # call with no bound of its own makes no RetryCall unless it is refused: its success
-        # costs two counting calls (the overhead target, docs/client-measured.md).
+        # call with no bound of its own (and no extra SDK option) makes no RetryCall unless it
+        # is refused: its success costs two counting calls and one coroutine frame (the
+        # overhead target, docs/client-measured.md).
         retrying = self.retrying
-        if self._plain and deadline is None and read_timeout_seconds is None:
+        if self._plain and deadline is None and read_timeout_seconds is None and not kwargs:
             retrying._first_sent()
             result = await self.wrapped.call_tool(
                 name,
@@ -113,7 +114,6 @@ class RetryingSession(_Wrapper):
                 None,
                 progress_callback,
                 meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
-                **kwargs,
             )
             if type(result) in FLAGGED and not result.is_error:
                 retrying._accepted()
@@ -202,15 +202,13 @@ class RetryingFastMCPClient(_Wrapper):
         # As the MCP SDK's wrapper: no RetryCall for a call with no bound that succeeds.
         retrying = self.retrying
         per_call = None if timeout is None else _seconds_of(timeout)
-        if self._plain and deadline is None and per_call is None:
+        if self._plain and deadline is None and per_call is None and not kwargs:
             retrying._first_sent()
             result = await self.wrapped.call_tool(
                 name,
                 arguments,
-                timeout=timeout,
                 raise_on_error=False,
                 meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
-                **kwargs,
             )
             if type(result) in FLAGGED and not result.is_error:
                 retrying._accepted()
