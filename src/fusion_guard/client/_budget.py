@@ -191,6 +191,12 @@ class RetryBudget:
     def answered(self, *, refused: bool) -> None:
         pass  # the ratio counts what is sent, whatever the answer
 
+    def first_attempts_on(self, clock: Clock) -> _Window | None:
+        """The window counting first attempts, for a caller that reads ``clock`` anyway and
+        counts them itself (``AdaptiveThrottle.admit_first``), as ``sent(retry=False)`` does;
+        None when this budget keeps another clock."""
+        return self._first if clock is self._clock else None
+
     def withdraw(self) -> bool:
         now = self._clock()
         if self._balance(now) < 1:
@@ -220,9 +226,15 @@ class AdaptiveThrottle:
     """Google SRE client-side throttling (see the module): ``k`` >= 1, over the last ``window``
     seconds (short, so the client trusts a recovered server again within seconds).
 
-    One change to the book's rule: calls are held back only while the server refuses more
-    than ``(k - 1) / 2`` attempts per acceptance over the window (and more than 10: a few
-    refusals are no evidence). The book's probability counts the
+    One change to the book's rule, a gate: calls are held back only once the server refuses
+    more than ``k - 1`` attempts per acceptance over the window (and more than 10: a few
+    refusals are no evidence), and from then on, until a window has passed with the gate
+    open, while it refuses more than ``(k - 1) / 2`` (with no floor). A burst (a 1 s blip)
+    stays within the first share and is sent; a sustained overload shuts the gate and keeps
+    it shut, where the book's probability holds the refusals near ``k - 1`` per acceptance;
+    one gate at the half share with the floor (the rule before) held back a blip's retries,
+    and let each of 16 processes seeing a sixteenth of an overload send 10 refusals a window
+    unthrottled (1.1-1.3 refusals per acceptance). The book's probability counts the
     calls held back as demand, so once a crowd's refusals (say, agents starting together) have
     driven it up, the client sends about ``k`` x what the server accepts, and the server, now
     accepting all it is sent, is trusted again only by a factor of ``k`` a window: an idle
@@ -251,9 +263,10 @@ class AdaptiveThrottle:
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
             )
         # The gate shuts when the server refuses more than the share the book's probability
-        # holds it to (``k - 1`` per acceptance, and more than ``_EVIDENCE``) and opens again
-        # only at half of it, with no floor: a gate that opened where it shut flapped with
-        # chance under a steady overload, each opening a burst of refusals.
+        # holds it to (``k - 1`` per acceptance, and more than ``_EVIDENCE``); within a window
+        # of being shut, it opens and shuts at half of it, with no floor. Once shut, a gate at
+        # the full share flapped with chance under a steady overload, each opening a burst of
+        # refusals; the floor let 10 through a window in every process.
         self._share = self._k - 1
         self._gate = self._share / 2
         self._span = _positive("window", window)
@@ -314,6 +327,32 @@ class AdaptiveThrottle:
         if retry and passes:  # held back as a first attempt twice over
             passes = self._random.random() * (requests + 1) >= excess
         return passes
+
+    def admit_first(self, first_attempts: _Window) -> bool:
+        """``admit()`` for a first attempt that, once admitted, is also counted in
+        ``first_attempts`` (a retry budget's, ``RetryBudget.first_attempts_on``) at the same
+        reading of the clock: one clock read and one call on the path of every call."""
+        now = self._clock()
+        if now < self._open_until or self._open(now):
+            window = self._requests
+            if now < window.end:
+                window.newest += 1
+            else:
+                window.add(now)
+            if now < first_attempts.end:
+                first_attempts.newest += 1
+            else:
+                first_attempts.add(now)
+            return True
+        if not self.admit():
+            return False
+        first_attempts.add(now)
+        return True
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the window runs on."""
+        return self._clock
 
     def accepted(self) -> None:
         """The server accepted a call (any answer but a refusal)."""

@@ -276,6 +276,7 @@ class Retrying:
         "_backoff",
         "_budget",
         "_budget_answers",
+        "_first_attempts",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
@@ -326,6 +327,14 @@ class Retrying:
             else self._budget
         )
         self._throttle = shared_throttle(server) if isinstance(throttle, Shared) else throttle
+        # The default pair (exactly: a subclass may count otherwise), a RetryBudget on the
+        # throttle's clock, lets the throttle count the budget's first attempts.
+        budget_, throttle_ = self._budget, self._throttle
+        self._first_attempts = (
+            budget_.first_attempts_on(throttle_.clock)
+            if type(budget_) is RetryBudget and type(throttle_) is AdaptiveThrottle
+            else None
+        )
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -427,8 +436,14 @@ class Retrying:
         wrappers send such a call's first attempt before making its ``RetryCall`` (only a
         refusal needs one: ``RetryCall(retrying, tool)`` then settles it)."""
         throttle = self._throttle
-        if throttle is not None and not throttle.admit():
-            raise self._held_back()
+        if throttle is not None:
+            first = self._first_attempts
+            if first is not None:  # the defaults: both counted at one clock reading
+                if not throttle.admit_first(first):
+                    raise self._held_back()
+                return
+            if not throttle.admit():
+                raise self._held_back()
         if self._budget is not None:
             self._budget.sent(retry=False)
 
