@@ -367,24 +367,21 @@ def test_the_gate_shuts_past_the_full_share_and_then_holds_to_half_of_it() -> No
     assert throttle.admit()  # 10 refusals: no evidence yet, though 1 per acceptance
 
 
-def test_a_retry_is_held_back_more_than_a_first_attempt_while_calls_are() -> None:
-    t = [0.0]
-
-    def shut(*draws: float) -> AdaptiveThrottle:
-        throttle = AdaptiveThrottle(1.8, window=4.0, clock=lambda: t[0], rng=_Draws(*draws))
-        for _ in range(12):
-            throttle.refused()
-        assert throttle.admit()  # no demand counted yet: sent without a draw
-        return throttle  # 12 refusals, 1 request, no acceptance: held back with p = 1/2
-
-    # A draw of 0.95 passes a first attempt (0.95 x 2 >= 1 of excess); a retry must pass two
-    # draws, and a second of 0.4 fails.
-    assert shut(0.95).admit()
-    assert not shut(0.95, 0.4).admit(retry=True)
-    assert shut(0.95, 0.95).admit(retry=True)
-    # With nothing held back, a retry goes as a first attempt does, without a draw.
-    fresh = AdaptiveThrottle(clock=lambda: t[0], rng=_Draws())
-    assert fresh.admit(retry=True)
+@pytest.mark.anyio
+async def test_a_retry_the_throttle_holds_back_does_not_spend_the_budget() -> None:
+    now = anyio.current_time
+    budget = RetryBudget(0.0, min_per_second=0.1, window=10, clock=now)  # 1 retry
+    throttle = AdaptiveThrottle(clock=now, rng=_Draws(0.99, 0.0))
+    for _ in range(11):
+        throttle.refused()  # shut: past the 10 refusals that are no evidence
+    assert throttle.admit()  # no demand counted yet: sent without a draw
+    # The first attempt passes its draw (0.99), the retry does not (0.0): held back, and the
+    # budget's one retry is still there for the next call.
+    outcome = await retrying(budget=budget, throttle=throttle).run(
+        Script(refusal(retry_after=0.1), success())
+    )
+    assert (outcome.stopped, outcome.attempts) == ("throttled", 1)
+    assert budget.balance == 1
 
 
 @pytest.mark.anyio

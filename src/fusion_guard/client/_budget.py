@@ -302,14 +302,9 @@ class AdaptiveThrottle:
         requests = self._requests.total(now)
         return max(0.0, (requests - self._k * self._accepts.total(now)) / (requests + 1))
 
-    def admit(self, *, retry: bool = False) -> bool:
+    def admit(self) -> bool:
         """Whether to send a call now; counted as a request either way (a call refused here
-        still tells the throttle how much is wanted). While calls are being held back, a
-        ``retry`` must pass the draw twice: what the server is trusted with goes to first
-        attempts before calls it has refused already. With one draw, as a first attempt,
-        ``busy-exp`` seed 4 of ``benchmarks/retry_budget.py`` made 1.03 refusals per acceptance
-        at 3x overload, 0.90 with two; retries held back for good cost the agents demo's short
-        run part of its capacity back (docs/client-measured.md)."""
+        still tells the throttle how much is wanted)."""
         now = self._clock()
         window = self._requests
         if now < self._open_until or self._open(now):  # the path of every call
@@ -321,12 +316,7 @@ class AdaptiveThrottle:
         requests = window.total(now)
         window.add(now)
         excess = requests - self._k * self._accepts.total(now)
-        if excess <= 0:
-            return True
-        passes = self._random.random() * (requests + 1) >= excess
-        if retry and passes:  # held back as a first attempt twice over
-            passes = self._random.random() * (requests + 1) >= excess
-        return passes
+        return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
     def admit_first(self, first_attempts: _Window) -> bool:
         """``admit()`` for a first attempt that, once admitted, is also counted in
@@ -394,13 +384,14 @@ def default_throttle(
 
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
-    server accepts, so refusals settle near ``k - 1`` per acceptance (0.71-1.00 measured). The
-    book's ``k=2`` over 2 s let up to 1.07 through; ``k`` of 1.6 or 1.7 held back calls of the
-    agents demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it
-    (over 3 s it held back 7 % of the demo's blip on seed 1), and a server that stops refusing
-    is sent
-    everything once its refusals leave the window (the gate in ``AdaptiveThrottle``); over 5 s
-    an overload's refusals, still in the window 2 s after capacity came back, cost the agents
+    server accepts, so refusals settle below ``k - 1`` per acceptance (docs/client-measured.md
+    has the figures). The book's ``k=2`` over 2 s let more through; with the gate's two
+    shares, ``k=1.7`` cost the agents demo's short run its capacity back (15 calls a second of
+    20), and windows of 2 or 3 s made more refusals at 3x and held back calls of a 1 s blip
+    (``busy`` seed 5: 90.2 / 96.7 % served in time). 4 s: a 1 s blip moves a 4 s window too
+    little to throttle it, and a server that stops refusing is sent everything once its
+    refusals fall to half the share (the gate in ``AdaptiveThrottle``); over 5 s an
+    overload's refusals, still in the window 2 s after capacity came back, cost the agents
     demo's short run part of its second back."""
     return AdaptiveThrottle(clock=clock, rng=rng)
 

@@ -504,10 +504,12 @@ class Retrying:
             paced = opening + interval
         if now + wait >= deadline:
             return bound
+        # The throttle first: a retry it holds back must not spend the budget (held back
+        # after drawing on it, retries drained the budget a later blip needed).
+        if self._throttle is not None and not self._throttle.admit():
+            return "throttled"
         if self._budget is not None and not self._budget.withdraw():
             return "budget"
-        if self._throttle is not None and not self._throttle.admit(retry=True):
-            return "throttled"
         if paced is not None:
             pushback.paced_until[tool] = paced
         return wait
