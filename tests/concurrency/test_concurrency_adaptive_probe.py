@@ -10,6 +10,7 @@ import pytest
 from fusion_guard.admission._adaptive import GradientLimit
 from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
     PROBE_GRACE_CALLS,
 )
@@ -44,11 +45,36 @@ def test_a_fresh_limits_first_probe_holds_its_parallelism_before_the_quiet_bound
     assert limit.limit == 2
     limit.on_sample(now, SERVICE, 2, False)  # crowded calls still come: a standing load
     assert limit.limit == 1  # room for quiet calls
-    for _ in range(FIRST_SAMPLES):
+    for _ in range(FIRST_PROBE_SAMPLES - 2):  # (the first call, and one of the grace's, count)
         now += SERVICE
         limit.on_sample(now, SERVICE, 1, False)
+    assert limit.limit == 1
+    now += SERVICE
+    limit.on_sample(now, SERVICE, 1, False)
     assert limit.baseline == pytest.approx(SERVICE)
     assert limit.limit == 4  # measured: back to the limit held before the probe
+
+
+def test_the_first_probe_waits_for_fewer_quiet_calls_than_a_warm_up_without_one() -> None:
+    # One slot under a standing load is what the probe costs: a fresh guard at half the load of
+    # an 8-connection pool (4 calls in flight) shed 1-5 % of its first 20 s waiting for
+    # FIRST_SAMPLES quiet calls there.
+    assert FIRST_PROBE_SAMPLES < FIRST_SAMPLES
+    limit = GradientLimit()
+    now = 0.0
+    for _ in range(FIRST_PROBE_CALLS):  # crowded from the start
+        limit.on_sample(now, SERVICE, 4, False)
+        now += SERVICE / 4
+    now += SERVICE  # the calls admitted before the probe have ended
+    now = _saturate(limit, 1, PROBE_GRACE_CALLS, now)  # the grace, under a standing load
+    assert limit.limit == 1
+    quiet = 0
+    while limit.limit == 1:
+        limit.on_sample(now, SERVICE, 1, False)
+        now += SERVICE
+        quiet += 1
+    assert quiet == FIRST_PROBE_SAMPLES
+    assert limit.baseline == pytest.approx(SERVICE)
 
 
 def test_a_probe_that_quiet_calls_end_within_its_grace_never_cuts_to_the_quiet_bound() -> None:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from ._adaptive_tuning import (
     FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
     PROBE_GRACE_CALLS,
     SLOW_WINDOW_SAMPLES,
@@ -100,7 +101,9 @@ class Probe:
         elif not measured:
             self._crowded_unmeasured += 1
         taken = self._taken
-        if taken >= (needed if measured else FIRST_SAMPLES) or (
+        if taken >= (
+            needed if measured else FIRST_PROBE_SAMPLES if self.probing else FIRST_SAMPLES
+        ) or (
             not measured
             and taken >= SLOW_WINDOW_SAMPLES
             and taken * baseline >= FIRST_SAMPLES * window
