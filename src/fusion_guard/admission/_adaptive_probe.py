@@ -5,9 +5,10 @@ A new limit holds its initial value and takes its first baseline from the first
 ``FIRST_SAMPLES`` quiet calls as they come (a slow tool's once they amount to ``FIRST_SAMPLES x
 window`` seconds of service, ``SLOW_WINDOW_SAMPLES`` calls at the least); if ``FIRST_PROBE_CALLS``
 crowded calls come first, it makes room for quiet ones (a probe). A probe holds the limit at
-the quiet bound until ``probe_samples`` quiet calls have finished; the first one holds the
-parallelism first, if higher, and drops to the bound only after ``PROBE_GRACE_CALLS`` crowded
-calls admitted under it.
+the quiet bound until ``probe_samples`` quiet calls have finished; the first one until
+``FIRST_PROBE_SAMPLES`` have (those of the warm-up count), and it holds the parallelism first,
+if higher, dropping to the bound only after ``PROBE_GRACE_CALLS`` crowded calls admitted under
+it.
 
 The probe counts and answers; the limit sets its own slots from the answers (``begin``,
 ``step``).
