@@ -13,9 +13,10 @@ limit in seconds:
   (``SLOW_WINDOW_SAMPLES`` calls of seconds). When no quiet call has come for ``probe_every``
   seconds (a busy tool runs at its limit), the limit drops to that bound until
   ``probe_samples`` quiet calls have finished, so the baseline follows a tool that slows down
-  or speeds up; more workers do not change it. The first probe holds the parallelism guess
-  first, if higher, and drops to the bound only after ``PROBE_GRACE_CALLS`` crowded calls
-  admitted under it: a burst that is ending sends quiet calls by itself.
+  or speeds up; more workers do not change it. The first probe lasts until
+  ``FIRST_PROBE_SAMPLES`` quiet calls have come, and holds the parallelism guess first, if
+  higher, dropping to the bound only after ``PROBE_GRACE_CALLS`` crowded calls admitted under
+  it: a burst that is ending sends quiet calls by itself.
 - **The window**: at least ``window`` seconds and ``window_samples`` finished calls; their
   median latency is compared with the baseline (medians, since tool latencies are heavy-tailed).
   A window closes early, once its last ``EARLY_SAMPLES`` calls in a row each took

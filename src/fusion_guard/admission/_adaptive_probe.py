@@ -5,9 +5,10 @@ A new limit holds its initial value and takes its first baseline from the first
 ``FIRST_SAMPLES`` quiet calls as they come (a slow tool's once they amount to ``FIRST_SAMPLES x
 window`` seconds of service, ``SLOW_WINDOW_SAMPLES`` calls at the least); if ``FIRST_PROBE_CALLS``
 crowded calls come first, it makes room for quiet ones (a probe). A probe holds the limit at
-the quiet bound until ``probe_samples`` quiet calls have finished; the first one holds the
-parallelism first, if higher, and drops to the bound only after ``PROBE_GRACE_CALLS`` crowded
-calls admitted under it.
+the quiet bound until ``probe_samples`` quiet calls have finished; the first one until
+``FIRST_PROBE_SAMPLES`` have (those of the warm-up count), and it holds the parallelism first,
+if higher, dropping to the bound only after ``PROBE_GRACE_CALLS`` crowded calls admitted under
+it.
 
 The probe counts and answers; the limit sets its own slots from the answers (``begin``,
 ``step``).
@@ -20,6 +21,7 @@ from typing import Literal
 
 from ._adaptive_tuning import (
     FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
     PROBE_GRACE_CALLS,
     SLOW_WINDOW_SAMPLES,
@@ -100,11 +102,13 @@ class Probe:
         elif not measured:
             self._crowded_unmeasured += 1
         taken = self._taken
-        if taken >= (needed if measured else FIRST_SAMPLES) or (
+        # The first baseline's quiet calls: fewer if the first probe holds slots for them.
+        first = FIRST_PROBE_SAMPLES if self.probing else FIRST_SAMPLES
+        if taken >= (needed if measured else first) or (
             not measured
             and taken >= SLOW_WINDOW_SAMPLES
-            and taken * baseline >= FIRST_SAMPLES * window
-            and self._settled(start + duration, window)
+            and taken * baseline >= first * window
+            and self._settled(start + duration, first * window)
         ):
             self._first.clear()
             self._grace = math.inf
@@ -120,15 +124,15 @@ class Probe:
             return "start"  # the quiet calls counted so far still count
         return "hold"
 
-    def _settled(self, now: float, window: float) -> bool:
-        """Whether a slow tool's warm-up has quiet calls enough for a first baseline, counting
-        only those started before ``now`` less the longest one seen: the calls that finish
-        first are the short ones, and a baseline read low scales every window and estimate of
-        parallelism by as much."""
+    def _settled(self, now: float, service: float) -> bool:
+        """Whether a slow tool's warm-up has quiet calls enough for a first baseline (``service``
+        seconds of it, at their median), counting only those started before ``now`` less the
+        longest one seen: the calls that finish first are the short ones, and a baseline read
+        low scales every window and estimate of parallelism by as much."""
         first = self._first
         horizon = now - max(duration for _, duration in first)
         settled = sorted(duration for start, duration in first if start <= horizon)
         return (
             len(settled) >= SLOW_WINDOW_SAMPLES
-            and len(settled) * median_of_sorted(settled) >= FIRST_SAMPLES * window
+            and len(settled) * median_of_sorted(settled) >= service
         )

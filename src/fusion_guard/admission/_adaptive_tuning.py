@@ -15,6 +15,7 @@ __all__ = [
     "EARLY_RUN_CHANCE",
     "EARLY_SAMPLES",
     "FIRST_PROBE_CALLS",
+    "FIRST_PROBE_SAMPLES",
     "FIRST_SAMPLES",
     "GROWTH_GRADIENT",
     "GROWTH_SAMPLES_PER_SLOT",
@@ -73,6 +74,14 @@ FIRST_SAMPLES = 30
 #: probe). Probing at once, as it did before, held a fresh guard at a quarter of its limit for
 #: the first calls: 4.0 s, not 1.0 s, for a first burst of 8 calls of 0.5 s.
 FIRST_PROBE_CALLS = 50
+#: ... and that probe ends once this many quiet calls have come (those of the warm-up count),
+#: not FIRST_SAMPLES: it holds the limit at the quiet bound, often one slot, and a fresh guard
+#: at half the load of an 8-connection pool of 40 ms calls (4 in flight: crowded from the
+#: start) shed 1-5 % of its first 20 s in that probe, waiting for 30 (``python
+#: benchmarks/error_sim.py --only independent``, docs/adaptive-tried.md). Half of
+#: FIRST_SAMPLES: with 10, the shallower baseline was lifted by a few slow calls in a row
+#: (tests/concurrency/test_concurrency_adaptive.py, a tool that lost a worker).
+FIRST_PROBE_SAMPLES = 15
 #: A probe first holds the slots the tool appears to serve in parallel (``parallelism``, whole),
 #: and cuts to the quiet bound only after this many crowded calls more: a burst that is ending
 #: leaves quiet calls by itself, and a cut to one slot of a 2-worker FIFO pool (no call ever
