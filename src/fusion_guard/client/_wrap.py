@@ -113,7 +113,7 @@ class RetryingSession(_Wrapper):
                 arguments,
                 None,
                 progress_callback,
-                meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
+                meta=_with_attempt(meta, 1),
             )
             if type(result) in FLAGGED and not result.is_error:
                 retrying._accepted()
@@ -128,7 +128,7 @@ class RetryingSession(_Wrapper):
                 arguments,
                 read_timeout_seconds if remaining is None else remaining,
                 progress_callback,
-                meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
+                meta=_with_attempt(meta, 1),
                 **kwargs,
             )
         if call.settle(result):
@@ -208,7 +208,7 @@ class RetryingFastMCPClient(_Wrapper):
                 name,
                 arguments,
                 raise_on_error=False,
-                meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
+                meta=_with_attempt(meta, 1),
             )
             if type(result) in FLAGGED and not result.is_error:
                 retrying._accepted()
@@ -223,7 +223,7 @@ class RetryingFastMCPClient(_Wrapper):
                 arguments,
                 timeout=timeout if remaining is None else remaining,
                 raise_on_error=False,
-                meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
+                meta=_with_attempt(meta, 1),
                 **kwargs,
             )
         if not call.settle(result):
