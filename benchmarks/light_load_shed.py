@@ -6,6 +6,7 @@ tool model behind a guard, Poisson arrivals at a multiple of its capacity, in vi
     python benchmarks/light_load_shed.py                          # every model, 0.5x 0.8x 1.5x 4x
     python benchmarks/light_load_shed.py --models heavy --loads 0.8 --policies issue
     python benchmarks/light_load_shed.py --seeds 1-3 --seconds 60 --json figures.json
+    python benchmarks/light_load_shed.py --replay tight cache arg_cost --loads 0.8 --seeds 1-3
 
 Per model, load and policy: the share of calls refused (``shed``), split by rule (``predicted``
 at arrival or in the queue, ``expired`` after waiting ``queue_timeout``, ``full`` / ``standing``),
@@ -27,6 +28,13 @@ The models (calls beyond the workers wait inside the tool, FIFO):
 - ``slow``: 1-5 s (uniform), 2 workers, as an LLM-backed tool;
 - ``threads``: a thread pool of 4, 10 ms of CPU (gamma, shape 8) per call.
 
+``--replay`` runs cells of the tool zoo (``fusion_guard.demo._zoo``; ``tight`` is its cell of
+issue 41's configuration) call by call instead: each call's work is drawn with its arrival, so
+the same call can be followed with predictive shedding on and off. Per seed, the calls refused
+by rule, and what became of the calls refused as ``predicted`` in the run without it (served,
+expired, refused by the queue's count): whether the guard refused calls the queue would have
+served in time.
+
 Runs on asyncio in virtual time (``fusion_guard.demo._virtual_time``): time passes only in the
 tool's sleeps and the gaps between arrivals, so the figures are the guard's alone, and repeat.
 """
@@ -34,18 +42,23 @@ tool's sleeps and the gaps between arrivals, so the figures are the guard's alon
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
 
 from fusion_guard import ConcurrencyGuard, Guard, ServerBusy
+from fusion_guard.admission import _discipline, _refusal
+from fusion_guard.demo import _zoo
 from fusion_guard.demo._virtual_time import run_in_virtual_time
+from fusion_guard.demo._zoo_models import model_named
 
 Draw = Callable[[random.Random], float]
 
@@ -182,7 +195,8 @@ def _make(policy: str, model: Model, predictive: bool) -> Callable[[Tool], Any]:
     limits: dict[str, Any] = {} if policy == "auto" else {"max_active": model.workers}
     whole = Guard(clock=anyio.current_time, metrics=False, **limits)
     if not predictive:  # a harness's reach into the tool's slots: no predictive shedding
-        slots = whole._gate("tool").admission
+        slots = whole.concurrency("tool")
+        assert slots is not None  # every policy here limits the tool
         discipline = slots._core.discipline  # type: ignore[union-attr]
         discipline.predictive = discipline.rejudging = False
 
@@ -248,6 +262,87 @@ def measure(model: str, load: float, policy: str, seed: int, seconds: float,
     return run_in_virtual_time(run)
 
 
+@contextlib.contextmanager
+def _watching(predictive: bool, refused: dict[float, str]) -> Iterator[None]:
+    """While in force: every guard made with ``predictive`` as given, and each refusal's rule
+    kept by the time it was answered (a harness's reach: the zoo makes its own guards)."""
+    make, refuse = _discipline.QueueDiscipline.__init__, _refusal.Refusals.refuse
+
+    def made(self: _discipline.QueueDiscipline, **options: Any) -> None:
+        make(self, **{**options, "predictive": options["predictive"] and predictive})
+
+    def refusing(self: _refusal.Refusals, reason: Any, queued: int, template: Any,
+                 *args: Any, **kwargs: Any) -> ServerBusy:  # fmt: skip
+        core = self._core
+        predicted = core.predicted
+        busy = refuse(self, reason, queued, template, *args, **kwargs)
+        rule = "expired" if reason == "queue_timeout" else "full"
+        if core.predicted > predicted:
+            rule = "predicted"
+        elif reason == "queue_full" and template is not self.busy:
+            rule = "standing"
+        refused[round(core.clock(), 9)] = rule
+        return busy
+
+    _discipline.QueueDiscipline.__init__ = made  # type: ignore[method-assign]
+    _refusal.Refusals.refuse = refusing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _discipline.QueueDiscipline.__init__ = make  # type: ignore[method-assign]
+        _refusal.Refusals.refuse = refuse  # type: ignore[method-assign]
+
+
+def replay(cell: str, load: float, policy: str, seed: int, predictive: bool) -> dict[int, str]:
+    """A zoo cell (``tight``: issue 41's configuration) under ``policy``: each call of the
+    measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index."""
+    model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
+    refused: dict[float, str] = {}
+
+    async def run() -> tuple[float, Any]:
+        return await _zoo._simulate(model, load, seed, (policy,))
+
+    with _watching(predictive, refused):
+        begin, runs = run_in_virtual_time(run)
+    calls = runs[policy]
+    lo, hi = begin + model.settle_s, begin + model.total_s
+    return {
+        calls.index_of[r.intended]: (
+            refused.get(round(r.intended + r.latency, 9), "full")
+            if r.outcome == "shed"
+            else r.outcome
+        )
+        for r in calls.records
+        if lo <= r.intended < hi
+    }
+
+
+def _replay_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
+                 seeds: range) -> None:  # fmt: skip
+    for cell in cells:
+        for policy in policies:
+            for load in loads:
+                for seed in seeds:
+                    on = replay(cell, load, policy, seed, True)
+                    off = replay(cell, load, policy, seed, False)
+                    counts = [Counter(run.values()) for run in (on, off)]
+                    shed = [sum(v for k, v in c.items() if k in RULES) / len(on) for c in counts]
+                    became = Counter(off[i] for i, rule in on.items() if rule == "predicted")
+                    print(
+                        f"{cell:8} {policy:12} {load:4.1f}x seed {seed}: shed {shed[0]:6.2%}"
+                        f" {_rules(counts[0])} | off {shed[1]:6.2%} {_rules(counts[1])}"
+                        f" | predicted, off: {dict(became) or '-'}",
+                        flush=True,
+                    )
+
+
+RULES = ("predicted", "expired", "full", "standing")
+
+
+def _rules(counts: Counter[str]) -> str:
+    return " ".join(f"{rule}={counts[rule]}" for rule in RULES if counts[rule])
+
+
 def _seeds(text: str) -> range:
     first, _, last = text.partition("-")
     return range(int(first), int(last or first) + 1)
@@ -257,13 +352,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--loads", nargs="+", type=float, default=[0.5, 0.8, 1.5, 4.0])
-    parser.add_argument("--policies", nargs="+", choices=["issue", "fixed", "auto"],
-                        default=["issue", "fixed", "auto"])  # fmt: skip
+    parser.add_argument("--policies", nargs="+",
+                        choices=sorted({"issue", "fixed", "auto", *_zoo.POLICIES}),
+                        help="default: issue fixed auto (with --replay: oracle_tight for tight,"
+                        " else oracle auto)")  # fmt: skip
     parser.add_argument("--seeds", type=_seeds, default=range(1, 2))
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--no-off", action="store_true", help="skip the predictive=False runs")
     parser.add_argument("--json", type=argparse.FileType("w", encoding="utf-8"))
+    parser.add_argument(
+        "--replay",
+        nargs="+",
+        metavar="CELL",
+        help="zoo cells call by call: tight (issue 41's), or a zoo model",
+    )
     args = parser.parse_args(argv)
+    if args.replay:
+        logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
+        for cell in args.replay:
+            default = ["oracle_tight"] if cell == "tight" else ["oracle", "auto"]
+            _replay_main([cell], args.loads, args.policies or default, args.seeds)
+        return
+    args.policies = args.policies or ["issue", "fixed", "auto"]
+    if not {"issue", "fixed", "auto"} >= set(args.policies):
+        parser.error("--policies: issue, fixed or auto (the zoo's policies go with --replay)")
     rows: list[dict[str, Any]] = []
     for name in args.models:
         seconds = args.seconds * (20.0 if name == "slow" else 1.0)  # ~ as many calls

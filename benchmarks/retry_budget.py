@@ -57,6 +57,14 @@ from fusion_guard.wire._shedding import retry_storm
 PROCESSES = 4
 DEADLINE_S = 5.0
 CAPACITY = 50.0  # calls per second, in every model
+MODELS = ("busy", "busy-exp", "busy-lognormal", "rate", "rate-anon")
+LOGNORMAL_SIGMA = 1.0
+"""``busy-lognormal``'s service times: lognormal with this sigma (a coefficient of variation of
+1.3), a model none of the client's choices was made on."""
+BATCH_MEAN = 4.0
+"""``--arrivals batches``: calls arrive in batches of geometric size with this mean (agents
+fanning a task out into parallel calls), the batches a Poisson stream; the same mean load."""
+ARRIVALS = ("poisson", "batches")
 
 # -- the server -------------------------------------------------------------------------------
 
@@ -96,7 +104,7 @@ class Server:
                 rate_backend=backend,
             )
         else:
-            slots = 10 if model == "busy" else 20
+            slots = {"busy": 10, "busy-exp": 20, "busy-lognormal": 15}[model]
             self.mean_service = slots / CAPACITY
             # A short queue, as a tool tuned for interactive callers has: it absorbs the
             # arrivals' own burstiness, and past a second's wait the call is refused.
@@ -111,6 +119,9 @@ class Server:
     def _service(self) -> float:
         if self.model == "busy":  # uniform around the mean
             return self.mean_service * self.rng.uniform(0.5, 1.5) * self.slow_factor
+        if self.model == "busy-lognormal":  # heavy-tailed: a few calls take many times the mean
+            mu = math.log(self.mean_service) - LOGNORMAL_SIGMA**2 / 2
+            return self.rng.lognormvariate(mu, LOGNORMAL_SIGMA) * self.slow_factor
         return self.rng.expovariate(1 / self.mean_service) * self.slow_factor
 
     async def call(self, attempt: int, caller: str) -> ToolResponse:
@@ -351,8 +362,10 @@ def simulate(
     processes: int = PROCESSES,
     *,
     storm: bool = False,
+    arrivals: str = "poisson",
 ) -> Run:
-    """One run in virtual time on trio (``storm``: with the retry-storm rule, see ``Server``)."""
+    """One run in virtual time on trio (``storm``: with the retry-storm rule, see ``Server``;
+    ``arrivals``: ``poisson`` or ``batches``, see ``BATCH_MEAN``)."""
     run = Run(model, scenario.name, policy.name, seed)
 
     async def main() -> None:
@@ -379,16 +392,22 @@ def simulate(
                 run.calls.append(call)
                 tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
             now, n = 0.0, scenario.volley
+            batches = arrivals == "batches"
             while True:
-                now += rng.expovariate(scenario.load(now) * CAPACITY)
+                rate = scenario.load(now) * CAPACITY
+                now += rng.expovariate(rate / BATCH_MEAN if batches else rate)
                 if now >= scenario.duration:
                     break
+                size = 1
+                if batches:  # geometric, mean BATCH_MEAN
+                    size += int(math.log(1.0 - rng.random()) / math.log(1.0 - 1.0 / BATCH_MEAN))
                 await anyio.sleep(start + now - anyio.current_time())
                 server.slow_factor = scenario.slow(now)
-                call = Call(now)
-                run.calls.append(call)
-                tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
-                n += 1
+                for _ in range(size):
+                    call = Call(now)
+                    run.calls.append(call)
+                    tasks.start_soon(one, call, clients[n % processes], f"agent-{n}")
+                    n += 1
         run.attempts = [Attempt(a.at - start, a.accepted, a.attempt)
                         for a in server.attempts]  # fmt: skip
         run.storm_refusals = server.storm_refusals
@@ -417,17 +436,24 @@ class Figures:
 
 
 def measure(
-    model: str, policy: str, seed: int, processes: int = PROCESSES, *, storm: bool = False
+    model: str,
+    policy: str,
+    seed: int,
+    processes: int = PROCESSES,
+    *,
+    storm: bool = False,
+    arrivals: str = "poisson",
 ) -> Figures:
     chosen = POLICIES[policy]
-    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, storm=storm)
+    options = {"storm": storm, "arrivals": arrivals}
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, **options)
     earliest = min(c.earliest_retry() for c in sustained.calls)
     storms = (sustained.storm_refusals, 0, 0)
     if model.startswith("rate"):  # a rate limit's capacity does not move: no blip or recovery here
         blip_success = recovery = math.nan
     else:
-        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes, storm=storm)
-        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes, storm=storm)
+        blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes, **options)
+        recovery_run = simulate(model, SCENARIOS["recovery"], chosen, seed, processes, **options)
         storms = (sustained.storm_refusals, blip.storm_refusals, recovery_run.storm_refusals)
         blip_success = blip.success(11.5, 14.0)
         recovery = recovery_run.goodput(9.0, 10.0)
@@ -449,16 +475,23 @@ def spread(seed: int, policy: str = TIMING, model: str = "rate") -> float:
 
 
 def table(
-    model: str, seed: int, policies: list[str], processes: int = PROCESSES, *, storm: bool = False
+    model: str,
+    seed: int,
+    policies: list[str],
+    processes: int = PROCESSES,
+    *,
+    storm: bool = False,
+    arrivals: str = "poisson",
 ) -> Iterator[str]:
     rule = ", the retry-storm rule on" if storm else ""
+    rule += ", arrivals in batches" if arrivals == "batches" else ""
     yield f"model {model}, seed {seed} (capacity {CAPACITY:g}/s, {processes} processes{rule})"
     yield (
         f"{'policy':<26}{'att/call':>9}{'ref/acc':>9}{'goodput':>9}{'blip ok':>9}"
         f"{'recov':>8}{'early ms':>9}" + (f"{'storm s/b/r':>14}" if storm else "")
     )
     for name in policies:
-        f = measure(model, name, seed, processes, storm=storm)
+        f = measure(model, name, seed, processes, storm=storm, arrivals=arrivals)
         early = "-" if f.earliest_retry == math.inf else f"{f.earliest_retry * 1000:.0f}"
         storms = "/".join(str(n) for n in f.storm_refusals)
         yield (
@@ -472,7 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--models", nargs="+", default=["busy", "busy-exp", "rate"],
-                        choices=["busy", "busy-exp", "rate", "rate-anon"])  # fmt: skip
+                        choices=MODELS)  # fmt: skip
+    parser.add_argument(
+        "--arrivals",
+        default="poisson",
+        choices=ARRIVALS,
+        help="a Poisson stream of calls, or of batches of calls (see BATCH_MEAN)",
+    )
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument(
         "--processes", type=int, default=PROCESSES, help="client processes sharing the load"
@@ -488,7 +527,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--processes must be at least 1, got {args.processes}")
     for model in args.models:
         for seed in args.seeds:
-            for line in table(model, seed, args.policies, args.processes, storm=args.storm_rule):
+            lines = table(
+                model, seed, args.policies, args.processes,
+                storm=args.storm_rule, arrivals=args.arrivals,
+            )  # fmt: skip
+            for line in lines:
                 print(line)
             print()
     print("RATE_LIMITED retries after a crowd: busiest 100 ms window / mean (retries, calls ok)")

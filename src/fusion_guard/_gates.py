@@ -4,12 +4,15 @@ A gate is everything one tool's calls go through: its limits (``ToolLimits``), i
 slots (a ``ConcurrencyGuard`` deciding by a fixed or adaptive ``Limit``; with ``BACKEND=redis``
 a ``DistributedConcurrencyGuard`` holding fleet leases), its rate limiter on the one rate backend
 all tools share, and its failure policy for when that backend fails. ``GateAssembly.gate`` is the
-only place these are chosen; the Guard asks it once per tool and keeps the result.
+only place these are chosen; the Guard's ``GateTable`` asks it once per tool and keeps the
+result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -18,14 +21,15 @@ from typing import TYPE_CHECKING, Any
 from ._bounds import rate_problem
 from ._clock import Clock, monotonic
 from ._exceptions import ConfigurationError
+from ._log import log_event
 from ._observer import GuardObserver, Outcome, ShedReason, ToolObserver, bind_tool
-from ._policy import ToolLimits
+from ._policy import PolicyTable, ToolLimits
 from .admission._adaptive import GradientLimit
 from .admission._concurrency import ConcurrencyGuard
 from .admission._context import CallContext
 from .admission._distributed import DistributedConcurrencyGuard
 from .admission._rate import RateLimit, RateLimiter
-from .admission._slot import Unbounded
+from .admission._unbounded import Unbounded
 from .backends._base import RateBackend
 from .backends._memory import MemoryBackend
 
@@ -33,7 +37,7 @@ if TYPE_CHECKING:
     from .admission._failure import BackendFailure
     from .config._settings import GuardSettings
 
-__all__ = ["NULL_OBSERVER", "Gate", "GateAssembly", "Slots"]
+__all__ = ["NULL_OBSERVER", "OVERFLOW_TOOL", "Gate", "GateAssembly", "GateTable", "Slots"]
 
 Slots = ConcurrencyGuard | DistributedConcurrencyGuard
 """A tool's slots: this process's, or this process's composed with a fleet lease."""
@@ -262,6 +266,66 @@ class GateAssembly:
         from .admission._failure import backend_failure
 
         return backend_failure(limits.tool, limits.failure_policy, backend, observer, slots)
+
+
+OVERFLOW_TOOL = "(other tools)"
+"""The shared gate of names past the table's size that match no configured pattern."""
+
+
+class GateTable:
+    """A guard's gates, by tool name: made by ``assembly`` with the limits ``policies`` resolve,
+    on a tool's first call, and kept. At most ``max_tools`` names get a gate of their own; past
+    it, a new name shares the gate of the names that match the same configured patterns (so
+    those patterns' limits still apply; ``OVERFLOW_TOOL`` when it matches none), and an exactly
+    configured name always gets its own. ``made``: the gates of their own, which the Guard reads
+    on every call before asking ``gate``."""
+
+    __slots__ = ("_assembly", "_max_tools", "_overflow", "_policies", "made")
+
+    def __init__(self, policies: PolicyTable, assembly: GateAssembly, max_tools: int) -> None:
+        self._policies = policies
+        self._assembly = assembly
+        self._max_tools = max_tools
+        self.made: dict[str, Gate] = {}
+        self._overflow: dict[tuple[str, ...], Gate] = {}
+
+    def gate(self, tool: str) -> Gate:
+        """``tool``'s gate, made now if it is the tool's first call."""
+        gate = self.made.get(tool)
+        if gate is None:
+            limits = self._policies.resolve(_check_tool(tool))
+            if len(self.made) >= self._max_tools and tool not in limits.patterns:
+                return self._overflow_gate(limits)
+            gate = self.made[tool] = self._assembly.gate(limits)
+        return gate
+
+    def _overflow_gate(self, limits: ToolLimits) -> Gate:
+        # Names invented faster than tools are written must not grow this table (or the metrics'
+        # label sets) forever, nor lose their configured limits: names matching the same patterns
+        # have the same limits, so they share one gate per set of patterns (bounded by the
+        # configuration, not by what callers send).
+        gate = self._overflow.get(limits.patterns)
+        if gate is None:
+            name = _overflow_name(limits.patterns)
+            log_event(logging.WARNING, "tool_table_full", gate=name, max_tools=self._max_tools)
+            gate = self._assembly.gate(dataclasses.replace(limits, tool=name))
+            self._overflow[limits.patterns] = gate
+        return gate
+
+    async def aclose(self) -> None:
+        """Close what the assembly opened for these gates (``GateAssembly.aclose``)."""
+        await self._assembly.aclose([*self.made.values(), *self._overflow.values()])
+
+
+def _overflow_name(patterns: tuple[str, ...]) -> str:
+    # Each set of patterns has its own gate, so its name lists them all (most specific first).
+    return f"(other tools matching {', '.join(reversed(patterns))})" if patterns else OVERFLOW_TOOL
+
+
+def _check_tool(tool: object) -> str:
+    if not isinstance(tool, str) or not tool:
+        raise ConfigurationError(f"tool={tool!r} is invalid: expected a non-empty tool name")
+    return tool
 
 
 def _watch(observer: ToolObserver, slots: Slots) -> None:

@@ -18,7 +18,6 @@ open again with the next call.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import logging
@@ -37,7 +36,7 @@ from ._exceptions import (
     RateLimited,
     Rejected,
 )
-from ._gates import Gate, GateAssembly, Slots
+from ._gates import OVERFLOW_TOOL, Gate, GateAssembly, GateTable, Slots
 from ._keys import MAX_KEY_CHARS, bounded_key
 from ._log import log_event
 from ._observer import (
@@ -49,7 +48,7 @@ from ._observer import (
 )
 from ._outcomes import response_from_exception
 from ._policy import PolicyTable, ToolLimits, specificity
-from ._priority import Priority, check_priority
+from ._priority import DEFAULT_RANK, PRIORITY_NAMES, Priority, check_priority
 from .admission._concurrency import Slot
 from .admission._context import CallContext
 from .admission._rate import RateLimiter
@@ -64,16 +63,18 @@ if TYPE_CHECKING:
 
     from .config._settings import GuardSettings
 
-__all__ = ["Guard", "Ticket", "admitted_call"]
+__all__ = ["MAX_TOOLS", "OVERFLOW_TOOL", "Guard", "Ticket", "admitted_call"]
 
 P = ParamSpec("P")
+
+_DEFAULT_PRIORITY = PRIORITY_NAMES[DEFAULT_RANK]
+"""``Priority.INTERACTIVE``, read once: an enum member's look-up costs a tenth of a refusal."""
 
 MAX_TOOLS = 1024
 """Distinct tool names a guard keeps a gate (and metric series) of its own for. Past it, a new
 name shares the gate of the names that match the same configured patterns, so its limits still
-apply; a name configured exactly always gets its own gate."""
-OVERFLOW_TOOL = "(other tools)"
-"""The shared gate of names past ``MAX_TOOLS`` that match no configured pattern."""
+apply; a name configured exactly always gets its own gate (``GateTable``, with
+``OVERFLOW_TOOL`` for the names that match no configured pattern)."""
 
 
 class Ticket:
@@ -194,19 +195,30 @@ class Ticket:
         if self._slot is not None:
             self._slot.report(outcome or self.outcome)  # type: ignore[arg-type]
 
-    def _enter_at_once(self) -> bool:
+    def _enter_at_once(self) -> bool | Rejected:
         """``__aenter__`` without a coroutine, as far as nothing needs awaiting: True when
         admitted (a free slot, no shared rate backend); False when the caller must still
-        ``await ticket.__aenter__()``, which carries on from where this stopped. Raises
-        ``RateLimited`` or ``ServerBusy`` as ``__aenter__`` would."""
-        gate = self._gate
-        rates = gate.rates
-        if rates is not None:
-            if not rates.is_sync:
-                return False
-            self._refused(gate, rates.check(self._context(gate)))
-        slot = self._slot = gate.admission.slot(gate.limits.timeout, self._client, self._priority)
-        return slot.take_free()
+        ``await ticket.__aenter__()``, which carries on from where this stopped; the refusal
+        (``RateLimited`` or ``ServerBusy``, reported) when refused at once, returned where
+        ``__aenter__`` would raise it. Under overload most calls are refused here, and an
+        exception unwound through the adapters' frames up to their answer cost a sixth of
+        the whole refusal."""
+        try:
+            gate = self._gate
+            rates = gate.rates
+            if rates is not None:
+                if not rates.is_sync:
+                    return False
+                self._refused(gate, rates.check(self._context(gate)))
+            slot = self._slot = gate.admission.slot(
+                gate.limits.timeout, self._client, self._priority
+            )
+            return slot.take_free()
+        except Rejected as refusal:
+            # Returned, not raised on: its frames would keep the caller's (which holds it)
+            # alive in a cycle for the garbage collector.
+            refusal.__traceback__ = None
+            return refusal
 
     def _context(self, gate: Gate) -> CallContext:
         if self._client is None and self._request is None and self._priority is None:
@@ -222,13 +234,21 @@ class Ticket:
             raise
         except anyio.get_cancelled_exc_class():  # looked up only for what is no Exception
             # Cancelled before it reached a slot: the one end no slot can report.
-            gate.observer.finished("cancelled", None)
+            observer = gate.observer
+            try:
+                observer.finished("cancelled", None)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "finished", failure)
             raise
         self._refused(gate, refusal)
 
     def _refused(self, gate: Gate, refusal: RateLimited | None) -> None:
         if refusal is not None:
-            gate.observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
+            observer = gate.observer
+            try:
+                observer.rate_limited(refusal.scope, refusal.retry_after or 0.0, self._client)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "rate_limited", failure)
             raise refusal
 
 
@@ -241,7 +261,7 @@ async def admitted_call(
     failed: Callable[[Any], bool],
     passthrough: tuple[type[BaseException], ...],
     current: ContextVar[Ticket | None],
-) -> R:
+) -> R | Rejected:
     """``async with ticket: result = await call()`` spelled out for the SDK adapters, so that
     the usual call (admitted at once, left at once) costs no coroutine for the ticket.
 
@@ -249,8 +269,13 @@ async def admitted_call(
     (``answered``): a ``ToolResponse`` by ``answered``, anything else ``error`` when ``failed``
     says so (an SDK's error result). An exception of ``passthrough`` (the SDK's own errors) ends
     the call as ``error`` and is raised once the slot is free; ``current`` holds the ticket while
-    the call runs (for code the SDK runs inside it)."""
-    if not ticket._enter_at_once():
+    the call runs (for code the SDK runs inside it). A call refused at once (``RateLimited``,
+    ``ServerBusy``) is not run: its refusal is returned, not raised (one refused later, while
+    queued, is raised)."""
+    entered = ticket._enter_at_once()
+    if entered is not True:
+        if entered is not False:
+            return entered  # refused at once
         await ticket.__aenter__()
     slot: Slot = ticket._slot  # type: ignore[assignment]  # entered
     deferred: BaseException | None = None
@@ -313,13 +338,11 @@ class Guard:
     """
 
     __slots__ = (
-        "_assembly",
         "_clock",
         "_closed",
         "_defaults",
         "_expose",
         "_gates",
-        "_overflow",
         "_policies",
         "_serving",
         "_settings",
@@ -343,15 +366,14 @@ class Guard:
         self._clock = clock
         self._settings = _settings(settings, limits)
         (self._defaults,) = default_observers(self._settings, registry)
-        self._assembly = GateAssembly(
+        assembly = GateAssembly(
             self._settings, (self._defaults, *_user_observer(observer)), rate_backend, clock
         )
         # A rate backend that can fail (Redis, given directly) makes failure policies apply.
         shared_backend = rate_backend is not None and not isinstance(rate_backend, MemoryBackend)
         self._policies = PolicyTable(self._settings, shared_backend=shared_backend)
+        self._gates = GateTable(self._policies, assembly, MAX_TOOLS)
         self._expose = self._settings.expose_exceptions
-        self._gates: dict[str, Gate] = {}
-        self._overflow: dict[tuple[str, ...], Gate] = {}
         self._closed = False
         self._serving = 0  # servers running on this guard (``lifespan``)
 
@@ -392,7 +414,7 @@ class Guard:
 
     def limits(self, tool: str) -> ToolLimits:
         """The limits in force for ``tool`` (resolved once, on first use)."""
-        return self._gate(tool).limits
+        return self._gates.gate(tool).limits
 
     def configured_limits(self) -> dict[str, ToolLimits]:
         """What the configuration gives: ``""`` maps to the limits of a tool no per-tool pattern
@@ -405,7 +427,7 @@ class Guard:
 
     def concurrency(self, tool: str) -> Slots | None:
         """The tool's concurrency guard (``active``, ``queued``, ``statistics()``), if limited."""
-        return self._gate(tool).slots
+        return self._gates.gate(tool).slots
 
     def admit(
         self,
@@ -427,14 +449,14 @@ class Guard:
         """
         if self._closed:
             raise self._closed_error()
-        gate = self._gates.get(tool)
+        gate = self._gates.made.get(tool)
         if gate is None:
-            gate = self._gate(tool)
+            gate = self._gates.gate(tool)
         if isinstance(client, str) and len(client) > MAX_KEY_CHARS:  # kept as a digest
             client = bounded_key(client)
         if priority is None:
             priority = gate.limits.priority
-            if priority is Priority.INTERACTIVE:  # the default: a call without priorities
+            if priority is _DEFAULT_PRIORITY:  # the default: a call without priorities
                 return Ticket(gate, client, request)
         else:
             priority = check_priority("priority", priority)
@@ -481,7 +503,7 @@ class Guard:
         The wrapper keeps the handler's name, docstring and signature (``functools.wraps``);
         the tool's limits are resolved now, so a bad configuration fails at decoration.
         """
-        self._gate(tool)
+        self._gates.gate(tool)
 
         def decorate(
             handler: Callable[P, Awaitable[object]],
@@ -547,9 +569,8 @@ class Guard:
         # Shielded: a server stopping on a cancellation still closes what it opened.
         with anyio.CancelScope(shield=True):
             self._defaults.flush()
-            gates = [*self._gates.values(), *self._overflow.values()]
             try:
-                await self._assembly.aclose(gates)
+                await self._gates.aclose()
             except Exception as failure:  # a connection that fails to close is gone anyway
                 # Logged, not raised: at a server's stop it would replace the stop's own error.
                 log_event(logging.WARNING, "guard_close_failed", failure, error=str(failure))
@@ -561,31 +582,7 @@ class Guard:
         )
 
     def __repr__(self) -> str:
-        return f"Guard({self._settings!r}, tools_seen={len(self._gates)})"
-
-    # -- per-tool state, made once ---------------------------------------------------------------
-
-    def _gate(self, tool: str) -> Gate:
-        gate = self._gates.get(tool)
-        if gate is None:
-            limits = self._policies.resolve(_check_tool(tool))
-            if len(self._gates) >= MAX_TOOLS and tool not in limits.patterns:
-                return self._overflow_gate(limits)
-            gate = self._gates[tool] = self._assembly.gate(limits)
-        return gate
-
-    def _overflow_gate(self, limits: ToolLimits) -> Gate:
-        # Names invented faster than tools are written must not grow this table (or the metrics'
-        # label sets) forever, nor lose their configured limits: names matching the same patterns
-        # have the same limits, so they share one gate per set of patterns (bounded by the
-        # configuration, not by what callers send).
-        gate = self._overflow.get(limits.patterns)
-        if gate is None:
-            name = _overflow_name(limits.patterns)
-            log_event(logging.WARNING, "tool_table_full", gate=name, max_tools=MAX_TOOLS)
-            gate = self._assembly.gate(dataclasses.replace(limits, tool=name))
-            self._overflow[limits.patterns] = gate
-        return gate
+        return f"Guard({self._settings!r}, tools_seen={len(self._gates.made)})"
 
 
 def _settings(settings: GuardSettings | None, limits: dict[str, Any]) -> GuardSettings:
@@ -610,17 +607,6 @@ def _user_observer(observer: GuardObserver | None) -> tuple[GuardObserver, ...]:
             " for_tool(tool, *, max_active) returning a ToolObserver)"
         )
     return (observer,)
-
-
-def _overflow_name(patterns: tuple[str, ...]) -> str:
-    # Each set of patterns has its own gate, so its name lists them all (most specific first).
-    return f"(other tools matching {', '.join(reversed(patterns))})" if patterns else OVERFLOW_TOOL
-
-
-def _check_tool(tool: object) -> str:
-    if not isinstance(tool, str) or not tool:
-        raise ConfigurationError(f"tool={tool!r} is invalid: expected a non-empty tool name")
-    return tool
 
 
 def _check_async(tool: str, handler: object) -> None:

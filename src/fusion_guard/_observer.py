@@ -17,9 +17,10 @@ observer without the method) goes to the tool's observer, which is the default p
 
 Observers never change an outcome: whatever an observer raises (``Exception``) is caught where
 it is called, reported once per observer class and method (``observer_failed``, on the stdlib
-logger ``fusion_guard``), and the call's answer stands. The guards catch it at their own call
-sites (free in CPython when nothing raises); ``ToolObservers`` catches it for each observer it
-fans out to, so one failing observer does not keep the others from hearing of the event.
+logger ``fusion_guard``), and the call's answer stands. Every call site catches it (free in
+CPython when nothing raises), so a tool with one observer reaches it directly;
+``ToolObservers`` catches it for each observer it fans out to, so one failing observer does not
+keep the others from hearing of the event.
 """
 
 from __future__ import annotations
@@ -241,9 +242,10 @@ class ToolObservers:
 
 def bind_tool(
     observers: Iterable[GuardObserver], tool: str, max_active: int | None
-) -> ToolObservers | None:
+) -> ToolObserver | None:
     """``tool``'s observer: each observer bound to it, behind one contained fan-out (none when
-    there is no observer). An observer whose ``for_tool`` raises sits out for this tool."""
+    there is no observer; the observer itself when there is one: a refusal then reaches it in
+    one step). An observer whose ``for_tool`` raises sits out for this tool."""
     bound: list[ToolObserver] = []
     for observer in observers:
         try:
@@ -252,8 +254,8 @@ def bind_tool(
             observer_failed(observer, "for_tool", failure)
     if not bound:
         return None
-    if len(bound) == 1 and isinstance(bound[0], ToolObservers):
-        return bound[0]  # contained already: no second layer on the hot path
+    if len(bound) == 1:  # one observer: every call site contains it, no fan-out to pass
+        return bound[0]
     return ToolObservers(tuple(bound))
 
 

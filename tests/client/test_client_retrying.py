@@ -253,7 +253,7 @@ async def test_the_throttle_and_the_servers_pushback_are_shared_per_server_too()
     assert (await second.run(script)).stopped == "ok"
     assert script.times[1] - start >= 1.0
     # One session's refusals hold back the other's calls (11 so far: more than 10 and more
-    # than 0.4 per acceptance, of which there was 1).
+    # than k - 1 = 0.8 per acceptance, of which there was 1).
     for _ in range(9):
         await first.run(Script(refusal("SERVER_BUSY", 0.1)))
     with pytest.raises(ThrottledLocally):
@@ -315,6 +315,73 @@ async def test_the_throttle_trusts_a_server_that_stops_refusing_at_once() -> Non
         await anyio.sleep(0.1)
     assert ok.calls == 10
     assert throttle.rejection_probability() == 0
+
+
+class _Draws(random.Random):
+    """A random source that returns the given draws in turn."""
+
+    def __init__(self, *draws: float) -> None:
+        super().__init__()
+        self.draws = list(draws)
+
+    def random(self) -> float:
+        return self.draws.pop(0)
+
+
+def test_the_gate_shuts_past_the_full_share_and_then_holds_to_half_of_it() -> None:
+    t = [0.0]
+    throttle = AdaptiveThrottle(1.8, window=4.0, clock=lambda: t[0], rng=_Draws(*[0.0] * 99))
+
+    def answered(accepted: int = 0, refused: int = 0) -> None:
+        for _ in range(accepted):
+            throttle.accepted()
+        for _ in range(refused):
+            throttle.refused()
+
+    # 20 acceptances, 16 refusals: at k - 1 = 0.8 per acceptance, not past it: nothing is held
+    # back (a 1 s blip's refusals stay within this share).
+    for _ in range(36):
+        assert throttle.admit()
+    answered(accepted=20, refused=16)
+    assert throttle.admit()
+    assert throttle.rejection_probability() == 0
+    answered(refused=1)  # 17 > 16: shut, and the SRE book's probability applies
+    assert not throttle.admit()
+    for _ in range(50):  # calls held back: demand the server is not trusted with
+        assert not throttle.admit()
+    # Shut, the gate opens again only at half the share: 17 refusals for 42 acceptances
+    # (0.40) are still too many, for 43 (0.395) they are not, whatever the held-back demand.
+    answered(accepted=22)
+    assert not throttle.admit()
+    answered(accepted=1)
+    assert throttle.admit()
+    assert throttle.rejection_probability() == 0
+    # Within the window of a shut, it shuts again at half the share, not at the full one.
+    answered(refused=1)
+    assert not throttle.admit()
+    # A window later, with nothing shut meanwhile, the full share and the floor apply again.
+    t[0] += 8.5
+    for _ in range(20):
+        assert throttle.admit()
+    answered(accepted=10, refused=10)
+    assert throttle.admit()  # 10 refusals: no evidence yet, though 1 per acceptance
+
+
+@pytest.mark.anyio
+async def test_a_retry_the_throttle_holds_back_does_not_spend_the_budget() -> None:
+    now = anyio.current_time
+    budget = RetryBudget(0.0, min_per_second=0.1, window=10, clock=now)  # 1 retry
+    throttle = AdaptiveThrottle(clock=now, rng=_Draws(0.99, 0.0))
+    for _ in range(11):
+        throttle.refused()  # shut: past the 10 refusals that are no evidence
+    assert throttle.admit()  # no demand counted yet: sent without a draw
+    # The first attempt passes its draw (0.99), the retry does not (0.0): held back, and the
+    # budget's one retry is still there for the next call.
+    outcome = await retrying(budget=budget, throttle=throttle).run(
+        Script(refusal(retry_after=0.1), success())
+    )
+    assert (outcome.stopped, outcome.attempts) == ("throttled", 1)
+    assert budget.balance == 1
 
 
 @pytest.mark.anyio

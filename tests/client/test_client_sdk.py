@@ -25,6 +25,8 @@ from fusion_guard import Guard, MemoryBackend, tool_error
 from fusion_guard._clock import FakeClock
 from fusion_guard.client import (
     ATTEMPT_META_KEY,
+    AdaptiveThrottle,
+    RetryBudget,
     RetryingFastMCPClient,
     RetryingSession,
     wrap,
@@ -255,3 +257,46 @@ async def test_the_helper_stops_when_the_server_says_retries_are_most_of_the_loa
     assert outcome.error is not None
     assert outcome.error.details["retry_now"] == "false"
     assert outcome.error.code == "SERVER_BUSY"
+
+
+class _Answers:
+    """A stand-in session whose calls all succeed (the SDK's own result class)."""
+
+    def __init__(self) -> None:
+        self.metas: list[Any] = []
+
+    async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        from mcp_types import CallToolResult, TextContent
+
+        self.metas.append(kwargs.get("meta"))
+        return CallToolResult(content=[TextContent(type="text", text="ok")])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("one_clock", [True, False])
+async def test_a_call_that_succeeds_at_once_is_counted_by_the_budget_and_the_throttle(
+    one_clock: bool,
+) -> None:
+    # The wrappers' success path counts first attempts without a RetryCall; with the default
+    # pair on one clock, the throttle counts the budget's too (one clock read).
+    clock = FakeClock()
+    other = FakeClock()
+    budget = RetryBudget(0.5, min_per_second=0, window=10, clock=clock)
+    throttle = AdaptiveThrottle(1.0, clock=clock if one_clock else other)
+    session = _Answers()
+    wrapped = wrap(session, server="counted", budget=budget, throttle=throttle)
+    for _ in range(4):
+        await wrapped.call_tool("search", {})
+    await wrapped.call_tool("search", {}, meta={"trace": "t"})
+    assert budget.balance == 2.5  # 0.5 x 5 first attempts
+    assert throttle.rejection_probability() == 0
+    assert session.metas[0] == {ATTEMPT_META_KEY: 1}
+    assert session.metas[-1] == {"trace": "t", ATTEMPT_META_KEY: 1}
+    # 11 refusals shut the gate (k = 1: past 10, the floor); the SRE book's probability then
+    # sees 5 requests and 5 acceptances (5 / 6 had the acceptances not been counted), and one
+    # request more tips it.
+    for _ in range(11):
+        throttle.refused()
+    assert throttle.rejection_probability() == 0
+    throttle.admit()
+    assert throttle.rejection_probability() == pytest.approx(1 / 7)

@@ -11,14 +11,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fusion_guard import ConfigurationError
-from fusion_guard.admission._adaptive import (
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
     FIRST_SAMPLES,
     OVERTAKING_MEMORY,
     PARALLELISM_WEIGHT,
     PROBE_GRACE_CALLS,
     QUIET_SAMPLES,
-    GradientLimit,
 )
 
 

@@ -5,13 +5,17 @@ at a time while it drains."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from fusion_guard.admission._adaptive import (
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
     PROBE_GRACE_CALLS,
-    GradientLimit,
+    SLOW_WINDOW_SAMPLES,
 )
 
 SERVICE = 0.050
@@ -44,11 +48,45 @@ def test_a_fresh_limits_first_probe_holds_its_parallelism_before_the_quiet_bound
     assert limit.limit == 2
     limit.on_sample(now, SERVICE, 2, False)  # crowded calls still come: a standing load
     assert limit.limit == 1  # room for quiet calls
-    for _ in range(FIRST_SAMPLES):
+    for _ in range(FIRST_PROBE_SAMPLES - 2):  # (the first call, and one of the grace's, count)
         now += SERVICE
         limit.on_sample(now, SERVICE, 1, False)
+    assert limit.limit == 1
+    now += SERVICE
+    limit.on_sample(now, SERVICE, 1, False)
     assert limit.baseline == pytest.approx(SERVICE)
     assert limit.limit == 4  # measured: back to the limit held before the probe
+
+
+@pytest.mark.parametrize("service", [SERVICE, 0.2])
+def test_the_first_probe_waits_for_fewer_quiet_calls_than_a_warm_up_without_one(
+    service: float,
+) -> None:
+    # One slot under a standing load is what the probe costs: a fresh guard at half the load of
+    # an 8-connection pool (4 calls in flight) shed 1-5 % of its first 20 s waiting for
+    # FIRST_SAMPLES quiet calls there. A tool slower than the window waits for calls amounting
+    # to FIRST_PROBE_SAMPLES windows of service (8 calls of 0.2 s), not FIRST_SAMPLES (15).
+    assert FIRST_PROBE_SAMPLES < FIRST_SAMPLES
+    limit = GradientLimit()
+    now = 0.0
+    for _ in range(FIRST_PROBE_CALLS):  # crowded from the start
+        limit.on_sample(now, service, 4, False)
+        now += service / 4
+    now += service  # the calls admitted before the probe have ended
+    for _ in range(PROBE_GRACE_CALLS):  # the grace, under a standing load
+        limit.on_sample(now, 2 * service, 2, False)
+        now += service
+    assert limit.limit == 1
+    quiet = 0
+    while limit.limit == 1:
+        limit.on_sample(now, service, 1, False)
+        now += service
+        quiet += 1
+    expected = FIRST_PROBE_SAMPLES
+    if service > limit.window:
+        expected = max(SLOW_WINDOW_SAMPLES, math.ceil(FIRST_PROBE_SAMPLES * limit.window / service))
+    assert quiet == expected
+    assert limit.baseline == pytest.approx(service)
 
 
 def test_a_probe_that_quiet_calls_end_within_its_grace_never_cuts_to_the_quiet_bound() -> None:

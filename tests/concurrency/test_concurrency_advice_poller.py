@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
-from fusion_guard.admission._service_time import RetryPromises
+from fusion_guard.admission._refusal import RetryPromises
 from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio

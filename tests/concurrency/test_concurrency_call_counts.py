@@ -44,13 +44,15 @@ SHED_AT_ARRIVAL = 5
 SHED_KEYED = 18
 #: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
 #: overload detector and the discipline look first (22 before the C getter of the envelope's
-#: text).
-SHED_PREDICTED = 21
+#: text; 21 until advice of a second or more, 10 s here, was rendered inline as sub-second
+#: advice is).
+SHED_PREDICTED = 19
 #: ``async with guard.admit(tool):`` through the Guard with metrics off, free slot, the default
 #: 50 s deadline: the ticket, the slot, the deadline and the default observers. At most: the
 #: Guard's own part may shrink. 25 before the slot became the one reporter of the call's end
-#: (the ticket no longer reports it, nor asks the slots whether one is free first).
-GUARD_FREE_PATH = 21
+#: (the ticket no longer reports it, nor asks the slots whether one is free first); 21 while
+#: the log observer, the tool's only one with metrics off, sat behind a fan-out of one.
+GUARD_FREE_PATH = 20
 
 
 def _calls(

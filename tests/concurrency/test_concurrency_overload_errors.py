@@ -25,7 +25,7 @@ from fusion_guard import (
     ServerBusy,
     tool_error,
 )
-from fusion_guard.admission._adaptive import CEILING_SECONDS
+from fusion_guard.admission._adaptive_tuning import CEILING_SECONDS
 from fusion_guard.admission._feedback import ALONE, OVERLOAD, CapacityFeedback
 from virtual_time import virtual_time_backends
 
@@ -163,12 +163,12 @@ def test_a_ceiling_confirmed_again_is_held_longer() -> None:
     limit = GradientLimit(initial_limit=4)
     now = _served(limit, 0.0, 40, 1)
     limit.on_overload(now, 0.001, 5)
-    first = limit._ceiling_hold
+    first = limit._ceiling.hold
     now = _served(limit, now + first, 200, 4)  # lapsed: grown to 5, which fails again
     assert limit.limit == 5
     limit.on_overload(now, 0.001, 5)
     assert limit.limit == 4
-    assert limit._ceiling_hold == 2 * first
+    assert limit._ceiling.hold == 2 * first
 
 
 def test_a_backend_down_does_not_leave_the_limit_at_its_minimum() -> None:

@@ -125,6 +125,98 @@ async def test_calls_below_interactive_hold_a_share_while_interactive_ones_come(
     assert sorted(running) == ["b0", "b1", "b2", "b3", "i", "i2"]
 
 
+class _Estimating:
+    """An adaptive limit of 3 slots whose estimate of the tool's parallelism is 2 calls."""
+
+    limit = 3
+    parallelism = 2.0
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        pass
+
+
+async def _estimated(clock: FakeClock) -> ConcurrencyGuard:
+    """A guard under ``_Estimating``, its estimate put in force by a first finished call of
+    0.1 s (the mean hold: what "arrived lately" means)."""
+    guard = ConcurrencyGuard(limit=_Estimating(), max_queue=10, clock=clock)
+    async with guard.slot():
+        clock.advance(0.1)
+    return guard
+
+
+async def test_below_interactive_no_call_waits_inside_the_tool_while_calls_above_come() -> None:
+    # The slots the limit keeps above the tool's parallelism stay for the calls above: a
+    # background call holding one waits inside the tool, and an interactive call handed a slot
+    # behind it waits there too (docs/priorities.md, "No waiting inside the tool").
+    clock = FakeClock()
+    guard = await _estimated(clock)
+    release = {name: anyio.Event() for name in ("i", "b0", "b1", "i2", "b2")}
+    running: list[str] = []
+
+    async def call(name: str, priority: str) -> None:
+        async with guard.slot(priority=priority):
+            running.append(name)
+            await release[name].wait()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(call, "i", "interactive")
+        await anyio.wait_all_tasks_blocked()
+        for name in ("b0", "b1"):
+            tasks.start_soon(call, name, "background")
+            await anyio.wait_all_tasks_blocked()
+        # Two calls hold a slot, as many as the tool serves at once: b1 waits in the guard,
+        # and the third slot stays free for the next interactive call.
+        assert running == ["i", "b0"]
+        assert (guard.active, guard.queued) == (2, 1)
+        tasks.start_soon(call, "i2", "interactive")
+        await anyio.wait_all_tasks_blocked()
+        assert running[-1] == "i2"
+        release["i"].set()  # two still hold one: the slot freed is kept
+        await anyio.wait_all_tasks_blocked()
+        assert (guard.active, guard.queued) == (2, 1)
+        release["b0"].set()  # one holds one: b1 is handed the slot freed
+        await anyio.wait_all_tasks_blocked()
+        assert running[-1] == "b1"
+        clock.advance(1.0)  # no call above came lately: background may use every slot
+        tasks.start_soon(call, "b2", "background")
+        await anyio.wait_all_tasks_blocked()
+        assert running[-1] == "b2"
+        assert guard.active == 3  # i2, b1, b2
+        for event in release.values():
+            event.set()
+
+
+async def test_a_kept_slot_free_again_goes_to_the_calls_waiting_not_to_a_newcomer() -> None:
+    # Taken by whoever arrives next, a slot kept for the calls above went mostly to the client
+    # that sends most: the one whose call waits must have it first, in turn.
+    clock = FakeClock()
+    guard = await _estimated(clock)
+    release = anyio.Event()
+    running: list[str] = []
+
+    async def call(name: str, priority: str, client: str) -> None:
+        async with guard.slot(priority=priority, client=client):
+            running.append(name)
+            await release.wait()
+
+    async with anyio.create_task_group() as tasks:
+        for name, priority, client in [
+            ("i", "interactive", "chat"),
+            ("big", "background", "big"),
+            ("small", "background", "small"),
+        ]:
+            tasks.start_soon(call, name, priority, client)
+            await anyio.wait_all_tasks_blocked()
+        assert (running, guard.queued) == (["i", "big"], 1)  # the third slot kept
+        clock.advance(1.0)  # no call above came lately: the kept slot may go to background
+        tasks.start_soon(call, "big2", "background", "big")
+        await anyio.wait_all_tasks_blocked()
+        assert running == ["i", "big", "small"]  # the waiting call's, not the newcomer's
+        assert (guard.active, guard.queued) == (3, 1)
+        release.set()
+    assert running[-1] == "big2"
+
+
 async def test_by_default_calls_below_interactive_may_take_every_free_slot() -> None:
     # Strict priority alone (priority_share 1): a share of the limit idled workers at a limit
     # near the tool's parallelism and held nothing back at twice it (docs/priorities.md).

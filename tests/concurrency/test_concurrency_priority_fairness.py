@@ -8,6 +8,7 @@ tenth of the demand got 0.67-0.77 of its fair share at 3x capacity; ``fusion-gua
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from fusion_guard._priority import DEFAULT_RANK
@@ -16,7 +17,8 @@ from fusion_guard.admission._levels import CAPPED_FROM, Levels
 
 
 def _levels() -> Levels[Any]:
-    return Levels(FairQueue(serves_in_turn=True, now=0.0), share=0.5)
+    slots = SimpleNamespace(active=0, discipline=SimpleNamespace(parallelism=None))
+    return Levels(FairQueue(serves_in_turn=True, now=0.0), share=0.5, slots=slots)
 
 
 def test_a_call_below_interactive_taking_a_free_slot_counts_as_served() -> None:

@@ -31,8 +31,21 @@ LIMIT = 3
 RANKS = {p.value: p.rank for p in Priority}
 
 
+class EstimatingLimit:
+    """An adaptive limit of ``LIMIT`` slots whose estimate of the tool's parallelism is one
+    less: once a call has finished, a call below interactive takes a slot only while fewer than
+    that hold one, when calls above it are about (``Levels.may_take``)."""
+
+    limit = LIMIT
+    parallelism = LIMIT - 1.0
+
+    def on_sample(self, start: float, duration: float, inflight: int, dropped: bool) -> None:
+        pass
+
+
 class PriorityMachine(RuleBasedStateMachine):
     backend = "asyncio"
+    adaptive = False
     _group: anyio.abc.TaskGroup
 
     def __init__(self) -> None:
@@ -40,8 +53,11 @@ class PriorityMachine(RuleBasedStateMachine):
         self._portal_cm = start_blocking_portal(self.backend)
         self.portal: BlockingPortal = self._portal_cm.__enter__()
         self.clock = FakeClock()
+        slots: dict[str, Any] = (
+            {"limit": EstimatingLimit()} if self.adaptive else {"max_active": LIMIT}
+        )
         self.guard = ConcurrencyGuard(
-            max_active=LIMIT,
+            **slots,
             max_queue=5,
             queue_timeout=math.inf,  # calls leave the queue by hand-off, displacement, cancel
             clock=self.clock,
@@ -190,19 +206,21 @@ class PriorityMachine(RuleBasedStateMachine):
         self._stop.set()
 
 
-def _machine(backend: str) -> type[PriorityMachine]:
+def _machine(backend: str, adaptive: bool) -> type[PriorityMachine]:
     class Machine(PriorityMachine):
         def __init__(self) -> None:
             self.backend = backend
+            self.adaptive = adaptive
             super().__init__()
             self._hosting, self._group = self.portal.start_task(self._host)
 
     return Machine
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "parallelism"])
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_mixed_priorities_and_clients(backend: str) -> None:
-    machine = _machine(backend)
+def test_mixed_priorities_and_clients(backend: str, adaptive: bool) -> None:
+    machine = _machine(backend, adaptive)
     machine.TestCase.settings = settings(
         max_examples=50,
         stateful_step_count=40,

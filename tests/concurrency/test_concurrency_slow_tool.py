@@ -10,11 +10,8 @@ import random
 
 import pytest
 
-from fusion_guard.admission._adaptive import (
-    FIRST_SAMPLES,
-    SLOW_WINDOW_SAMPLES,
-    GradientLimit,
-)
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive_tuning import FIRST_SAMPLES, SLOW_WINDOW_SAMPLES
 
 
 def _quiet_calls(limit: GradientLimit, count: int, service: float, now: float = 0.0) -> float:

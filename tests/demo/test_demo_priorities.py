@@ -13,13 +13,16 @@ import pytest
 from stubbed_demo import CheckCase, StubbedDemo, StubbedDemoRunner, checks_its_targets
 
 from fusion_guard.cli import main
+from fusion_guard.demo._loadgen import CallRecord
 from fusion_guard.demo._priorities import (
     BACKGROUND,
+    INTERACTIVE,
     PRIORITY_MODES,
     LoadResult,
     ModeFigures,
     PrioritiesResult,
     PrioritiesScenario,
+    _figures,
     run_priorities,
 )
 from fusion_guard.demo._priorities_report import (
@@ -27,6 +30,7 @@ from fusion_guard.demo._priorities_report import (
     format_priorities,
     write_priorities_chart,
 )
+from fusion_guard.demo._tool import ToolModel
 from virtual_time import run_virtual
 
 
@@ -74,6 +78,21 @@ def test_a_fixed_limit_and_other_service_draws() -> None:
         aware(max_active=4).interactive_p99_x
         != aware(max_active=4, service_seed=7).interactive_p99_x
     )
+
+
+def test_a_client_whose_every_call_was_answered_has_its_fair_share() -> None:
+    # The smaller client's share is judged on the calls it really sent in the window: its
+    # Poisson draws sent 80 where its mean demand says 100, all answered (on its mean demand
+    # it read 0.8 of a fair share), while the bigger client's took the rest of what background
+    # received.
+    def answered(count: int) -> list[CallRecord]:
+        return [CallRecord(i / count, i / count, 0.01, "ok") for i in range(count)]
+
+    records = {name: answered(100) for name in INTERACTIVE}
+    records |= {"batch-big": answered(500), "batch-small": answered(80)}
+    demand = {"batch-big": 1.0, "batch-small": 0.1} | {name: 0.1 for name in INTERACTIVE}
+    figures = _figures(records, demand, 1000.0, ToolModel(), 0.0, 1.0)
+    assert figures.background_fair_ratio["batch-small"] == 1.0
 
 
 def _synthetic(interactive_ok: float, small_fair: float) -> PrioritiesResult:

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from fusion_guard import ConcurrencyGuard, ErrorCode, Guard, HandlerTimeout, ServerBusy
-from fusion_guard.admission._slot import Unbounded
+from fusion_guard.admission._unbounded import Unbounded
 from fusion_guard.testing import RecordingObserver
 
 pytestmark = pytest.mark.anyio

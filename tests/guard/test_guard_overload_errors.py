@@ -110,7 +110,7 @@ def test_a_bad_name_stops_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_start_up_log_names_them(caplog: pytest.LogCaptureFixture) -> None:
-    from fusion_guard.integrations._common import log_limits
+    from fusion_guard.integrations._startup import log_limits
 
     caplog.set_level(logging.INFO, logger="fusion_guard")
     guard = Guard(metrics=False, overload_errors=(TimeoutError, PoolExhausted))

@@ -27,23 +27,25 @@ PACKAGE = str(Path(fusion_guard.__file__).parent)
 #: The refusal of a call at a full tool, the guard's log observer counting it in its open
 #: sampling window (metrics off): the adapter's hook and its tool look-up (2), admit_call, the
 #: ticket made (2), the retry window's count of the arrival, the ticket run and tried at once
-#: (2), the slots' refusal (the slots, the advice, the observer and its sampled log, the
-#: envelope: 7), the span (1), the result's parts and its _meta from the envelope's record
-#: (4). Measured 21 on both adapters. Issue 40's target is 25 at most; it was 29 before the
-#: ticket entered in one step (no separate free-slot test, no coroutine for a full guard), the
-#: timeout was checked only when it is no positive float, the response's fields were read by C
-#: getters and the sub-second advice was rounded inline; 61 (MCP; 60 FastMCP) with the _meta
-#: parsed back from the text and the output schema looked up on every refusal.
+#: (2), the slots' refusal (the slots, the refusal and its advice, the log observer and its
+#: sampling, the envelope: 6), the span (1), the result's parts and its _meta from the
+#: envelope's record (4). Measured 20 on both adapters. Issue 40's target is 25 at most; it was
+#: 21 while the log observer sat behind a fan-out of one, 29 before the ticket entered in one
+#: step (no separate free-slot test, no coroutine for a full guard), the timeout was checked
+#: only when it is no positive float, the response's fields were read by C getters and the
+#: sub-second advice was rounded inline; 61 (MCP; 60 FastMCP) with the _meta parsed back from
+#: the text and the output schema looked up on every refusal.
 TARGET_REFUSAL_CALLS = 25
-MCP_REFUSAL_CALLS = 21
-FASTMCP_REFUSAL_CALLS = 21
+MCP_REFUSAL_CALLS = 20
+FASTMCP_REFUSAL_CALLS = 20
 #: fusion_guard's modules on that path (each one more file a reader opens to follow it): the
-#: adapter, _common, _otel, _guard, the limiter, the refusals, the retry promises
-#: (_service_time), the observers' fan-out (_observer) and the log observer (_events), the
-#: envelope (_shedding) and the response (_response). 13 before (_checks and _render left the
-#: path); issue 40's target of 8 is not met: the promises, the fan-out and the log observer are
-#: each a part of its own.
-REFUSAL_MODULES = 11
+#: adapter, _common (the call, its span and the result's parts), _guard, the limiter, the
+#: refusals (their advice decided there too), the log observer (_events), the envelope
+#: (_shedding) and the response (_response): issue 40's target of 8. 11 before the retry
+#: promises moved into the refusals (from _service_time), a tool's one observer was reached
+#: without a fan-out (_observer) and the span was marked by _common itself (from _otel); 13
+#: before _checks and _render left the path.
+REFUSAL_MODULES = 8
 
 
 def _profile(answer: Callable[[], Awaitable[Any]], warm: int = 50) -> Counter[str]:
@@ -120,3 +122,43 @@ def test_a_refusal_through_the_fastmcp_middleware() -> None:
     calls = _profile(answer)
     assert sum(calls.values()) <= min(FASTMCP_REFUSAL_CALLS, TARGET_REFUSAL_CALLS), calls
     assert len(calls) <= REFUSAL_MODULES, calls
+
+
+def test_refusals_leave_no_garbage_cycles() -> None:
+    """A refusal returned (at once) or caught (while queued) keeps no traceback whose frames
+    would hold it in a cycle: under overload that would be garbage for the collector on every
+    call (16 objects a refusal while queued, before its traceback was dropped)."""
+    import gc
+
+    from fusion_guard.integrations._common import admit_call
+
+    at_once = _full_guard()
+    queued = Guard(metrics=False, max_active=1, max_queue=5, queue_timeout=0.001)
+    queued.concurrency("search").acquire_nowait()  # type: ignore[union-attr]  # held
+
+    async def never() -> Any:
+        raise AssertionError("a refused call never reaches the tool")
+
+    async def refusals(guard: Guard, count: int) -> None:
+        for _ in range(count):
+            answer = await admit_call(
+                guard, "search", never, request=None, client_key=None, failed=bool
+            )
+            assert answer.code == "SERVER_BUSY"
+
+    async def measured() -> list[int]:
+        found = []
+        for guard in (at_once, queued):
+            await refusals(guard, 5)  # the gate, the templates, the timers
+            gc.collect()
+            gc.disable()
+            try:
+                await refusals(guard, 100)
+                found.append(gc.collect())
+            finally:
+                gc.enable()
+        return found
+
+    at_once_cycles, queued_cycles = asyncio.run(measured())
+    assert at_once_cycles < 20
+    assert queued_cycles < 20

@@ -82,7 +82,7 @@ async def test_refusals_and_crashes_are_told_apart_on_the_span(
 
 def test_without_a_recording_span_nothing_happens() -> None:
     from fusion_guard import tool_error
-    from fusion_guard.integrations._otel import mark_span
+    from fusion_guard.integrations._common import mark_span
 
     mark_span(tool_error("CONFLICT", "Already paid"))  # no active span: a no-op, no error
 
@@ -121,7 +121,7 @@ async def test_a_refused_call_names_its_tool_on_the_span(
         assert attributes["gen_ai.tool.name"] == tool
         assert attributes["gen_ai.operation.name"] == "execute_tool"
         assert attributes["fusion_guard.code"] == code
-        # The MCP SDK's own tracing sets ERROR again, without a description (as _otel says).
+        # The MCP SDK's own tracing sets ERROR again, without a description (as _common.py says).
         assert span.status.description == (code if harness.sdk == "fastmcp" else None)
 
 
@@ -204,7 +204,7 @@ async def test_fastmcp_marks_a_warning_error_exactly_where_the_docs_say(
     """FastMCP records an exception that passed through its tool call on the span after the
     middleware returned: a raised warning, or one returned from a ``-> str`` tool (whose
     conversion fails), leaves ERROR and an ``exception`` event; a warning returned from an
-    unannotated tool or as a ``ToolResult`` does not (docs/integrations.md, ``_otel``)."""
+    unannotated tool or as a ``ToolResult`` does not (docs/integrations.md, ``_common.py``)."""
     from opentelemetry.trace import StatusCode
 
     recorded = await _warning_spans("fastmcp", spans)

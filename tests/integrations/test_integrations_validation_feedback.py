@@ -11,7 +11,7 @@ import pytest
 from integrations_support import Harness, envelope
 
 from fusion_guard import GradientLimit, Guard
-from fusion_guard.admission._adaptive import FIRST_SAMPLES
+from fusion_guard.admission._adaptive_tuning import FIRST_SAMPLES
 from holding_gate import Gate
 
 pytestmark = pytest.mark.anyio

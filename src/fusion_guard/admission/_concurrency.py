@@ -47,42 +47,33 @@ slot, such as a fleet-wide lease in Redis (``DistributedConcurrencyGuard``). It 
 the local slot and given back before it; the queue and hand-off never look at it, and it sees
 nothing of the guard but the call's deadline.
 
-The guard is the *limiter*: it validates its configuration, composes the parts of the admission
-core (``docs/admission-core.md``) and keeps the public figures. The parts: the state they share
-(``_core.py``), the slot (``_slot.py``), the arrival at a taken guard and the queue
-(``_waiting.py``, ``_queue.py``), what finished calls teach an adaptive limit
-(``_learning.py``), and the refusals (``_refusal.py``).
+The guard is the *limiter*: it has its settings checked and the parts of the admission core
+made (``_assembly.py``, ``docs/admission-core.md``), makes each call's slot and keeps the public
+figures. The parts: the state they share (``_core.py``), the slot (``_slot.py``; with a permit,
+``_permit.py``), the arrival at a taken guard and the queue (``_waiting.py``, ``_queue.py``),
+what finished calls teach an adaptive limit (``_learning.py``), and the refusals
+(``_refusal.py``).
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 
-from .._checks import check_bool, check_int, check_name, check_number, check_seconds
+from .._checks import check_seconds
 from .._exceptions import ConfigurationError
 from .._keys import MAX_KEY_CHARS, bounded_key
 from .._observer import ToolObserver
 from .._priority import DEFAULT_PRIORITY_SHARE, DEFAULT_RANK, Priority, check_priority
+from ._assembly import assemble
 from ._core import Core
-from ._discipline import QueueDiscipline
-from ._learning import (
-    QUEUE_PER_PARALLEL_CALL,
-    QUEUE_PER_SLOT,
-    LimitLearning,
-    default_max_queue,
-    parallelism_of,
-)
-from ._limit import FixedLimit, Limit
-from ._queue import Queue
-from ._refusal import Refusals
-from ._service_time import ServiceTimeEstimator
-from ._slot import Permit, Slot, _ClientSlot, _LevelSlot, _PermitSlot
-from ._waiting import Waiting
+from ._learning import QUEUE_PER_PARALLEL_CALL, QUEUE_PER_SLOT, default_max_queue
+from ._limit import Limit
+from ._permit import Permit, _PermitSlot
+from ._slot import Slot, _ClientSlot, _LevelSlot
 
 __all__ = [
     "QUEUE_PER_PARALLEL_CALL",
@@ -196,88 +187,23 @@ class ConcurrencyGuard:
         priority_share: float = DEFAULT_PRIORITY_SHARE,
         overload_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
-        adaptive, slots = _limit_of(max_active, limit)
-        overload_errors = check_overload_errors(overload_errors)
-        self._adaptive = adaptive
-        self._fair_order = check_bool("fair", fair)
-        self._per_client = _per_client_cap(max_active_per_client, adaptive, slots)
+        parts = assemble(
+            max_active, max_queue, queue_timeout, name=name, lifo=lifo,
+            standing_after=standing_after, standing_limit=standing_limit, observer=observer,
+            expected_service_time=expected_service_time, max_retry_after=max_retry_after,
+            predictive=predictive, clock=clock, limit=limit, permit=permit, fair=fair,
+            max_active_per_client=max_active_per_client, reports_finished=reports_finished,
+            priority_share=priority_share, overload_errors=overload_errors,
+        )  # fmt: skip
+        self._core = parts.core
+        self._refusals = parts.refusals
+        self._adaptive = parts.adaptive
+        self._fair_order = parts.fair
+        self._per_client = parts.per_client
         # Whether client keys matter here; their records start with the first key.
-        self._keyed = self._fair_order or self._per_client is not None
-        if permit is not None and not isinstance(permit, Permit):
-            raise ConfigurationError(
-                f"permit={permit!r} is invalid: expected a Permit (async take(deadline)"
-                " and async give_back(token))"
-            )
-        self._permit = permit
-        # Under an adaptive limit that estimates the tool's parallelism, a default queue follows
-        # it; per slot in force, the wait of a full queue would grow with the limit's headroom.
-        parallelism = parallelism_of(adaptive)
-        if max_queue is not None:
-            queue = check_int("max_queue", max_queue, 0)
-        elif parallelism is None:
-            queue = default_max_queue(slots)
-        else:
-            queue = default_max_queue(parallelism, adaptive=True)
-        timeout = check_seconds("queue_timeout", queue_timeout, allow_inf=True)
-        name = check_name(name)
-        lifo = check_bool("lifo", lifo)
-        if standing_after is not None:
-            standing_after = check_seconds("standing_after", standing_after)
-        if standing_limit is not None:
-            standing_limit = check_int("standing_limit", standing_limit, 1)
-        predictive = check_bool("predictive", predictive)
-        prior = check_seconds("expected_service_time", expected_service_time)
-        retry_cap = check_seconds("max_retry_after", max_retry_after)
-        if not callable(clock):
-            raise ConfigurationError(f"clock must be a callable returning seconds, got {clock!r}")
-        self._reports_finished = True
-        if reports_finished is not None:
-            warnings.warn(
-                "ConcurrencyGuard(reports_finished=...) is deprecated: each call's slot reports"
-                " its end, with the outcome its leaver hands it (Slot.leave(..., outcome))",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            self._reports_finished = check_bool("reports_finished", reports_finished)
-        # Who is refused at arrival, judged late, or served next: decided there, enforced here.
-        discipline = QueueDiscipline(
-            queue_timeout=timeout,
-            max_queue=queue,
-            slots=slots,
-            lifo=lifo,
-            standing_after=standing_after,
-            standing_limit=standing_limit,
-            predictive=predictive,
-            now=clock(),
-        )
-        core = self._core = Core(
-            name=name,
-            max_active=slots,
-            max_queue=queue,
-            queue_timeout=timeout,
-            discipline=discipline,
-            service=ServiceTimeEstimator(prior),
-            observer=observer,
-            clock=clock,
-        )
-        core.overload_errors = overload_errors
-        if not self._reports_finished:
-            core.ends = None
-        self._refusals = refusals = Refusals(core, retry_cap, self._per_client)
-        waiting = Waiting(
-            core,
-            refusals,
-            Queue(core, refusals),
-            fair=self._fair_order,
-            per_client=self._per_client,
-            share=_share(priority_share),
-        )
-        core.wait, core.arrive = waiting.wait, waiting.arrive
-        core.wait_as_client = waiting.wait_as_client
-        core.timed_out = refusals.handler_timeout
-        if adaptive is not None:
-            follows = max_queue is None and hasattr(adaptive, "parallelism")
-            core.learn = LimitLearning(core, refusals, adaptive, prior, follows).learn
+        self._keyed = parts.fair or parts.per_client is not None
+        self._permit = parts.permit
+        self._reports_finished = parts.reports_finished
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -456,7 +382,7 @@ class ConcurrencyGuard:
         )
 
 
-# -- figures and configuration checks ---------------------------------------------------------
+# -- figures ----------------------------------------------------------------------------------
 
 
 def _statistics(core: Core) -> ConcurrencyStatistics:
@@ -479,58 +405,3 @@ def _statistics(core: Core) -> ConcurrencyStatistics:
         mean_service_time=core.service.mean,
         service_samples=core.service.samples,
     )
-
-
-def check_overload_errors(errors: object) -> tuple[type[BaseException], ...]:
-    """``overload_errors``: a tuple of exception classes (empty: none named)."""
-    if not isinstance(errors, tuple) or not all(
-        isinstance(kind, type) and issubclass(kind, BaseException) for kind in errors
-    ):
-        raise ConfigurationError(
-            f"overload_errors={errors!r} is invalid: expected a tuple of exception classes"
-            " (the errors a tool raises when it is overloaded, e.g. (PoolExhausted,))"
-        )
-    return errors
-
-
-def _share(share: object) -> float:
-    value = check_number("priority_share", share, 0.0, "a share of the slots, at most 1")
-    if value > 1.0:
-        raise ConfigurationError(
-            f"priority_share={share!r} is invalid: expected a finite number > 0 (a share of the"
-            " slots, at most 1)"
-        )
-    return value
-
-
-def _per_client_cap(cap: object, adaptive: Limit | None, max_active: int) -> int | None:
-    if cap is None:
-        return None
-    value = check_int("max_active_per_client", cap, 1)
-    if adaptive is None and value > max_active:
-        raise ConfigurationError(
-            f"max_active_per_client={value} is invalid: expected an integer from 1 to"
-            f" max_active ({max_active})"
-        )
-    return value
-
-
-def _limit_of(max_active: object, limit: object) -> tuple[Limit | None, int]:
-    """(the adaptive limit or None, the initial slot count) from ``max_active`` / ``limit``."""
-    if limit is None:
-        if max_active is None:
-            raise ConfigurationError(
-                "ConcurrencyGuard needs max_active=<whole number >= 1> or limit=<a Limit>"
-            )
-        return None, check_int("max_active", max_active, 1)
-    if max_active is not None:
-        raise ConfigurationError(
-            f"ConcurrencyGuard(max_active={max_active!r}, limit={limit!r}): give one of the two"
-        )
-    if not isinstance(limit, Limit):
-        raise ConfigurationError(
-            f"limit must be a Limit (a .limit property and on_sample(start, duration, inflight,"
-            f" dropped)), got {limit!r}"
-        )
-    initial = check_int("limit.limit", limit.limit, 1)
-    return (None if isinstance(limit, FixedLimit) else limit), initial

@@ -129,6 +129,7 @@ class QueueDiscipline:
         "lifo",
         "max_queue",
         "overload",
+        "parallelism",
         "predictive",
         "queue_timeout",
         "rejudging",
@@ -165,6 +166,9 @@ class QueueDiscipline:
         # position says nothing about a wait) when there is a finite timeout to miss.
         self.rejudging = predictive and not lifo and queue_timeout < math.inf
         self.overload = OverloadDetector(now)
+        #: The adaptive limit's estimate of the calls the tool serves in parallel, as last put
+        #: (``on_limit``); None under a fixed limit, or before any.
+        self.parallelism: float | None = None
 
     def on_limit(self, slots: int, parallelism: float | None = None) -> None:
         """The limit in force moved, or the estimate of the calls the tool serves in parallel
@@ -177,6 +181,7 @@ class QueueDiscipline:
         keeps to find more capacity. Nor is it held longer than keeps the tool busy, counting
         the calls in the tool: its parallel calls all busy take ``parallelism - 1`` more than
         one server (``keeping_busy``). At 10x capacity 5 per call only made every call wait."""
+        self.parallelism = parallelism
         if not self._standing_derived:
             return
         if parallelism is None:

@@ -60,7 +60,8 @@ from ..backends._redis import (
 from ._concurrency import ConcurrencyGuard, ConcurrencyStatistics
 from ._failure import BACKEND_RETRY_AFTER, BackendFailure, Figures, backend_failure
 from ._limit import Limit
-from ._slot import Permit, Slot
+from ._permit import Permit
+from ._slot import Slot
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -15,12 +15,19 @@ The rules:
   lowest waiting takes the place of that priority's last call to be served (its heaviest
   client's newest); one of the same priority displaces as fair shares say; one of a lower
   priority is refused. ``critical`` calls are never displaced.
-- **A share for the lower priorities.** A ``background`` or ``sheddable`` call may take a slot
-  while fewer than ``share`` of the slots (at least one) are held by such calls, or when no
-  call above it waits or arrived within the last mean hold: the rest are kept for the calls a
-  person is waiting for, so that lower-priority calls cannot fill the tool's own inner queue
-  ahead of them. A slot so kept is taken by the next higher-priority arrival; the lower calls
-  waiting are handed one as their own priority's calls end (one of them holds a slot).
+- **No waiting inside the tool below ``interactive``.** While a call above them waits or
+  arrived within the last mean hold, a ``background`` or ``sheddable`` call takes a slot only
+  while fewer calls hold one than the tool serves in parallel (the adaptive limit's
+  ``parallelism``, whole; under a fixed limit, which estimates none, the limit): the slots an
+  adaptive limit keeps above the parallelism, to find more, stay for the calls above, so a
+  call a person is waiting for never queues *inside the tool* behind batch work, and every
+  worker is still kept busy. Without it, at 3x capacity (80 % background) the slot above the
+  tool's four workers was mostly a background call's, and an interactive call handed a slot
+  then waited in the tool for the next worker too (``docs/priorities.md``).
+- **A share for the lower priorities.** Likewise, a ``background`` or ``sheddable`` call may
+  take a slot only while fewer than ``share`` of the slots (at least one) are held by such
+  calls: the rest are kept for the calls above. A slot so kept is taken by the next
+  higher-priority arrival; the lower calls waiting are handed one as calls end.
 - **Fair below ``interactive`` too.** A call below ``interactive`` that takes a free slot counts
   as served lately in its priority's queue of clients (those slots free up between the hand-offs
   to the calls above, and the client that arrives most takes most of them), and a newcomer of a
@@ -36,6 +43,7 @@ from collections import OrderedDict
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._priority import DEFAULT_RANK, PRIORITY_NAMES
+from ._discipline import QueueDiscipline, whole_calls
 from ._fairness import FairQueue, Tenant
 
 __all__ = ["CAPPED_FROM", "Levels"]
@@ -53,17 +61,29 @@ class _Queued(Protocol):
 WaiterT = TypeVar("WaiterT", bound=_Queued)
 
 
+class _Slots(Protocol):
+    """What the levels read of the guard they order: the calls holding a slot, and its
+    discipline (the tool's parallelism, as the adaptive limit last estimated it)."""
+
+    @property
+    def active(self) -> int: ...
+
+    @property
+    def discipline(self) -> QueueDiscipline: ...
+
+
 class Levels(Generic[WaiterT]):
     """The priorities of one guard's waiting calls (see the module). ``first``: the guard's
     queue of clients so far, which becomes the default priority's and keeps counting every
     client's running calls; ``share``: the share of the slots below-interactive calls may hold
-    while calls above them wait or arrived lately."""
+    while calls above them wait or arrived lately; ``slots``: the guard's slots (its core)."""
 
-    __slots__ = ("_first", "_order", "_queues", "running", "seen", "share")
+    __slots__ = ("_first", "_order", "_queues", "_slots", "running", "seen", "share")
 
-    def __init__(self, first: FairQueue[WaiterT], share: float) -> None:
+    def __init__(self, first: FairQueue[WaiterT], share: float, slots: _Slots) -> None:
         self._first = first
         self.share = share
+        self._slots = slots
         ranks = len(PRIORITY_NAMES)
         # Each priority's queue of clients (made at its first waiting call), and its waiting
         # calls in arrival order (what ``fair=False`` serves by, and the count of each).
@@ -146,9 +166,10 @@ class Levels(Generic[WaiterT]):
 
     # -- serving -----------------------------------------------------------------------------------
 
-    def may_take(self, rank: int, slots: int, now: float, hold: float) -> bool:
-        """Whether a call of priority ``rank`` may take a slot of ``slots``: always from
-        ``interactive`` up; below it while the calls below ``interactive`` hold less than the
+    def may_take(self, rank: int, slots: int, now: float, hold: float, others: int) -> bool:
+        """Whether a call of priority ``rank`` may take a slot of ``slots`` while ``others``
+        calls hold one: always from ``interactive`` up; below it while fewer calls hold a slot
+        than the tool serves in parallel and the calls below ``interactive`` hold less than the
         share of the slots (together: a ``sheddable`` call never takes the place a waiting
         ``background`` one is kept from), or when no call above it waits or arrived within
         ``hold`` seconds."""
@@ -156,7 +177,10 @@ class Levels(Generic[WaiterT]):
             return True
         running = self.running
         held = sum(running[CAPPED_FROM:])
-        if held < max(1, int(self.share * slots)):
+        parallelism = self._slots.discipline.parallelism
+        if held < max(1, int(self.share * slots)) and (
+            parallelism is None or others < whole_calls(parallelism)
+        ):
             return True
         order, seen = self._order, self.seen
         return not any(order[above] or now - seen[above] < hold for above in range(rank))
@@ -166,7 +190,8 @@ class Levels(Generic[WaiterT]):
         started; None when the only calls waiting must leave it to the calls above them
         (``may_take``)."""
         rank = self._top()
-        if not self.may_take(rank, slots, now, hold):
+        # The slot to hand is still counted as held (``Core.hand_off``): the others hold one less.
+        if not self.may_take(rank, slots, now, hold, self._slots.active - 1):
             return None
         queue: FairQueue[WaiterT] = self._queues[rank]  # type: ignore[assignment]  # made
         if queue.serves_in_turn:

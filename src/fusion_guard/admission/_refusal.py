@@ -5,9 +5,18 @@ One function, ``Refusals.refuse``, for every shed of the guard's own (under over
 take it), whoever decided it: the limiter at a full guard, the waiting at arrival or in the
 queue, a permit with no lease in time. It reads the core's figures and writes only its
 counters.
+
+The advice is decided here too. Each refusal is a small promise (``RetryPromises``): the k-th
+refused caller is told when the k-th coming opening is expected, so callers who follow the
+advice come back spread out at the drain rate (one opening every ``hold / max_active``), not
+all at once into a second refusal. A *promise cursor* holds the time of the last opening
+promised; every refusal advances it by one step, and it never lags behind
+``now + (queued + 1) * step`` (the queue ahead drains first).
 """
 
 from __future__ import annotations
+
+import math
 
 from .._exceptions import HandlerTimeout, ServerBusy
 from .._observer import ShedReason, observer_failed
@@ -15,16 +24,24 @@ from .._priority import DEFAULT_RANK, PRIORITY_NAMES
 from ..wire._shedding import ServerBusyTemplate
 from ._core import Core
 from ._deadline import Timeouts
-from ._service_time import RetryPromises
 
 __all__ = [
+    "MAX_CALLERS",
     "MAX_LIMIT_TEMPLATES",
     "FlaggedBusyTemplate",
     "Refusals",
+    "RetryPromises",
 ]
 
 #: SERVER_BUSY envelopes kept rendered per limit an adaptive limit has been at.
 MAX_LIMIT_TEMPLATES = 64
+
+#: retry_after is never below one millisecond (the wire contract needs it > 0).
+MIN_RETRY_AFTER = 0.001
+
+#: Known callers' promises kept at most per guard (about 100 bytes each).
+MAX_CALLERS = 65_536
+_MIN_SWEEP = 1024
 
 
 class FlaggedBusyTemplate(ServerBusyTemplate):
@@ -221,3 +238,72 @@ class Refusals:
 
 
 _new_exception = Exception.__new__
+
+
+class RetryPromises:
+    """The promise cursor: successive refusals are told successive expected openings.
+
+    Nobody can run it far ahead for others. A known caller (its client key) holds one promise
+    until its time, kept under a hash of the key (never the key; at most ``MAX_CALLERS``, past
+    which a caller counts as anonymous): refused again before then, it is told the same time
+    and the cursor stays. An anonymous refusal is never promised more than ``crowd`` openings
+    (the guard passes its slots plus its queue: the most calls it can hold at once) past the
+    later of the queue's drain and the opening after the known callers' last (the *frontier*),
+    however many refusals came before: a client polling in a loop cannot push everyone's
+    advice out to ``max_retry_after``.
+    """
+
+    __slots__ = ("_callers", "_cursor", "_frontier", "_max", "_sweep_at")
+
+    def __init__(self, max_retry_after: float) -> None:
+        self._cursor = -math.inf
+        self._frontier = -math.inf  # one step past the last opening promised to a known caller
+        self._callers: dict[int, float] = {}  # a known caller's hash: its promised opening
+        self._sweep_at = _MIN_SWEEP
+        self._max = max_retry_after
+
+    def promise(
+        self, now: float, queued: int, step: float, crowd: int, caller: str | None = None
+    ) -> float:
+        """retry_after (seconds) for the caller refused at ``now`` with ``queued`` ahead.
+
+        ``step`` is the drain step (mean hold time / slots); ``crowd``: how many openings past
+        the drain an anonymous promise may run (see the class); ``caller``: who is asking, when
+        known. The result is at least one step (the next opening cannot be sooner than that),
+        at most ``max_retry_after``.
+        """
+        ident = None if caller is None else self._known(hash(caller), now)
+        if ident is not None:
+            held = self._callers.get(ident)
+            if held is not None and held > now:  # refused again before its time: the same one
+                return held - now if held - now > MIN_RETRY_AFTER else MIN_RETRY_AFTER
+        cursor = self._cursor + step
+        floor = now + (queued + 1) * step
+        if cursor < floor:
+            cursor = floor
+        if ident is None:  # anonymous: at most `crowd` openings past the known ones
+            frontier = self._frontier
+            bound = (frontier if frontier > floor else floor) + crowd * step
+            if cursor > bound:
+                cursor = bound
+        ceiling = now + self._max
+        if cursor > ceiling:
+            cursor = ceiling
+        if cursor > self._cursor or ident is not None:
+            self._cursor = cursor
+        if ident is not None:
+            self._callers[ident] = cursor
+            self._frontier = cursor + step
+        wait = cursor - now
+        return wait if wait > MIN_RETRY_AFTER else MIN_RETRY_AFTER
+
+    def _known(self, ident: int, now: float) -> int | None:
+        """``ident``, or None when the table is full of promises still to come (the caller is
+        then advised as an anonymous one). Past promises are swept as the table doubles."""
+        callers = self._callers
+        if ident in callers:
+            return ident
+        if len(callers) >= self._sweep_at:
+            callers = self._callers = {key: at for key, at in callers.items() if at > now}
+            self._sweep_at = max(_MIN_SWEEP, 2 * len(callers))
+        return None if len(callers) >= MAX_CALLERS else ident

@@ -1,4 +1,4 @@
-"""How long a slot is held, and when the next openings are expected (retry_after promises).
+"""How long a slot is held, and when the next openings are expected.
 
 The guard measures every slot hold (handler time, whatever the outcome) and keeps a moving
 average. With ``max_active`` slots all busy, one slot frees up every ``mean / max_active``
@@ -6,11 +6,8 @@ seconds on average (Little's law), which is the *drain step*. Two things are der
 
 - the expected wait of a caller at queue position ``p``: ``p * step``, which drives predictive
   early shedding;
-- ``retry_after`` for a refused caller. Each refusal is a small promise:
-  the k-th refused caller is told when the k-th coming opening is expected, so callers who follow
-  the advice come back spread out at the drain rate, not all at once into a second refusal. A
-  *promise cursor* holds the time of the last opening promised; every refusal advances it by one
-  step, and it never lags behind ``now + (queued + 1) * step`` (the queue ahead drains first).
+- ``retry_after`` for a refused caller: the promises of the coming openings, kept where
+  refusals are decided (``RetryPromises``, ``_refusal.py``).
 
 Before any call has finished, the mean is only a prior. The calls in flight say more as they age:
 every one of them has held its slot at least as long as the youngest (the guard passes that age
@@ -27,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_CALLERS", "RetryPromises", "ServiceTimeEstimator", "expected_wait"]
+__all__ = ["ServiceTimeEstimator", "expected_wait"]
 
 #: Weight of the newest sample in the moving average. Handler times are heavy-tailed
 #: (log-normal), so a long memory (about 20 samples) keeps one slow call from swinging the mean.
@@ -38,13 +35,6 @@ SPREAD_SAMPLES = 20
 #: A call in flight raises the hold to shed by once it outlived the mean by this many standard
 #: deviations of the holds (``ServiceTimeEstimator.evidence``).
 EVIDENCE_SPREADS = 3.0
-
-#: retry_after is never below one millisecond (the wire contract needs it > 0).
-MIN_RETRY_AFTER = 0.001
-
-#: Known callers' promises kept at most per guard (about 100 bytes each).
-MAX_CALLERS = 65_536
-_MIN_SWEEP = 1024
 
 
 class ServiceTimeEstimator:
@@ -154,72 +144,3 @@ def expected_wait(
             age = youngest + spread * (1.0 - nth / (slots - 1))
     rest = hold - age
     return (rest if rest > 0.0 else 0.0) + rounds * hold
-
-
-class RetryPromises:
-    """The promise cursor: successive refusals are told successive expected openings.
-
-    Nobody can run it far ahead for others. A known caller (its client key) holds one promise
-    until its time, kept under a hash of the key (never the key; at most ``MAX_CALLERS``, past
-    which a caller counts as anonymous): refused again before then, it is told the same time
-    and the cursor stays. An anonymous refusal is never promised more than ``crowd`` openings
-    (the guard passes its slots plus its queue: the most calls it can hold at once) past the
-    later of the queue's drain and the opening after the known callers' last (the *frontier*),
-    however many refusals came before: a client polling in a loop cannot push everyone's
-    advice out to ``max_retry_after``.
-    """
-
-    __slots__ = ("_callers", "_cursor", "_frontier", "_max", "_sweep_at")
-
-    def __init__(self, max_retry_after: float) -> None:
-        self._cursor = -math.inf
-        self._frontier = -math.inf  # one step past the last opening promised to a known caller
-        self._callers: dict[int, float] = {}  # a known caller's hash: its promised opening
-        self._sweep_at = _MIN_SWEEP
-        self._max = max_retry_after
-
-    def promise(
-        self, now: float, queued: int, step: float, crowd: int, caller: str | None = None
-    ) -> float:
-        """retry_after (seconds) for the caller refused at ``now`` with ``queued`` ahead.
-
-        ``step`` is the drain step (mean hold time / slots); ``crowd``: how many openings past
-        the drain an anonymous promise may run (see the class); ``caller``: who is asking, when
-        known. The result is at least one step (the next opening cannot be sooner than that),
-        at most ``max_retry_after``.
-        """
-        ident = None if caller is None else self._known(hash(caller), now)
-        if ident is not None:
-            held = self._callers.get(ident)
-            if held is not None and held > now:  # refused again before its time: the same one
-                return held - now if held - now > MIN_RETRY_AFTER else MIN_RETRY_AFTER
-        cursor = self._cursor + step
-        floor = now + (queued + 1) * step
-        if cursor < floor:
-            cursor = floor
-        if ident is None:  # anonymous: at most `crowd` openings past the known ones
-            frontier = self._frontier
-            bound = (frontier if frontier > floor else floor) + crowd * step
-            if cursor > bound:
-                cursor = bound
-        ceiling = now + self._max
-        if cursor > ceiling:
-            cursor = ceiling
-        if cursor > self._cursor or ident is not None:
-            self._cursor = cursor
-        if ident is not None:
-            self._callers[ident] = cursor
-            self._frontier = cursor + step
-        wait = cursor - now
-        return wait if wait > MIN_RETRY_AFTER else MIN_RETRY_AFTER
-
-    def _known(self, ident: int, now: float) -> int | None:
-        """``ident``, or None when the table is full of promises still to come (the caller is
-        then advised as an anonymous one). Past promises are swept as the table doubles."""
-        callers = self._callers
-        if ident in callers:
-            return ident
-        if len(callers) >= self._sweep_at:
-            callers = self._callers = {key: at for key, at in callers.items() if at > now}
-            self._sweep_at = max(_MIN_SWEEP, 2 * len(callers))
-        return None if len(callers) >= MAX_CALLERS else ident

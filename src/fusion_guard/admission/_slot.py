@@ -11,36 +11,24 @@ full, without a call it could spare: it is what nearly every call of a guard not
 costs.
 
 Variants compose what a call holds besides a local slot: ``_ClientSlot`` a client's record
-(fair shares, the per-client cap), ``_PermitSlot`` a :class:`Permit` such as a fleet lease.
-A tool without a concurrency limit has slots too (``Unbounded``): always free, holding nothing,
-they keep its calls' deadlines and report their ends the same way.
+(fair shares, the per-client cap), ``_LevelSlot`` a priority; ``_PermitSlot`` (``_permit.py``) a
+:class:`Permit` such as a fleet lease. A tool without a concurrency limit has slots too
+(``Unbounded``, ``_unbounded.py``): always free, holding nothing, they keep its calls'
+deadlines and report their ends the same way.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from types import TracebackType
-from typing import ClassVar, Protocol, Self, runtime_checkable
-
-import anyio
+from typing import ClassVar, Self
 
 from .._exceptions import HandlerTimeout
-from .._observer import (
-    Outcome,
-    ToolObserver,
-    bind_priorities,
-    observer_failed,
-    outcome_of,
-    overload_raised,
-)
-from .._priority import DEFAULT_RANK, Priority, check_priority
+from .._observer import Outcome, ToolObserver, observer_failed, outcome_of, overload_raised
 from ._core import Core
-from ._deadline import Deadline, Timeouts
+from ._deadline import Deadline
 from ._feedback import Seat
-from ._refusal import Refusals
 
-__all__ = ["Permit", "Slot", "Unbounded", "UnboundedSlot"]
+__all__ = ["Slot"]
 
 
 class Slot:
@@ -117,10 +105,10 @@ class Slot:
         self._ends = core.ends  # who hears the call's end, once (``report`` may tell it early)
         self._reached_tool = True
         capacity = core.capacity
-        if capacity is not None:
+        if capacity is not None:  # an adaptive limit's (set with core.learn): what it learns from
             self._seat = capacity.seat(self._client)
-        self._inflight = core.active  # itself included: what an adaptive limit learns from
-        self._rank = core.admitted  # calls that took a slot before it: _rank - 1
+            self._inflight = core.active  # itself included
+            self._rank = core.admitted  # calls that took a slot before it: _rank - 1
         self._start = core.latest_start = core.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)
@@ -324,201 +312,3 @@ class _LevelSlot(_ClientSlot):
             if levels is not None:  # before the slot is handed on: the share counts it gone
                 levels.ended(self._level)
         super()._end(outcome)
-
-
-@runtime_checkable
-class Permit(Protocol):
-    """Something a call must hold besides its local slot, composed into a guard with
-    ``ConcurrencyGuard(permit=...)``: a fleet-wide lease in Redis, say. ``take`` is awaited once
-    the local slot is held, ``deadline`` being the call's arrival plus ``queue_timeout`` (the
-    guard's clock); it returns a token for ``give_back`` (None: nothing to give back, e.g.
-    admitted by a failure policy), raises ``TimeoutError`` when no permit came by the deadline
-    (the guard then refuses the call ``queue_timeout``, counted, reported and advised like its
-    own refusals), or raises a :class:`~fusion_guard.ServerBusy` of its own, which passes as it
-    is. ``give_back`` is awaited, shielded, before the local slot is released. A permit whose
-    class sets ``takes_rank = True`` is called ``take(deadline, rank)``, ``rank`` being the
-    call's priority (``Priority.rank``), so that a refusal it reports counts under it."""
-
-    async def take(self, deadline: float) -> object | None: ...
-
-    async def give_back(self, token: object) -> None: ...
-
-
-class _PermitSlot(_LevelSlot):
-    """A slot of a guard with a permit: the local slot, then the permit (awaited), given back in
-    the opposite order. The permit sees nothing of the guard: only its deadline."""
-
-    __slots__ = ("_permit", "_refusals", "_token")
-    leaves_at_once: ClassVar[bool] = False  # the permit is given back (awaited) first
-
-    def __init__(
-        self,
-        core: Core,
-        timeout: float | None,
-        client: str | None,
-        permit: Permit,
-        refusals: Refusals,
-        level: int = DEFAULT_RANK,
-    ) -> None:
-        super().__init__(core, timeout, client, level)
-        self._permit = permit
-        self._refusals = refusals
-        self._token: object | None = None
-
-    async def __aenter__(self) -> _PermitSlot:
-        # Slot.__aenter__ with one step more, the permit, between taking the local slot and
-        # counting the call admitted (a call refused its permit was never admitted).
-        core = self._core
-        arrival = core.clock()
-        if self._client is not None or core.fair is not None:
-            if not core.arrive(self._client, self._level):
-                await core.wait_as_client(self._client, self._level)
-        elif core.active < core.max_active:  # a free local slot, taken without yielding
-            core.active += 1
-        else:
-            await core.wait(None)  # sheds (and reports) queue_full or queue_timeout
-        try:
-            permit, deadline = self._permit, arrival + core.queue_timeout
-            if getattr(permit, "takes_rank", False) is True:
-                self._token = await permit.take(deadline, self._level)  # type: ignore[call-arg]
-            else:
-                self._token = await permit.take(deadline)
-        except TimeoutError:  # no permit in time: the guard's own refusal
-            refusals = self._refusals
-            # Counted and advised while the local slot is still held, as every refusal is.
-            busy = refusals.refuse(
-                "queue_timeout", len(core.waiters), refusals.busy, None, None, self._level
-            )
-            self._give_back_local()
-            raise busy from None
-        except BaseException as failure:
-            self._give_back_local()
-            ends = core.ends
-            if ends is not None and isinstance(failure, anyio.get_cancelled_exc_class()):
-                # Cancelled waiting for its permit: the call's end (no duration, never run).
-                try:
-                    ends.finished("cancelled", None)
-                except Exception as broken:  # observers never change an outcome
-                    observer_failed(ends, "finished", broken)
-            raise
-        return self._hold(core.clock() - arrival, core.ranked[self._level])
-
-    def _give_back_local(self) -> None:
-        """The local slot of a call refused its permit (or cancelled waiting for it)."""
-        core = self._core
-        if self._client is not None:
-            core.fair.ended(self._client)  # type: ignore[union-attr]  # kept
-        if core.levels is not None:
-            core.levels.ended(self._level)
-        core.release()
-
-    def take_free(self) -> bool:
-        return False  # a local slot is not enough: the permit is awaited (``__aenter__``)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        return await self.aleave(exc_type, exc, tb)
-
-    async def aleave(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-        outcome: Outcome = "ok",
-    ) -> bool:
-        token, self._token = self._token, None
-        if token is not None:
-            clock = self._core.clock
-            giving = clock()
-            # Shielded: a body cancelled by its deadline must still give its permit back.
-            with anyio.CancelScope(shield=True):
-                await self._permit.give_back(token)
-            # The hold an adaptive limit learns from is the call's, not the permit's round trip
-            # (a Redis that stalls is not a tool that slowed down).
-            self._start += clock() - giving
-        return self.leave(exc_type, exc, tb, outcome)
-
-    async def arelease(self) -> None:
-        """Give the permit and the local slot back (for slots taken with ``acquire()``)."""
-        await self.__aexit__(None, None, None)
-
-
-class Unbounded:
-    """The slots of a tool without a concurrency limit (the Guard's gate of such a tool): every
-    call takes one at once and waits for nothing. Its slots hold nothing but what every call's
-    slot owns, the call's deadline and the report of its end, so that a tool with slots and one
-    without end their calls the same way. ``observer`` hears ``admitted`` and ``finished``;
-    ``clock``: monotonic seconds, for the durations reported."""
-
-    __slots__ = ("clock", "observer", "ranked", "timeouts")
-
-    def __init__(
-        self, tool: str, observer: ToolObserver, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.observer = observer
-        self.ranked = bind_priorities(observer)  # each priority's, for its calls' admissions
-        self.timeouts = Timeouts(tool)  # what a deadline's expiry raises, kept rendered
-        self.clock = clock
-
-    def slot(
-        self,
-        timeout: float | None = None,
-        client: str | None = None,
-        priority: Priority | str | None = None,
-    ) -> UnboundedSlot:
-        """A slot under ``timeout`` (None: no deadline); ``client`` and ``priority`` change
-        nothing here (nothing waits) but the observer of ``priority``'s calls hears of it."""
-        if priority is None:
-            return UnboundedSlot(self, timeout, self.observer)
-        return UnboundedSlot(self, timeout, self.ranked[check_priority("priority", priority).rank])
-
-
-class UnboundedSlot(Slot):
-    """One call's slot of ``Unbounded``: always free, taken without a coroutine. ``Slot``'s way
-    of leaving (the deadline told apart, the end reported once) is inherited; nothing is given
-    back."""
-
-    __slots__ = ("_observer", "_slots")
-
-    def __init__(self, slots: Unbounded, timeout: float | None, observer: ToolObserver) -> None:
-        # No core to hold a place in: only what leaving needs (Slot.__init__ is not called).
-        self._slots = slots
-        self._observer = observer  # its priority's (the admission) and the tool's (the end)
-        self._timeout = timeout
-        self._client = None
-        self._deadline: Deadline | None = None
-        self._held = False
-        self.queue_wait = 0.0
-
-    async def __aenter__(self) -> UnboundedSlot:
-        self.take_free()
-        return self
-
-    def take_free(self) -> bool:
-        slots = self._slots
-        # The gate's observers: contained fan-outs, or the null one.
-        self._observer.admitted(0.0)
-        self._held = True
-        self._ends = slots.observer
-        self._start = slots.clock()
-        if self._timeout is not None:
-            self._deadline = Deadline(self._timeout)
-        return True
-
-    def _timed_out(self) -> HandlerTimeout:
-        return self._slots.timeouts.refusal(self._timeout or 0.0)
-
-    def caught(self, exc: BaseException) -> None:
-        pass  # no limit to tell
-
-    def _now(self) -> float:
-        return self._slots.clock()
-
-    def _end(self, outcome: Outcome) -> None:
-        if self._held:
-            self.report(outcome)
-            self._held = False

@@ -17,7 +17,7 @@ from .._priority import DEFAULT_RANK
 from ._core import Core, Waiter
 from ._discipline import LOOK_EVERY
 from ._fairness import FairQueue, Tenant
-from ._levels import Levels
+from ._levels import CAPPED_FROM, Levels
 from ._queue import Queue, key_of
 from ._refusal import Refusals
 
@@ -202,8 +202,18 @@ class Waiting:
             now = core.clock()
             levels.seen[rank] = now
             if core.active >= core.max_active or not levels.may_take(
-                rank, core.max_active, now, core.service.mean
+                rank, core.max_active, now, core.service.mean, core.active
             ):
+                return False
+            if rank >= CAPPED_FROM and levels.ahead(rank):
+                # A slot kept from the calls waiting at this priority (or above) while calls
+                # above them were about, free again: theirs first, in turn, not the newcomer's.
+                # Taken by whoever arrived next, it went mostly to the client that sends most:
+                # keeping background out of the tool (``Levels.may_take``) brought the smaller
+                # of two background clients of 10:1 demand to 0.897 of its fair share at 3x on
+                # seed 6 (0.914 before that rule, and with this one).
+                core.active += 1
+                core.hand_off()  # to the highest waiting, which may take it (``may_take``)
                 return False
             core.active += 1
             levels.started(rank, client, now)
@@ -249,7 +259,7 @@ class Waiting:
         """Start keeping priorities (the first call not of the default one): the calls waiting
         are of the default priority, their clients' queue becomes that priority's."""
         core = self._core
-        levels = core.levels = Levels(fair, self._share)
+        levels = core.levels = Levels(fair, self._share, core)
         if core.active:  # the calls in flight arrived lately, of the default priority
             levels.seen[DEFAULT_RANK] = core.clock()
         for waiter in core.waiters:

@@ -110,16 +110,19 @@ class _Window:
     """Counts over the last ``span`` seconds in ``slices`` buckets: memory stays bounded
     whatever the call rate, and a count leaves the window at most one slice late. The newest
     slice's count is kept apart from the older slices' total: while it lasts, adding is one
-    comparison and one addition, and reading one addition (the client counts on every call)."""
+    comparison and one addition, and reading one addition (the client counts on every call).
+    ``end`` and ``newest`` are public so that the counters on a call's path add in place
+    (``if now < w.end: w.newest += 1``, else ``add``): a function call there is a measurable
+    part of the wrapper's overhead."""
 
-    __slots__ = ("_counts", "_end", "_index", "_newest", "_older", "_slice")
+    __slots__ = ("_counts", "_index", "_older", "_slice", "end", "newest")
 
     def __init__(self, span: float, slices: int = 10) -> None:
         self._slice = span / slices
         self._counts = [0.0] * (slices - 1)  # the older slices, oldest first
         self._index = -math.inf  # the newest slice's number (time // slice)
-        self._end = -math.inf  # when it ends
-        self._newest = 0.0  # its count
+        self.end = -math.inf  # when it ends
+        self.newest = 0.0  # its count
         self._older = 0.0  # the older slices' total
 
     def _advance(self, now: float) -> None:
@@ -133,27 +136,22 @@ class _Window:
             steps = int(passed)
             # The newest slice becomes the youngest of the older ones, followed by the empty
             # slices passed over; as many of the oldest leave.
-            counts[:] = [*counts[steps:], self._newest, *([0.0] * (steps - 1))]
+            counts[:] = [*counts[steps:], self.newest, *([0.0] * (steps - 1))]
         self._index = index
-        self._end = (index + 1) * self._slice
-        self._newest = 0.0
+        self.end = (index + 1) * self._slice
+        self.newest = 0.0
         self._older = sum(counts)  # summed again, not decremented: no float drift
 
     def add(self, now: float, amount: float = 1.0) -> None:
-        if now >= self._end:
+        if now >= self.end:
             self._advance(now)
         # (a clock read a moment before the newest slice began counts in it)
-        self._newest += amount
+        self.newest += amount
 
     def total(self, now: float) -> float:
-        if now >= self._end:
+        if now >= self.end:
             self._advance(now)
-        return self._older + self._newest
-
-    @property
-    def newest_end(self) -> float:
-        """When the newest slice ends (as of the last count or reading)."""
-        return self._end
+        return self._older + self.newest
 
 
 class RetryBudget:
@@ -184,10 +182,20 @@ class RetryBudget:
 
     def sent(self, *, retry: bool) -> None:
         if not retry:
-            self._first.add(self._clock())
+            first, now = self._first, self._clock()
+            if now < first.end:
+                first.newest += 1
+            else:
+                first.add(now)
 
     def answered(self, *, refused: bool) -> None:
         pass  # the ratio counts what is sent, whatever the answer
+
+    def first_attempts_on(self, clock: Clock) -> _Window | None:
+        """The window counting first attempts, for a caller that reads ``clock`` anyway and
+        counts them itself (``AdaptiveThrottle.admit_first``), as ``sent(retry=False)`` does;
+        None when this budget keeps another clock."""
+        return self._first if clock is self._clock else None
 
     def withdraw(self) -> bool:
         now = self._clock()
@@ -218,9 +226,15 @@ class AdaptiveThrottle:
     """Google SRE client-side throttling (see the module): ``k`` >= 1, over the last ``window``
     seconds (short, so the client trusts a recovered server again within seconds).
 
-    One change to the book's rule: calls are held back only while the server refuses more
-    than ``(k - 1) / 2`` attempts per acceptance over the window (and more than 10: a few
-    refusals are no evidence). The book's probability counts the
+    One change to the book's rule, a gate: calls are held back only once the server refuses
+    more than ``k - 1`` attempts per acceptance over the window (and more than 10: a few
+    refusals are no evidence), and from then on, until a window has passed with the gate
+    open, while it refuses more than ``(k - 1) / 2`` (with no floor). A burst (a 1 s blip)
+    stays within the first share and is sent; a sustained overload shuts the gate and keeps
+    it shut, where the book's probability holds the refusals near ``k - 1`` per acceptance;
+    one gate at the half share with the floor (the rule before) held back a blip's retries,
+    and let each of 16 processes seeing a sixteenth of an overload send 10 refusals a window
+    unthrottled (1.1-1.3 refusals per acceptance). The book's probability counts the
     calls held back as demand, so once a crowd's refusals (say, agents starting together) have
     driven it up, the client sends about ``k`` x what the server accepts, and the server, now
     accepting all it is sent, is trusted again only by a factor of ``k`` a window: an idle
@@ -233,7 +247,7 @@ class AdaptiveThrottle:
     ``default_throttle``)."""
 
     __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_random", "_refusals",
-                 "_requests")  # fmt: skip
+                 "_requests", "_share", "_shut_until", "_span")  # fmt: skip
 
     def __init__(
         self,
@@ -248,10 +262,15 @@ class AdaptiveThrottle:
             raise ValueError(
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
             )
-        # Half the share the book's probability holds the refusals to: at the share itself the
-        # gate opened and closed with chance, each opening a burst of refusals (1.12 per
-        # acceptance on one model and seed at k = 1.8, 0.97 with half).
-        self._gate = (self._k - 1) / 2
+        # The gate shuts when the server refuses more than the share the book's probability
+        # holds it to (``k - 1`` per acceptance, and more than ``_EVIDENCE``); within a window
+        # of being shut, it opens and shuts at half of it, with no floor. Once shut, a gate at
+        # the full share flapped with chance under a steady overload, each opening a burst of
+        # refusals; the floor let 10 through a window in every process.
+        self._share = self._k - 1
+        self._gate = self._share / 2
+        self._span = _positive("window", window)
+        self._shut_until = -math.inf
         self._requests = _Window(_positive("window", window))
         self._accepts = _Window(window)
         self._refusals = _Window(window)
@@ -264,10 +283,16 @@ class AdaptiveThrottle:
     def _open(self, now: float) -> bool:
         """Whether the server refuses within its share (then nothing is held back)."""
         accepts = self._accepts.total(now)
-        if self._refusals.total(now) <= max(self._gate * accepts, _EVIDENCE):
-            self._open_until = self._accepts.newest_end
-            return True
-        return False
+        refusals = self._refusals.total(now)
+        if now < self._shut_until:  # shut within the window: the half share alone, both ways
+            shut = refusals > self._gate * accepts
+        else:
+            shut = refusals > max(self._share * accepts, _EVIDENCE)
+        if shut:
+            self._shut_until = now + self._span
+            return False
+        self._open_until = self._accepts.end
+        return True
 
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
@@ -281,17 +306,51 @@ class AdaptiveThrottle:
         """Whether to send a call now; counted as a request either way (a call refused here
         still tells the throttle how much is wanted)."""
         now = self._clock()
+        window = self._requests
         if now < self._open_until or self._open(now):  # the path of every call
-            self._requests.add(now)
+            if now < window.end:
+                window.newest += 1
+            else:
+                window.add(now)
             return True
-        requests = self._requests.total(now)
-        self._requests.add(now)
+        requests = window.total(now)
+        window.add(now)
         excess = requests - self._k * self._accepts.total(now)
         return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
+    def admit_first(self, first_attempts: _Window) -> bool:
+        """``admit()`` for a first attempt that, once admitted, is also counted in
+        ``first_attempts`` (a retry budget's, ``RetryBudget.first_attempts_on``) at the same
+        reading of the clock: one clock read and one call on the path of every call."""
+        now = self._clock()
+        if now < self._open_until or self._open(now):
+            window = self._requests
+            if now < window.end:
+                window.newest += 1
+            else:
+                window.add(now)
+            if now < first_attempts.end:
+                first_attempts.newest += 1
+            else:
+                first_attempts.add(now)
+            return True
+        if not self.admit():
+            return False
+        first_attempts.add(now)
+        return True
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the window runs on."""
+        return self._clock
+
     def accepted(self) -> None:
         """The server accepted a call (any answer but a refusal)."""
-        self._accepts.add(self._clock())
+        accepts, now = self._accepts, self._clock()
+        if now < accepts.end:
+            accepts.newest += 1
+        else:
+            accepts.add(now)
 
     def refused(self) -> None:
         """The server refused a call (SERVER_BUSY, RATE_LIMITED)."""
@@ -325,13 +384,14 @@ def default_throttle(
 
     Without a throttle, the first attempts alone at 3x overload are refused twice per
     acceptance, whatever the retry policy. With ``k`` the client sends about ``k`` x what the
-    server accepts, so refusals settle near ``k - 1`` per acceptance (0.71-1.00 measured). The
-    book's ``k=2`` over 2 s let up to 1.07 through; ``k`` of 1.6 or 1.7 held back calls of the
-    agents demo's 1 s blip. 4 s: a 1 s blip moves a 4 s window too little to throttle it
-    (over 3 s it held back 7 % of the demo's blip on seed 1), and a server that stops refusing
-    is sent
-    everything once its refusals leave the window (the gate in ``AdaptiveThrottle``); over 5 s
-    an overload's refusals, still in the window 2 s after capacity came back, cost the agents
+    server accepts, so refusals settle below ``k - 1`` per acceptance (docs/client-measured.md
+    has the figures). The book's ``k=2`` over 2 s let more through; with the gate's two
+    shares, ``k=1.7`` cost the agents demo's short run its capacity back (15 calls a second of
+    20), and windows of 2 or 3 s made more refusals at 3x and held back calls of a 1 s blip
+    (``busy`` seed 5: 90.2 / 96.7 % served in time). 4 s: a 1 s blip moves a 4 s window too
+    little to throttle it, and a server that stops refusing is sent everything once its
+    refusals fall to half the share (the gate in ``AdaptiveThrottle``); over 5 s an
+    overload's refusals, still in the window 2 s after capacity came back, cost the agents
     demo's short run part of its second back."""
     return AdaptiveThrottle(clock=clock, rng=rng)
 

@@ -142,10 +142,7 @@ class RetryCall(Generic[R]):
         # a call: the path of most calls.
         failed = result.is_error if type(result) in FLAGGED else is_error(result)  # type: ignore[attr-defined]
         if not failed:
-            if retrying._budget_answers is not None:
-                retrying._budget_answers.answered(refused=False)
-            if retrying._throttle is not None:
-                retrying._throttle.accepted()
+            retrying._accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
         error = refusal_of(result)
@@ -279,16 +276,17 @@ class Retrying:
         "_backoff",
         "_budget",
         "_budget_answers",
+        "_first_attempts",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
         "_max_wait",
         "_observer",
-        "_plain",
         "_pushback",
         "_random",
         "_throttle",
         "_timeout",
+        "plain",
         "server",
     )
 
@@ -329,6 +327,14 @@ class Retrying:
             else self._budget
         )
         self._throttle = shared_throttle(server) if isinstance(throttle, Shared) else throttle
+        # The default pair (exactly: a subclass may count otherwise), a RetryBudget on the
+        # throttle's clock, lets the throttle count the budget's first attempts.
+        budget_, throttle_ = self._budget, self._throttle
+        self._first_attempts = (
+            budget_.first_attempts_on(throttle_.clock)
+            if type(budget_) is RetryBudget and type(throttle_) is AdaptiveThrottle
+            else None
+        )
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -336,7 +342,9 @@ class Retrying:
         self._max_backoff = _seconds("max_backoff", max_backoff, zero=True)
         self._observer = observer
         self._random = rng or random.Random()
-        self._plain = observer is None and self._timeout is None
+        self.plain = observer is None and self._timeout is None
+        """No timeout or observer of its own: a call with no deadline or read timeout needs
+        neither the clock nor a notification until it is refused."""
 
     @property
     def budget(self) -> Budget | None:
@@ -401,16 +409,12 @@ class Retrying:
         on the whole call like ``deadline`` (seconds from now). Raises ``ThrottledLocally``
         when client-side throttling holds the call back (nothing is to be sent)."""
         call: RetryCall[Any] = RetryCall(self, tool)
+        if self.plain and read_timeout is None and deadline is None:  # the path of most calls
+            self._first_sent()
+            return call
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
-            raise ThrottledLocally(
-                "THROTTLED_LOCALLY",
-                f"not sent: {self.server!r} has been refusing most calls from this process",
-            )
-        if self._plain and read_timeout is None and deadline is None:  # the path of most calls
-            if self._budget is not None:
-                self._budget.sent(retry=False)
-            return call
+            raise self._held_back()
         timeout = (
             self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
         )
@@ -425,6 +429,36 @@ class Retrying:
             call.remaining = bound - start
         self._sent(call)
         return call
+
+    def _first_sent(self) -> None:
+        """A first attempt of a call with no bounds of its own (``plain``) about to be sent:
+        ``ThrottledLocally`` when the throttle holds it back, else counted by the budget. The
+        wrappers send such a call's first attempt before making its ``RetryCall`` (only a
+        refusal needs one: ``RetryCall(retrying, tool)`` then settles it)."""
+        throttle = self._throttle
+        if throttle is not None:
+            first = self._first_attempts
+            if first is not None:  # the defaults: both counted at one clock reading
+                if not throttle.admit_first(first):
+                    raise self._held_back()
+                return
+            if not throttle.admit():
+                raise self._held_back()
+        if self._budget is not None:
+            self._budget.sent(retry=False)
+
+    def _held_back(self) -> ThrottledLocally:
+        return ThrottledLocally(
+            "THROTTLED_LOCALLY",
+            f"not sent: {self.server!r} has been refusing most calls from this process",
+        )
+
+    def _accepted(self) -> None:
+        """An attempt was answered with no refusal."""
+        if self._budget_answers is not None:
+            self._budget_answers.answered(refused=False)
+        if self._throttle is not None:
+            self._throttle.accepted()
 
     def _sent(self, call: RetryCall[Any]) -> None:
         if self._observer is not None:
@@ -470,10 +504,12 @@ class Retrying:
             paced = opening + interval
         if now + wait >= deadline:
             return bound
-        if self._budget is not None and not self._budget.withdraw():
-            return "budget"
+        # The throttle first: a retry it holds back must not spend the budget (held back
+        # after drawing on it, retries drained the budget a later blip needed).
         if self._throttle is not None and not self._throttle.admit():
             return "throttled"
+        if self._budget is not None and not self._budget.withdraw():
+            return "budget"
         if paced is not None:
             pushback.paced_until[tool] = paced
         return wait

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
+from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
@@ -60,13 +61,15 @@ def _seconds_of(timeout: datetime.timedelta | float | None) -> float | None:
 
 
 class _Wrapper:
-    __slots__ = ("_session_timeout", "retrying", "wrapped")
+    __slots__ = ("_plain", "_session_timeout", "retrying", "wrapped")
 
     def __init__(self, wrapped: Any, retrying: Retrying) -> None:
         self.wrapped = wrapped
         self.retrying = retrying
         # Read once: a session's read timeout is set when it is made.
         self._session_timeout = self._own_timeout()
+        # Nothing bounds a call unless it gives its own deadline or timeout.
+        self._plain = retrying.plain and self._session_timeout is None
 
     def _own_timeout(self) -> float | None:
         raise NotImplementedError
@@ -98,19 +101,36 @@ class RetryingSession(_Wrapper):
         deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        # The first attempt is sent from here; the retry loop starts only after a refusal (a
-        # call that succeeds pays a few attribute reads, no coroutine of its own).
-        bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
-        call = self.retrying.begin(name, deadline=deadline, read_timeout=bound)
-        remaining = call.remaining
-        result = await self.wrapped.call_tool(
-            name,
-            arguments,
-            read_timeout_seconds if remaining is None else remaining,
-            progress_callback,
-            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
-            **kwargs,
-        )
+        # The first attempt is sent from here; the retry loop starts only after a refusal. A
+        # call with no bound of its own (and no extra SDK option) makes no RetryCall unless it
+        # is refused: its success costs two counting calls and one coroutine frame (the
+        # overhead target, docs/client-measured.md).
+        retrying = self.retrying
+        if self._plain and deadline is None and read_timeout_seconds is None and not kwargs:
+            retrying._first_sent()
+            result = await self.wrapped.call_tool(
+                name,
+                arguments,
+                None,
+                progress_callback,
+                meta=_with_attempt(meta, 1),
+            )
+            if type(result) in FLAGGED and not result.is_error:
+                retrying._accepted()
+                return result
+            call: RetryCall[Any] = RetryCall(retrying, name)
+        else:
+            bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
+            call = retrying.begin(name, deadline=deadline, read_timeout=bound)
+            remaining = call.remaining
+            result = await self.wrapped.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds if remaining is None else remaining,
+                progress_callback,
+                meta=_with_attempt(meta, 1),
+                **kwargs,
+            )
         if call.settle(result):
             return result
         send = self._sender(name, arguments, read_timeout_seconds, progress_callback, meta, kwargs)
@@ -179,18 +199,33 @@ class RetryingFastMCPClient(_Wrapper):
         deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        per_call = _seconds_of(timeout)
-        bound = self._session_timeout if per_call is None else per_call
-        call = self.retrying.begin(name, deadline=deadline, read_timeout=bound)
-        remaining = call.remaining
-        result = await self.wrapped.call_tool(
-            name,
-            arguments,
-            timeout=timeout if remaining is None else remaining,
-            raise_on_error=False,
-            meta={**meta, ATTEMPT_META_KEY: 1} if meta else {ATTEMPT_META_KEY: 1},
-            **kwargs,
-        )
+        # As the MCP SDK's wrapper: no RetryCall for a call with no bound that succeeds.
+        retrying = self.retrying
+        per_call = None if timeout is None else _seconds_of(timeout)
+        if self._plain and deadline is None and per_call is None and not kwargs:
+            retrying._first_sent()
+            result = await self.wrapped.call_tool(
+                name,
+                arguments,
+                raise_on_error=False,
+                meta=_with_attempt(meta, 1),
+            )
+            if type(result) in FLAGGED and not result.is_error:
+                retrying._accepted()
+                return result
+            call: RetryCall[Any] = RetryCall(retrying, name)
+        else:
+            bound = self._session_timeout if per_call is None else per_call
+            call = retrying.begin(name, deadline=deadline, read_timeout=bound)
+            remaining = call.remaining
+            result = await self.wrapped.call_tool(
+                name,
+                arguments,
+                timeout=timeout if remaining is None else remaining,
+                raise_on_error=False,
+                meta=_with_attempt(meta, 1),
+                **kwargs,
+            )
         if not call.settle(result):
             send = self._sender(name, arguments, per_call, meta, kwargs)
             result = (await _finish(call, send)).result

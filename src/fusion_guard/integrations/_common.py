@@ -1,47 +1,72 @@
-"""What the SDK adapters share: one guarded tool call, the envelope for each kind of failure, and
-the client-key hook.
+"""What the SDK adapters share per call: one guarded tool call, the envelope for each kind of
+failure, the guard's answer on the call's span, the result's parts, and the client-key hook.
 
 The adapters differ only in how their SDK hands over a tool call and wraps a failure; everything
 that decides (admission, the envelope, the outcome reported to the observer) lives here, so the
-MCP SDK and FastMCP adapters behave identically.
+MCP SDK and FastMCP adapters behave identically. What they do once, at installation, is in
+``_startup.py``.
+
+The guard's answer on the tool call's OpenTelemetry span (``mark_span``). Both SDKs open one
+SERVER span per request and mark an ``isError`` result as ERROR, so a call the guard refused
+would look like one that crashed. Where a span is recording, an envelope answer adds what it
+was: ``fusion_guard.code`` (``SERVER_BUSY``, ``RATE_LIMITED``, ``INTERNAL_ERROR``...) and, for
+refusals, ``fusion_guard.retry_after`` (seconds). An error envelope also sets the span's status
+to ERROR with the code as its description; a warning envelope leaves the status alone.
+
+What each SDK then does to the same span:
+
+- The MCP SDK's tracing middleware, outside the adapter, sets ERROR again on any ``isError``
+  result, with no description (and ``error.type="tool_error"``): on its spans the description
+  is empty and the code is only in ``fusion_guard.code``. It names the span and sets
+  ``gen_ai.tool.name`` from the request before the guard runs.
+- FastMCP opens its span before the middleware and names it after the tool
+  (``tools/call NAME``, ``gen_ai.tool.name``) only when the call reaches the tool: for a call
+  the guard refused (or failed before the tool ran) the guard does it, and the code stays the
+  description. An exception that passes through FastMCP's tool call is recorded on the span
+  (an ``exception`` event, ERROR with the exception's text) after the middleware returned,
+  even where the adapter turned it into a warning: a warning that is *raised*, or *returned*
+  from a tool annotated ``-> str`` (FastMCP's conversion fails first), leaves an ERROR span.
+  A warning returned from an unannotated tool, or as ``to_tool_result(warning)``, does not.
+- A warning from a tool whose output schema it cannot match is sent with ``isError`` set (see
+  ``structured_result``), so both SDKs mark that one ERROR.
+
+``opentelemetry-api`` is imported on the first envelope answer, and only if it is installed
+(the MCP SDK depends on it); without it this costs one failed import, once.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError
 
-from .._exceptions import ConfigurationError, Rejected
+from .._exceptions import Rejected
 from .._guard import Ticket, admitted_call
-from .._log import is_enabled, log_event
 from .._outcomes import response_from_exception
-from .._policy import unmatched_patterns
 from .._priority import PRIORITY_NAMES, Priority, check_priority, priority_rank
-from .._setting_names import LIMIT_FIELDS
 from ..wire._client import parse_tool_error, parsed_facts
 from ..wire._codes import ErrorCode
 from ..wire._meta import META_KEY
 from ..wire._response import ToolResponse, make_response
 from ..wire._shedding import retry_storm
 from ..wire._validation import format_validation_error
-from ._otel import mark_span
 
 if TYPE_CHECKING:
     from .._guard import Guard
     from ..contract._awareness import ContractAwareness
 
 __all__ = [
+    "ATTRIBUTE_PREFIX",
+    "TOOL_NAME_ATTRIBUTE",
     "UNKNOWN_TOOLS",
     "ClientKey",
-    "PatternCheck",
     "PriorityOf",
     "RetryWindows",
     "admit_call",
@@ -49,8 +74,7 @@ __all__ = [
     "attempt_of",
     "crash_response",
     "in_guarded_call",
-    "log_limits",
-    "missing_extra",
+    "mark_span",
     "quoted_envelope",
     "raised_by",
     "result_parts",
@@ -83,102 +107,6 @@ one bounded gate and one set of metric series, never one each."""
 _current_ticket: ContextVar[Ticket | None] = ContextVar("fusion_guard_ticket", default=None)
 """The admitted call's ticket, for code the SDK runs inside the call (MCPServer's ``call_tool``,
 which must answer with a result instead of raising, so it reports the outcome here)."""
-
-
-def log_limits(guard: Guard, adapter: str) -> None:
-    """Say once, at start-up, which limits are in force: one ``guard_limits`` event for the
-    defaults (``pattern=""``) and one per configured pattern, on the library's logger (never
-    stdout).
-
-    A stdio server is started by its client with a cleaned environment, so ``FUSION_GUARD_*``
-    variables exported in the client's shell never reach it; this line shows what did.
-    """
-    if not is_enabled(logging.INFO):
-        return
-    for pattern, limits in guard.configured_limits().items():
-        shown = {name: _shown(name, getattr(limits, name)) for name in LIMIT_FIELDS}
-        log_event(logging.INFO, "guard_limits", None, adapter=adapter, pattern=pattern, **shown)
-
-
-class PatternCheck:
-    """Checks the guard's per-tool patterns (``tools=``, ``FUSION_GUARD_TOOLS``) against the
-    server's tool names.
-
-    A pattern that matches none of them gives no tool its limits, silently: most often a name the
-    SDK never sends (MCP tool names are bare: ``get_invoice``, never ``billing.get_invoice``).
-    Each such pattern is one ``tool_pattern_unmatched`` warning (once per pattern, naming the
-    tools that exist); with ``strict_tools`` it is a ``ConfigurationError`` instead.
-    """
-
-    __slots__ = ("_adapter", "_patterns", "_strict", "_tools")
-
-    def __init__(self, guard: Guard, adapter: str) -> None:
-        settings = guard.settings
-        self._patterns = list(settings.tools)  # those not yet matched nor warned about
-        self._strict = settings.strict_tools
-        self._adapter = adapter
-        self._tools: set[str] = set()
-
-    def check(self, tools: Iterable[str]) -> None:
-        """Check the patterns not yet matched against ``tools`` and the names given before
-        (a pattern that matched once is not checked again, even if its tools are removed)."""
-        if not self._patterns:
-            return
-        self._tools.update(tools)
-        self._patterns = unmatched_patterns(self._patterns, self._tools)
-        if not self._patterns:
-            return
-        listed = _listing(self._tools)
-        if self._strict:
-            shown = ", ".join(repr(pattern) for pattern in self._patterns)
-            which = "pattern" if len(self._patterns) == 1 else "patterns"
-            match = "matches" if len(self._patterns) == 1 else "each match"
-            raise ConfigurationError(
-                f"tools {which} {shown} {match} none of the server's tools ({listed}); MCP tool"
-                " names are bare (get_invoice, not billing.get_invoice). Fix the pattern, or turn"
-                " strict_tools (FUSION_GUARD_STRICT_TOOLS) off to start with a warning"
-            )
-        for pattern in self._patterns:
-            log_event(
-                logging.WARNING,
-                "tool_pattern_unmatched",
-                adapter=self._adapter,
-                pattern=pattern,
-                tools=listed,
-                note="no tool gets this pattern's limits",
-            )
-        self._patterns = []  # warned once each; a tool added later that matches needs no word
-
-
-_LISTED_TOOLS = 20
-"""Tool names shown in a ``tool_pattern_unmatched`` warning (a server may have hundreds)."""
-
-
-def _listing(tools: Iterable[str]) -> str:
-    names = sorted(tools)
-    if not names:
-        return "the server has no tools"
-    shown = ", ".join(names[:_LISTED_TOOLS])
-    more = len(names) - _LISTED_TOOLS
-    return f"{shown}, and {more} more" if more > 0 else shown
-
-
-def _shown(name: str, value: object) -> object:
-    if value is None:  # what None means differs: sized from max_active / rate, or no limit
-        return "auto" if name in ("max_queue", "burst") else "off"
-    if name == "overload_errors" and isinstance(value, tuple):  # classes: shown by their names
-        from ..config._overload_errors import dotted_name  # loaded with the guard's settings
-
-        return [dotted_name(error) for error in value]
-    return value
-
-
-def missing_extra(extra: str, package: str) -> str:
-    """The message of the ImportError raised when an optional SDK is not installed."""
-    return (
-        f"fusion_guard.integrations.{extra} needs the {package!r} package, which is not installed:"
-        f' pip install "fusion-guard[{extra}]"'
-    )
 
 
 def raised_by(exc: BaseException, package: str) -> bool:
@@ -329,8 +257,17 @@ async def admit_call(
             if attempt > 1:
                 ticket.retried()
         result = await admitted_call(ticket, call, failed, passthrough, _current_ticket)
-    except Rejected as exc:  # the SDK never saw the call: the span names the tool from here
-        response, retry_after = exc.response, exc.retry_after
+    except Rejected as exc:  # refused while queued (a refusal at once is returned)
+        exc.__traceback__ = None  # kept past this block: its frames (this one) would be a cycle
+        result = exc
+    except Exception as exc:
+        if ticket is not None and isinstance(exc, passthrough):
+            raise  # the SDK's own error, raised by the call: the SDK answers it
+        response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
+        mark_span(response, tool=tool)
+        return response
+    if isinstance(result, Rejected):  # the SDK never saw the call: the span names the tool here
+        response, retry_after = result.response, result.retry_after
         if (
             attempt > 1
             and retries is not None
@@ -340,12 +277,6 @@ async def admit_call(
             response = retry_storm(response)
             retry_after = (response.facts or {}).get("retry_after", retry_after)
         mark_span(response, retry_after, tool=tool)
-        return response
-    except Exception as exc:
-        if ticket is not None and isinstance(exc, passthrough):
-            raise  # the SDK's own error, raised by the call: the SDK answers it
-        response = response_from_exception(exc, tool=tool, expose_exception=guard.expose_exceptions)
-        mark_span(response, tool=tool)
         return response
     if isinstance(result, ToolResponse):
         mark_span(result)
@@ -515,3 +446,60 @@ def validation_response(
     response = format_validation_error(exc, action=tool, awareness=awareness)
     mark_span(response)
     return response
+
+
+# -- the guard's answer on the call's span (OpenTelemetry) --------------------------------------
+
+ATTRIBUTE_PREFIX = "fusion_guard."
+TOOL_NAME_ATTRIBUTE = "gen_ai.tool.name"
+"""The semantic-convention attribute both SDKs name a tool call's tool with."""
+_OPERATION = {"gen_ai.operation.name": "execute_tool"}
+"""What both SDKs set beside the tool's name on a ``tools/call`` span."""
+
+_trace: ModuleType | None = None
+_current_context: Callable[[], Mapping[str, object]] | None = None
+_looked_up = False
+
+
+def _trace_api() -> ModuleType | None:
+    global _trace, _current_context, _looked_up
+    if not _looked_up:
+        _looked_up = True
+        try:
+            from opentelemetry import context, trace
+        except ImportError:
+            return None
+        _trace, _current_context = trace, context.get_current
+    return _trace
+
+
+def mark_span(
+    response: ToolResponse, retry_after: float | None = None, *, tool: str | None = None
+) -> None:
+    """Describe an envelope answer on the current span (nothing for a plain success).
+
+    ``tool``: given where the SDK may not have reached the tool (a refusal), to name the span
+    after it as the SDKs do (``tools/call NAME``, ``gen_ai.tool.name``).
+    """
+    code = response.code
+    if code is None:
+        return
+    trace = _trace if _looked_up else _trace_api()  # one call fewer on every later answer
+    if trace is None:
+        return
+    context = _current_context()  # type: ignore[misc]  # set with the trace API
+    if not context:  # an empty context holds no span: asked first, a third of the look-up
+        return
+    span: Any = trace.get_current_span(context)
+    if not span.is_recording():
+        return
+    attributes: dict[str, str | float] = {ATTRIBUTE_PREFIX + "code": code}
+    if retry_after is not None:
+        attributes[ATTRIBUTE_PREFIX + "retry_after"] = retry_after
+    if tool is not None:
+        attributes.update(_OPERATION)
+        attributes[TOOL_NAME_ATTRIBUTE] = tool
+        span.update_name(f"tools/call {tool}")
+    span.set_attributes(attributes)
+    if response.is_error:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, code))

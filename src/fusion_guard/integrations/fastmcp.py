@@ -66,7 +66,7 @@ try:
     from mcp.shared.exceptions import MCPError
     from pydantic import ValidationError
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without fastmcp
-    from ._common import missing_extra
+    from ._startup import missing_extra
 
     raise ImportError(missing_extra("fastmcp", "fastmcp")) from exc
 
@@ -76,20 +76,19 @@ from ..wire._meta import ATTEMPT_META_KEY, PRIORITY_META_KEY
 from ..wire._response import ToolResponse
 from ._common import (
     ClientKey,
-    PatternCheck,
     PriorityOf,
     RetryWindows,
     admit_call,
     answered,
     attempt_of,
     crash_response,
-    log_limits,
     quoted_envelope,
     raised_by,
     result_parts,
     returned_envelope,
     validation_response,
 )
+from ._startup import PatternCheck, log_limits
 
 if TYPE_CHECKING:
     from ..contract._awareness import ContractAwareness

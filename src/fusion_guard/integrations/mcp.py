@@ -61,7 +61,6 @@ from ..wire._response import ToolResponse
 from ._common import (
     UNKNOWN_TOOLS,
     ClientKey,
-    PatternCheck,
     PriorityOf,
     RetryWindows,
     admit_call,
@@ -69,14 +68,13 @@ from ._common import (
     attempt_of,
     crash_response,
     in_guarded_call,
-    log_limits,
-    missing_extra,
     quoted_envelope,
     raised_by,
     result_parts,
     returned_envelope,
     validation_response,
 )
+from ._startup import PatternCheck, log_limits, missing_extra
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server

@@ -8,7 +8,8 @@ or fails).
 
 Metrics and logs come as one observer whose per-tool object is the guard's contained fan-out
 (``ToolObservers``), skipping the log side of ``admitted`` (never logged): no second layer on the
-hot path, with or without metrics.
+hot path. With the metrics off it is the log events' own per-tool object: a refusal reaches
+them in one step.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ class Defaults:
         self.metrics = metrics
         self.events = events
 
-    def for_tool(self, tool: str, *, max_active: int | None) -> _ToolDefaults:
+    def for_tool(self, tool: str, *, max_active: int | None) -> _ToolDefaults | _ToolEvents:
+        events = self.events.for_tool(tool, max_active=max_active)
         metrics = self.metrics
-        return _ToolDefaults(
-            None if metrics is None else metrics.for_tool(tool, max_active=max_active),
-            self.events.for_tool(tool, max_active=max_active),
-        )
+        if metrics is None:  # the log events alone: no fan-out of one
+            return events
+        return _ToolDefaults(metrics.for_tool(tool, max_active=max_active), events)
 
     def flush(self) -> None:
         """Log the summaries the sampled log events still owe (when the guard closes)."""

@@ -150,17 +150,21 @@ class ServerBusyTemplate:
 
     def render(self, reason: str, active: int, queued: int, retry_after: float) -> ToolResponse:
         """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
-        # The common sub-second advice is looked up inline: this runs for most calls under load.
-        if 0.001 <= retry_after < 0.999:
-            # ceil_millis, inlined (a product under a second loses no millisecond to float
-            # steps): the whole refusal is a few microseconds, a call of its own a tenth of one.
+        # _retry_after_text, inlined: this runs for most calls under load, and a call of its own
+        # (two, with ceil_millis) is a tenth of the whole refusal.
+        if 0.001 <= retry_after <= _MAX_RETRY_AFTER:
+            # ceil_millis (a product under a day loses no millisecond to float steps).
             millis = ceil(retry_after * 1000.0)
             if (millis - 1) / 1000.0 >= retry_after:  # rounded up past a boundary (0.29)
                 millis -= 1
             elif millis / 1000.0 < retry_after:  # ... or down below one
                 millis += 1
-            retry = _SUBSECOND_TEXT[millis]
-        else:
+            if millis < 1000:  # the usual sub-second advice: from the table
+                retry = _SUBSECOND_TEXT[millis]
+            else:
+                whole, frac = divmod(millis, 1000)
+                retry = f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
+        else:  # out of bounds, or NaN
             retry = _retry_after_text(retry_after)
         last = self._last
         if last[0] is reason and last[1] == active and last[2] == queued:

@@ -1,0 +1,138 @@
+"""The warm-up and the probes of an adaptive limit (``GradientLimit``): when it has quiet calls
+enough for a baseline, and when it must make room for some.
+
+A new limit holds its initial value and takes its first baseline from the first
+``FIRST_SAMPLES`` quiet calls as they come (a slow tool's once they amount to ``FIRST_SAMPLES x
+window`` seconds of service, ``SLOW_WINDOW_SAMPLES`` calls at the least); if ``FIRST_PROBE_CALLS``
+crowded calls come first, it makes room for quiet ones (a probe). A probe holds the limit at
+the quiet bound until ``probe_samples`` quiet calls have finished; the first one until
+``FIRST_PROBE_SAMPLES`` have (those of the warm-up count), and it holds the parallelism first,
+if higher, dropping to the bound only after ``PROBE_GRACE_CALLS`` crowded calls admitted under
+it.
+
+The probe counts and answers; the limit sets its own slots from the answers (``begin``,
+``step``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from ._adaptive_tuning import (
+    FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
+    FIRST_SAMPLES,
+    PROBE_GRACE_CALLS,
+    SLOW_WINDOW_SAMPLES,
+)
+from ._latency_estimates import median_of_sorted
+
+__all__ = ["Probe", "ProbeStep"]
+
+#: What a sample of the warm-up or of a probe asks of the limit: nothing more (``hold``), the
+#: baseline is measured and the probe is over (``done``), the first probe's grace is over: cut
+#: to the quiet bound (``cut``), or crowded calls came first: begin the first probe (``start``).
+ProbeStep = Literal["hold", "done", "cut", "start"]
+
+
+class Probe:
+    """Whether the limit is measured (has a baseline) and probing, the quiet calls counted
+    towards a baseline, the warm-up's crowded ones, and the first probe's grace. ``measured``,
+    ``probing`` and ``active`` (either probing or not measured: ``step`` is due) are read, not
+    written."""
+
+    __slots__ = (
+        "_crowded",
+        "_crowded_unmeasured",
+        "_first",
+        "_grace",
+        "_taken",
+        "active",
+        "measured",
+        "probing",
+    )
+
+    def __init__(self) -> None:
+        self.measured = False  # no baseline yet: the first one is taken from calls as they come
+        self.probing = False
+        self.active = True
+        self._taken = 0
+        self._crowded_unmeasured = 0
+        # The warm-up's quiet calls, (start, duration): a slow tool's first baseline
+        # (``_settled``).
+        self._first: list[tuple[float, float]] = []
+        # The first probe's grace (``grace``): when it began (infinite: none pending), and the
+        # crowded calls admitted since.
+        self._grace = math.inf
+        self._crowded = 0
+
+    def begin(self, now: float, held: int, bound: int, parallelism: float) -> int:
+        """A probe begins at ``now``, the limit at ``held`` slots: the slots to hold, the quiet
+        ``bound``, or for the first probe the ``parallelism`` (whole) if higher (a burst may be
+        ending), until ``PROBE_GRACE_CALLS`` crowded calls more. A later probe counts its quiet
+        calls from none."""
+        self.probing = self.active = True
+        if self.measured:
+            self._taken = 0
+        graced = min(held, math.floor(parallelism))
+        if not self.measured and graced > bound:
+            self._grace = now
+            self._crowded = 0
+            return graced
+        return bound
+
+    def step(
+        self,
+        start: float,
+        duration: float,
+        calm: bool,
+        needed: int,
+        baseline: float,
+        window: float,
+    ) -> ProbeStep:
+        """One finished call of the warm-up or of a probe (while ``active``): ``calm`` if quiet;
+        ``needed``: the quiet calls a later probe waits for; ``baseline`` as now measured,
+        ``window`` the limit's."""
+        measured = self.measured
+        if calm:
+            self._taken += 1
+            if not measured:
+                self._first.append((start, duration))
+        elif not measured:
+            self._crowded_unmeasured += 1
+        taken = self._taken
+        # The first baseline's quiet calls: fewer if the first probe holds slots for them.
+        first = FIRST_PROBE_SAMPLES if self.probing else FIRST_SAMPLES
+        if taken >= (needed if measured else first) or (
+            not measured
+            and taken >= SLOW_WINDOW_SAMPLES
+            and taken * baseline >= first * window
+            and self._settled(start + duration, first * window)
+        ):
+            self._first.clear()
+            self._grace = math.inf
+            self.probing = self.active = False
+            self.measured = True
+            return "done"
+        if not calm and start >= self._grace:  # admitted under the probe's grace
+            self._crowded += 1
+            if self._crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
+                self._grace = math.inf
+                return "cut"
+        if not self.probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
+            return "start"  # the quiet calls counted so far still count
+        return "hold"
+
+    def _settled(self, now: float, service: float) -> bool:
+        """Whether a slow tool's warm-up has quiet calls enough for a first baseline (``service``
+        seconds of it, at their median), counting only those started before ``now`` less the
+        longest one seen: the calls that finish first are the short ones, and a baseline read
+        low scales every window and estimate of parallelism by as much."""
+        first = self._first
+        horizon = now - max(duration for _, duration in first)
+        settled = sorted(duration for start, duration in first if start <= horizon)
+        return (
+            len(settled) >= SLOW_WINDOW_SAMPLES
+            and len(settled) * median_of_sorted(settled) >= service
+        )

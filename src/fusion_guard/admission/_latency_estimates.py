@@ -1,0 +1,93 @@
+"""What an adaptive limit reads off its samples (``GradientLimit``): medians, how long a run of
+slow calls must be to say the tool lost capacity, the most calls seen served at once (plain
+functions of the values they are given: the limit keeps the samples), and the calls the tool
+appears to serve in parallel."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+
+from ._adaptive_tuning import EARLY_RUN_CHANCE, EARLY_SAMPLES, PARALLELISM_WEIGHT
+
+__all__ = [
+    "ParallelismEstimate",
+    "early_run",
+    "median",
+    "median_of_sorted",
+    "quiet_bound",
+    "seen_at_once",
+]
+
+
+def median(values: list[float]) -> float:
+    """``statistics.median`` of ``values``, sorting them in place (their order is not kept)."""
+    values.sort()
+    return median_of_sorted(values)
+
+
+def median_of_sorted(values: list[float]) -> float:
+    """``statistics.median`` of a list already sorted, without sorting it again."""
+    middle = len(values) // 2
+    if len(values) % 2:
+        return values[middle]
+    return (values[middle - 1] + values[middle]) / 2
+
+
+def early_run(ordered: list[float], bar: float) -> int:
+    """How many calls in a row at the early ``bar`` or more say the tool lost capacity, given
+    its quiet calls ``ordered`` (sorted): at least ``EARLY_SAMPLES``, more when they reach the
+    bar often enough that a shorter run comes by chance (``EARLY_RUN_CHANCE``). Asked only once
+    such a run is ``EARLY_SAMPLES`` long."""
+    share = (len(ordered) - bisect_left(ordered, bar)) / len(ordered)
+    if share <= 0.0:  # (the bar is above the median: share < 0.5, the log below < 0)
+        return EARLY_SAMPLES
+    return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
+
+
+def quiet_bound(floor: int, sightings: deque[tuple[int, int]], limit: int, probing: bool) -> int:
+    """The most calls in flight at which a call still counts as quiet (uncrowded): ``floor`` (a
+    quarter of the limit), or as many as the tool was lately seen serving at once (within the
+    ``limit`` outside a probe), since it queues none of those. Also the limit a probe holds."""
+    at_once = sightings[0][1] if sightings else 1  # (``seen_at_once``, inline: a call less)
+    if not probing:
+        at_once = min(at_once, limit)
+    return max(floor, at_once)
+
+
+def seen_at_once(sightings: deque[tuple[int, int]], since: int = 0) -> int:
+    """The most calls the tool was seen serving at once among ``sightings`` (sample number,
+    count; counts falling from the oldest to the newest), from sample number ``since`` on (1
+    when none overtook another)."""
+    if not since:
+        return sightings[0][1] if sightings else 1
+    # Counts fall from the oldest sighting to the newest: the first one since is the most.
+    return next((count for number, count in sightings if number >= since), 1)
+
+
+class ParallelismEstimate:
+    """The calls the tool appears to serve in parallel, learnt a window at a time (how, and why:
+    ``GradientLimit.parallelism``). ``value`` is read, not written."""
+
+    __slots__ = ("_measured", "value")
+
+    def __init__(self, guess: float) -> None:
+        self.value = guess  # until a window measures it
+        self._measured = False
+
+    def learn(
+        self, crowd: float, baseline: float, latency: float, slow_room: bool, at_once: int
+    ) -> None:
+        """A window closed with ``crowd`` calls in flight on average and a median ``latency``
+        against the uncrowded ``baseline``; ``slow_room``: a slow tool's window as fast as
+        uncrowded, taken as measured too (it has few windows, and shares of the difference
+        never reach the slots in force under overload: its slots stayed below its workers);
+        ``at_once``: the most calls seen served at once during it."""
+        measured = max(1.0, crowd * min(1.0, baseline / latency))
+        if self._measured and measured > self.value and not slow_room:
+            self.value += PARALLELISM_WEIGHT * (measured - self.value)
+        else:  # the first estimate, a lower one, or a slow tool's with room: taken as measured
+            self.value = measured
+            self._measured = True
+        self.value = max(self.value, float(at_once))
