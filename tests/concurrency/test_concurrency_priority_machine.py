@@ -73,7 +73,9 @@ class PriorityMachine(RuleBasedStateMachine):
 
     def run(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         async def bounded() -> T:
-            with anyio.fail_after(2):  # a step that cannot settle is a stuck call: a failure
+            # A step that cannot settle is a stuck call: a failure. On the real clock, so generous
+            # (a step takes microseconds; 2 s could be one stall of a loaded machine).
+            with anyio.fail_after(10):
                 return await fn()
 
         return self.portal.call(bounded)
