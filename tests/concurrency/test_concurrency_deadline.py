@@ -8,10 +8,10 @@ import contextlib
 
 import anyio
 import pytest
-from virtual_time import virtual_time_backends
 
 from fusion_guard.admission import _deadline
 from fusion_guard.admission._deadline import COMPACT_SLACK, Deadline
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

@@ -11,10 +11,10 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from virtual_time import virtual_time_backends
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, Permit, ServerBusy
 from fusion_guard.testing import RecordingObserver
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

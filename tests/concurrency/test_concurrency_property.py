@@ -14,9 +14,9 @@ import pytest
 from concurrency_support import Call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from virtual_time import virtual_time_backends
 
 from fusion_guard import ConcurrencyGuard, HandlerTimeout, ServerBusy
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 

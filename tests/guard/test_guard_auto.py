@@ -7,9 +7,9 @@ from __future__ import annotations
 import anyio
 import pytest
 from prometheus_client import CollectorRegistry
-from virtual_time import virtual_time_backends
 
 from fusion_guard import ErrorCode, Guard
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
 
