@@ -35,11 +35,17 @@ def virtual_time_backends() -> Any:
 
     @pytest.fixture(params=["asyncio", "trio"])
     def anyio_backend(request: pytest.FixtureRequest) -> Any:
-        if request.param == "asyncio":
-            return "asyncio", {"loop_factory": VirtualTimeLoop}
-        return "trio", {"clock": MockClock(autojump_threshold=0)}  # a fresh clock per test
+        return request.param, virtual_time_options(request.param)
 
     return anyio_backend
+
+
+def virtual_time_options(backend: str) -> dict[str, Any]:
+    """The ``backend_options`` that run ``backend`` in virtual time (for an event loop a test
+    starts itself, such as a blocking portal's); a fresh trio clock at each call."""
+    if backend == "asyncio":
+        return {"loop_factory": VirtualTimeLoop}
+    return {"clock": MockClock(autojump_threshold=0)}
 
 
 def run_virtual(fn: Callable[[], Coroutine[Any, Any, T]], backend: str) -> T:

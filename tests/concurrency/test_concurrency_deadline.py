@@ -11,8 +11,13 @@ import pytest
 
 from fusion_guard.admission import _deadline
 from fusion_guard.admission._deadline import COMPACT_SLACK, Deadline
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
+
+# Virtual time: on the real clock a loaded machine that stalls past 50 ms between a 1 ms body
+# and its 50 ms deadline wakes with both timers due, and the deadline cuts the short body too.
+anyio_backend = virtual_time_backends()
 
 
 async def _run_under(limit: float, body_seconds: float) -> tuple[bool, bool]:

@@ -24,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from fusion_guard import ConcurrencyGuard, Priority, ServerBusy
 from fusion_guard.testing import FakeClock
+from virtual_time import virtual_time_options
 
 T = TypeVar("T")
 
@@ -50,7 +51,11 @@ class PriorityMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self._portal_cm = start_blocking_portal(self.backend)
+        # asyncio's loop in virtual time: anyio's wait_all_tasks_blocked polls there with 0.1 s
+        # sleeps (on the real clock most of the run). trio's is exact, and its autojumping
+        # clock slowed the portal's steps twentyfold: trio stays on the real clock.
+        options = virtual_time_options("asyncio") if self.backend == "asyncio" else {}
+        self._portal_cm = start_blocking_portal(self.backend, options)
         self.portal: BlockingPortal = self._portal_cm.__enter__()
         self.clock = FakeClock()
         slots: dict[str, Any] = (
@@ -73,7 +78,7 @@ class PriorityMachine(RuleBasedStateMachine):
 
     def run(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         async def bounded() -> T:
-            with anyio.fail_after(2):  # a step that cannot settle is a stuck call: a failure
+            with anyio.fail_after(10):  # a step that cannot settle is a stuck call: a failure
                 return await fn()
 
         return self.portal.call(bounded)

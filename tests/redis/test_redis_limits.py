@@ -141,7 +141,7 @@ async def test_local_queue_full_is_server_busy(redis_url: str) -> None:
 async def test_fleet_full_and_local_queue_full_is_server_busy_at_once(redis_url: str) -> None:
     holder = DistributedConcurrencyGuard(1, redis=redis_url, name="t", timeout=1.0)
     replica = DistributedConcurrencyGuard(
-        1, max_queue=1, queue_timeout=5.0, redis=redis_url, name="t", timeout=1.0
+        1, max_queue=1, queue_timeout=60.0, redis=redis_url, name="t", timeout=1.0
     )
 
     async def wait_for_slot() -> None:
@@ -158,7 +158,9 @@ async def test_fleet_full_and_local_queue_full_is_server_busy_at_once(redis_url:
             async with replica.slot():
                 pytest.fail("admitted beyond the fleet limit")
         assert caught.value.reason == "queue_full"
-        assert anyio.current_time() - start < 0.1  # shed at once, not after queue_timeout
+        # Shed at once, not after queue_timeout: the bound is gross, a loaded machine may keep
+        # this process waiting (0.1 s was within one stall of a busy two-core machine).
+        assert anyio.current_time() - start < 5.0
         tg.cancel_scope.cancel()
     assert (replica.active, replica.queued, replica.held_leases) == (0, 0, 0)
 
