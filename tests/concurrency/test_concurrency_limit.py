@@ -20,8 +20,13 @@ from hypothesis import strategies as st
 from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy
 from fusion_guard.admission._limit import FixedLimit
 from fusion_guard.testing import FakeClock
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
+
+# Virtual time: anyio's wait_all_tasks_blocked polls with 0.1 s sleeps on asyncio, which made the
+# random programs take 8-9 s of the real clock; here those sleeps pass at once.
+anyio_backend = virtual_time_backends()
 
 
 class SteeredLimit:
@@ -475,7 +480,11 @@ async def test_random_programs_under_a_moving_limit(
     program: list[tuple[str, int]], initial: int, max_queue: int
 ) -> None:
     limit = SteeredLimit(initial)
-    guard = ConcurrencyGuard(limit=limit, max_queue=max_queue, queue_timeout=60)
+    # On the loop's clock; a queue timeout no program reaches (each of its steps passes 0.1 s of
+    # virtual time at most), since no step of a program lets time pass for a waiter to give up.
+    guard = ConcurrencyGuard(
+        limit=limit, max_queue=max_queue, queue_timeout=3600, clock=anyio.current_time
+    )
     world = World(guard, limit)
     await drive(world, program)
     assert (guard.active, guard.queued) == (0, 0)
