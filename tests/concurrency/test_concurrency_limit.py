@@ -20,8 +20,13 @@ from hypothesis import strategies as st
 from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy
 from fusion_guard.admission._limit import FixedLimit
 from fusion_guard.testing import FakeClock
+from virtual_time import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
+
+# Virtual time: anyio's wait_all_tasks_blocked polls with 0.1 s sleeps on asyncio, which made the
+# random programs take 8-9 s of the real clock; here those sleeps pass at once.
+anyio_backend = virtual_time_backends()
 
 
 class SteeredLimit:
@@ -475,9 +480,15 @@ async def test_random_programs_under_a_moving_limit(
     program: list[tuple[str, int]], initial: int, max_queue: int
 ) -> None:
     limit = SteeredLimit(initial)
-    guard = ConcurrencyGuard(limit=limit, max_queue=max_queue, queue_timeout=60)
+    # On the loop's clock, with a queue timeout no program reaches (checked below): a program's
+    # steps only let anyio's polls pass (0.1 s each, on asyncio), and no waiter gives up.
+    guard = ConcurrencyGuard(
+        limit=limit, max_queue=max_queue, queue_timeout=3600, clock=anyio.current_time
+    )
     world = World(guard, limit)
+    began = anyio.current_time()
     await drive(world, program)
+    assert anyio.current_time() - began < 3600
     assert (guard.active, guard.queued) == (0, 0)
     assert sorted(world.outcomes) == list(range(len(world.calls)))  # each call exactly once
     assert guard.statistics().admitted == sum(c.entered for c in world.calls)

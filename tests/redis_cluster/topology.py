@@ -47,12 +47,21 @@ def _bindable(port: int) -> bool:
     return True
 
 
+# The nodes' ports, and their cluster buses (port + 10000), lie below Linux's ephemeral range
+# (32768-60999 by default), so that no outgoing connection (a client's, a node's) and no other
+# test's server on a port the kernel gave (bind to port 0) takes one between the check below
+# and the node binding it (the bus used to be 30000-40000, mostly inside that range); and the
+# two ranges do not overlap, so one topology's node port is never another's bus.
+PORTS = (10000, 16383)
+BUS_OFFSET = 10000  # Redis's own: the bus port is the node's port + 10000
+
+
 def _free_ports(count: int, *, bus: bool = False) -> list[int]:
     """``count`` free loopback ports (with ``bus``, port + 10000 free too: the cluster bus)."""
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randint(20000, 30000)
-        if port in ports or not _bindable(port) or (bus and not _bindable(port + 10000)):
+        port = random.randint(*PORTS)
+        if port in ports or not _bindable(port) or (bus and not _bindable(port + BUS_OFFSET)):
             continue
         ports.append(port)
     return ports
