@@ -447,6 +447,14 @@ class Retrying:
         if self._budget is not None:
             self._budget.sent(retry=False)
 
+    def _first_answered(self, tool: str, result: Any) -> RetryCall[Any] | None:
+        """The answer to a first attempt sent after ``_first_sent``: None when it is no error
+        (counted as accepted: the call is done), else the ``RetryCall`` that settles it."""
+        if type(result) in FLAGGED and not result.is_error:
+            self._accepted()
+            return None
+        return RetryCall(self, tool)
+
     def _held_back(self) -> ThrottledLocally:
         return ThrottledLocally(
             "THROTTLED_LOCALLY",

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
-from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
@@ -115,10 +114,10 @@ class RetryingSession(_Wrapper):
                 progress_callback,
                 meta=_with_attempt(meta, 1),
             )
-            if type(result) in FLAGGED and not result.is_error:
-                retrying._accepted()
+            first = retrying._first_answered(name, result)
+            if first is None:
                 return result
-            call: RetryCall[Any] = RetryCall(retrying, name)
+            call = first
         else:
             bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
             call = retrying.begin(name, deadline=deadline, read_timeout=bound)
@@ -210,10 +209,10 @@ class RetryingFastMCPClient(_Wrapper):
                 raise_on_error=False,
                 meta=_with_attempt(meta, 1),
             )
-            if type(result) in FLAGGED and not result.is_error:
-                retrying._accepted()
+            first = retrying._first_answered(name, result)
+            if first is None:
                 return result
-            call: RetryCall[Any] = RetryCall(retrying, name)
+            call = first
         else:
             bound = self._session_timeout if per_call is None else per_call
             call = retrying.begin(name, deadline=deadline, read_timeout=bound)
