@@ -112,6 +112,19 @@ def test_calls_at_no_more_than_the_tool_was_seen_serving_at_once_are_quiet() -> 
     assert limit.baseline == pytest.approx(0.010)  # measured from calls among 4, not 2 (8 / 4)
 
 
+def test_served_at_once_is_the_most_seen_within_the_overtaking_memory() -> None:
+    limit = GradientLimit(initial_limit=8)
+    assert limit.served_at_once == 1  # none overtook another yet
+    limit.on_sample(0.0, 0.010, 4, False, overtook=3)
+    limit.on_sample(0.0, 0.010, 4, False, overtook=1)
+    assert limit.served_at_once == 4  # the most of the sightings, not the last
+    for n in range(OVERTAKING_MEMORY - 1):
+        limit.on_sample(n * 0.010, 0.010, 4, False)
+    assert limit.served_at_once == 2  # the sighting of 4 forgotten, the later one of 2 held
+    limit.on_sample(1.0, 0.010, 4, False)
+    assert limit.served_at_once == 1
+
+
 def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
     limit = GradientLimit()
     now = _drive(limit, 2, 10.0)

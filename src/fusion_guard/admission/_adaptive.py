@@ -332,6 +332,14 @@ class GradientLimit:
         not the peak: one call left over from a higher limit would otherwise set it."""
         return self._parallelism.value
 
+    @property
+    def served_at_once(self) -> int:
+        """The most calls the tool was seen serving at once within the last
+        ``OVERTAKING_MEMORY`` calls (1 when none overtook another): a lower bound, read off the
+        order calls end in (``seen_at_once``). The one figure for it: the capacity feedback's
+        rate-shape test reads it here rather than keep sightings of its own."""
+        return seen_at_once(self._overtaking)
+
     def on_overload(
         self, start: float, duration: float, inflight: int, *, overtook: int = 0
     ) -> bool:
