@@ -5,6 +5,7 @@ their capacity; per seed range, ``auto``'s goodput within the SLO over the oracl
 
     python benchmarks/slow_tool_variants.py                    # seeds 1-3 and 4-8, every variant
     python benchmarks/slow_tool_variants.py --variants 16w --seeds 1-3
+    python benchmarks/slow_tool_variants.py --variants default --seeds 1-6 --per-seed
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def main() -> None:
         default=list(VARIANTS),
         help=f"comma-separated, of {','.join(VARIANTS)}",
     )
+    parser.add_argument(
+        "--per-seed", action="store_true", help="each seed's figures too, not only the range"
+    )
     args = parser.parse_args()
     logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)
     for seeds in args.seeds or [_seeds("1-3"), _seeds("4-8")]:
@@ -65,6 +69,13 @@ def main() -> None:
                     fixed.append(auto.goodput_slo / ten.goodput_slo)
                     shed.append(100 * auto.shed)
                     limit.append(auto.mean_limit or 0.0)
+                    if args.per_seed:
+                        print(
+                            f"{name:8} seed {seed} {load:g}x: / oracle {oracle[-1]:.2f},"
+                            f" / fixed 10 {fixed[-1]:.2f}, shed {shed[-1]:.1f} %,"
+                            f" limit {limit[-1]:.1f}",
+                            flush=True,
+                        )
                 print(
                     f"{name:8} seeds {seeds.start}-{seeds.stop - 1} {load:g}x:"
                     f" / oracle {min(oracle):.2f}-{max(oracle):.2f},"
