@@ -19,6 +19,9 @@ from fusion_guard.admission._adaptive_tuning import (
     PARALLELISM_WEIGHT,
     PROBE_GRACE_CALLS,
     QUIET_SAMPLES,
+    SIGHTED_GROWTH,
+    SLACK_FROM_AT_ONCE,
+    SLOW_WINDOW_SAMPLES,
 )
 
 
@@ -386,3 +389,46 @@ def test_a_chance_run_of_a_bimodal_tools_slow_calls_is_no_lost_capacity() -> Non
         limit.on_sample(now, 0.150, 4, False)
         now += 0.150 / 4
     assert limit.limit < before
+
+
+def _sighted(limit: GradientLimit, at_once: int, service: float, now: float) -> None:
+    """One call of ``service`` seconds that ended while ``at_once - 1`` older ones still ran."""
+    limit.on_sample(now, service, limit.limit, False, overtook=at_once - 1)
+
+
+def test_a_slow_tools_calls_are_quiet_with_one_more_in_flight_than_seen_at_once() -> None:
+    # At 4 slots, 3 seen served at once: a slow tool's calls at 4 in flight are quiet (the
+    # sighting is a lower bound), a fast tool's are not (they stay crowded: no baseline).
+    for service, measured in ((3.0, True), (0.010, False)):
+        limit = GradientLimit()  # 4 slots
+        _sighted(limit, SLACK_FROM_AT_ONCE, service, 0.0)
+        for n in range(1, 10):
+            limit.on_sample(n * service, service, 4, False)
+        assert (limit.baseline == pytest.approx(service)) is measured
+
+
+def test_the_quiet_bounds_slack_needs_three_seen_at_once() -> None:
+    # A tool of 2 workers at 3 slots queues a third of its calls: 2 at once is not read so.
+    limit = GradientLimit(initial_limit=3)
+    _sighted(limit, 2, 3.0, 0.0)
+    for n in range(1, 10):
+        limit.on_sample(n * 3.0, 3.0, 3, False)
+    assert math.isnan(limit.baseline)
+
+
+@pytest.mark.parametrize(("at_once", "grown"), [(4, 6), (3, 4)])
+def test_a_slow_tool_seen_serving_every_slot_grows_by_a_share(at_once: int, grown: int) -> None:
+    limit = GradientLimit()  # 4 slots
+    now = 0.0
+    for _ in range(10):  # the first baseline: 3 s
+        limit.on_sample(now, 3.0, 1, False)
+        now += 3.0
+    assert limit.baseline == pytest.approx(3.0)
+    # A window at the limit whose median is in the dead band (gradient 2 x 3 / 5 = 1.2): it
+    # holds, unless the tool was seen serving all 4 at once (then SIGHTED_GROWTH x 4).
+    _sighted(limit, at_once, 5.0, now)
+    for _ in range(SLOW_WINDOW_SAMPLES - 1):
+        now += 1.0
+        limit.on_sample(now, 5.0, 4, False)
+    assert limit.limit == grown
+    assert grown in (4, round(SIGHTED_GROWTH * 4))

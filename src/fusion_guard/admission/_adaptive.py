@@ -94,6 +94,7 @@ from ._adaptive_tuning import (
     OVERTAKING_MEMORY,
     PROBE_SPACING_BASELINES,
     QUIET_SAMPLES,
+    SIGHTED_GROWTH,
     SLOW_WINDOW_SAMPLES,
 )
 from ._latency_estimates import (
@@ -241,8 +242,11 @@ class GradientLimit:
         if self._down and self._recovered():  # the first call served since calls failed alone
             return True  # the limit went back: this call was served under the one before
         if seen:
+            baseline = self._baseline
+            # A slow tool's call (before any baseline: a slow call) gets the quiet bound's slack.
+            slow_tool = (baseline if baseline == baseline else duration) > self.window
             calm = inflight <= quiet_bound(
-                self._quiet_floor, seen, self._limit, self._probe.probing
+                self._quiet_floor, seen, self._limit, self._probe.probing, slow_tool
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
@@ -388,6 +392,18 @@ class GradientLimit:
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar
         gradient = min(max(self.tolerance * baseline / latency, 0.25 if deep else 0.5), 2.0)
+        if (
+            at_once >= self._limit
+            and self._window_peak >= self._limit
+            and baseline > self.window
+            and gradient >= 1 / DEAD_BAND
+        ):
+            # A slow tool seen serving every slot at once queued none of the window's calls,
+            # whatever their median says against a baseline of a few calls: a share more.
+            grown = max(self._estimate + 1, SIGHTED_GROWTH * self._estimate)
+            if self._ceiling.allows(grown, end, self.max_limit):
+                self._set(grown)
+            return
         if 1 / DEAD_BAND <= gradient <= DEAD_BAND:
             return  # within the noise of a median of a few calls: hold
         if gradient < 1:  # the tool queues calls inside: shrink at once

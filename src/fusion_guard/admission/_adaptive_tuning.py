@@ -24,6 +24,8 @@ __all__ = [
     "PROBE_GRACE_CALLS",
     "PROBE_SPACING_BASELINES",
     "QUIET_SAMPLES",
+    "SIGHTED_GROWTH",
+    "SLACK_FROM_AT_ONCE",
     "SLOW_WINDOW_SAMPLES",
 ]
 
@@ -104,3 +106,22 @@ CEILING_BASELINES = 20
 #: A ceiling confirmed again within its own hold after it lapsed is held twice as long, up to
 #: this (seconds): a pool that stays the same size is tried less and less often.
 CEILING_MAX_SECONDS = 16.0
+
+# --- The slow tool's warm-up and climb (issue 41, the zoo's slow LLM tool; docs/adaptive-tried.md,
+# "The slow tool: the sighting's slack and growth by sighting"). Figures: ``python
+# benchmarks/slow_tool_variants.py --variants default --seeds 1-6 --per-seed`` (tuned) and
+# ``--seeds 7-12`` (held out).
+
+#: A slow tool's call counts as quiet with one call more in flight than the tool was seen serving
+#: at once, once this many were seen and that one more reaches the limit. The sighting needs the
+#: youngest call to end before every older one: at 4 slots of a tool of 8 workers, 1-5 s a call,
+#: 3 at once were seen for 54 s before 4 (seed 2 at 0.8x), quiet calls stayed rare, and a first
+#: baseline of 5 calls measured at 1.77 s (the median is 3 s) held the limit at 4-5 slots: 10 %
+#: shed at 0.8x. A tool of exactly as many workers as seen queues that one call, by about a
+#: fraction of a service; from 3, not less: a tool of 1 or 2 workers is not read so.
+SLACK_FROM_AT_ONCE = 3
+#: A slow tool's window in which every slot was seen served at once (and not slower than the
+#: cut's bar) grows the limit by this factor, not one slot: such a window queued nothing inside
+#: the tool, and one slot a window of seconds kept the limit below 8 workers past the zoo's 30 s
+#: of warm-up (seed 1 at 0.8x: 2.4 % shed, 0.0 % with it).
+SIGHTED_GROWTH = 1.5

@@ -9,7 +9,12 @@ import math
 from bisect import bisect_left
 from collections import deque
 
-from ._adaptive_tuning import EARLY_RUN_CHANCE, EARLY_SAMPLES, PARALLELISM_WEIGHT
+from ._adaptive_tuning import (
+    EARLY_RUN_CHANCE,
+    EARLY_SAMPLES,
+    PARALLELISM_WEIGHT,
+    SLACK_FROM_AT_ONCE,
+)
 
 __all__ = [
     "ParallelismEstimate",
@@ -46,11 +51,19 @@ def early_run(ordered: list[float], bar: float) -> int:
     return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
 
 
-def quiet_bound(floor: int, sightings: deque[tuple[int, int]], limit: int, probing: bool) -> int:
+def quiet_bound(
+    floor: int, sightings: deque[tuple[int, int]], limit: int, probing: bool, slow: bool = False
+) -> int:
     """The most calls in flight at which a call still counts as quiet (uncrowded): ``floor`` (a
     quarter of the limit), or as many as the tool was lately seen serving at once (within the
-    ``limit`` outside a probe), since it queues none of those. Also the limit a probe holds."""
+    ``limit`` outside a probe), since it queues none of those. Also the limit a probe holds.
+
+    For a ``slow`` call (``GradientLimit``: its tool's calls outlast the window), one more than
+    seen, once ``SLACK_FROM_AT_ONCE`` or more were seen and that reaches the limit: the
+    sighting is a lower bound that at a few slots seldom reaches them (``SLACK_FROM_AT_ONCE``)."""
     at_once = sightings[0][1] if sightings else 1  # (``seen_at_once``, inline: a call less)
+    if slow and at_once >= SLACK_FROM_AT_ONCE and at_once + 1 >= limit:
+        at_once += 1
     if not probing:
         at_once = min(at_once, limit)
     return max(floor, at_once)
