@@ -60,6 +60,15 @@ limit in seconds:
   than that are quiet calls and join the baseline, so a baseline measured low is corrected by
   them, without the cut to one slot that would make every call a lone one.
 
+- **A slow tool seen serving every slot at once** (calls longer than ``window``): the sighting
+  above is a lower bound that needs the youngest call to end before every older one, so at a
+  few slots it seldom reaches them. A slow tool's call is quiet with one call more in flight
+  than seen served at once, once ``SLACK_FROM_AT_ONCE`` were seen and that one more reaches the
+  limit; and a window in which every slot was seen served at once queued nothing inside the
+  tool, whatever its median says against a first baseline of a few calls: it grows the limit
+  by ``SIGHTED_GROWTH``, not one slot (unless it is slow enough to cut). A tool of 8 workers
+  and calls of 1-5 s otherwise held 4-5 slots for a minute at 0.8x of its capacity.
+
 So the limit settles where the tool's latency is ``tolerance`` times its uncrowded latency: with
 the default 2, about twice the number of calls the tool truly serves in parallel, little queueing
 inside the tool, and headroom for bursts. Why this shape and these defaults (a multiplicative
