@@ -60,7 +60,8 @@ limit in seconds:
   than that are quiet calls and join the baseline, so a baseline measured low is corrected by
   them, without the cut to one slot that would make every call a lone one.
 
-- **A slow tool seen serving every slot at once** (calls longer than ``window``): the sighting
+- **A slow tool seen serving every slot at once** (calls longer than ``SIGHTED_WINDOWS`` windows):
+  the sighting
   above is a lower bound that needs the youngest call to end before every older one, so at a
   few slots it seldom reaches them. A slow tool's call is quiet with one call more in flight
   than seen served at once, once ``SLACK_FROM_AT_ONCE`` were seen and that one more reaches the
@@ -104,6 +105,7 @@ from ._adaptive_tuning import (
     PROBE_SPACING_BASELINES,
     QUIET_SAMPLES,
     SIGHTED_GROWTH,
+    SIGHTED_WINDOWS,
     SLOW_WINDOW_SAMPLES,
 )
 from ._latency_estimates import (
@@ -153,6 +155,7 @@ class GradientLimit:
         "_quiet_floor",
         "_quiet_sorted",
         "_samples",
+        "_sighted_above",
         "_slow_run",
         "_window",
         "_window_crowd",
@@ -182,6 +185,7 @@ class GradientLimit:
         self.min_limit, self.max_limit, initial = _bounds(min_limit, max_limit, initial_limit)
         self.tolerance = check_number("tolerance", tolerance, 1)
         self.window = check_seconds("window", window)
+        self._sighted_above = SIGHTED_WINDOWS * self.window  # a slow tool's, for the sightings
         self.window_samples = check_int("window_samples", window_samples, 1)
         self.probe_every = check_seconds("probe_every", probe_every)
         self.probe_samples = check_int("probe_samples", probe_samples, 1)
@@ -253,7 +257,7 @@ class GradientLimit:
         if seen:
             baseline = self._baseline
             # A slow tool's call (before any baseline: a slow call) gets the quiet bound's slack.
-            slow_tool = (baseline if baseline == baseline else duration) > self.window
+            slow_tool = (baseline if baseline == baseline else duration) > self._sighted_above
             calm = inflight <= quiet_bound(
                 self._quiet_floor, seen, self._limit, self._probe.probing, slow_tool
             )
@@ -404,7 +408,7 @@ class GradientLimit:
         if (
             at_once >= self._limit
             and self._window_peak >= self._limit
-            and baseline > self.window
+            and baseline > self._sighted_above
             and gradient >= 1 / DEAD_BAND
         ):
             # A slow tool seen serving every slot at once queued none of the window's calls,

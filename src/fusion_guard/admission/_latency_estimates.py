@@ -58,9 +58,10 @@ def quiet_bound(
     quarter of the limit), or as many as the tool was lately seen serving at once (within the
     ``limit`` outside a probe), since it queues none of those. Also the limit a probe holds.
 
-    For a ``slow`` call (``GradientLimit``: its tool's calls outlast the window), one more than
-    seen, once ``SLACK_FROM_AT_ONCE`` or more were seen and that reaches the limit: the
-    sighting is a lower bound that at a few slots seldom reaches them (``SLACK_FROM_AT_ONCE``)."""
+    For a ``slow`` call (``GradientLimit``: of a tool whose calls outlast ``SIGHTED_WINDOWS``
+    windows), one more than seen, once ``SLACK_FROM_AT_ONCE`` or more were seen and that
+    reaches the limit: the sighting is a lower bound that at a few slots seldom reaches them
+    (``SLACK_FROM_AT_ONCE``)."""
     at_once = sightings[0][1] if sightings else 1  # (``seen_at_once``, inline: a call less)
     if slow and at_once >= SLACK_FROM_AT_ONCE and at_once + 1 >= limit:
         at_once += 1
