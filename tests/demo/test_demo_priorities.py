@@ -19,12 +19,14 @@ from fusion_guard.demo._priorities import (
     BACKGROUND,
     INTERACTIVE,
     PRIORITY_MODES,
+    CallTrace,
     LoadResult,
     ModeFigures,
     PrioritiesResult,
     PrioritiesScenario,
     _figures,
     run_priorities,
+    run_priorities_load,
 )
 from fusion_guard.demo._priorities_report import (
     check_priorities_targets,
@@ -87,6 +89,25 @@ def test_a_fixed_limit_and_other_service_draws() -> None:
         aware(max_active=4).interactive_p99_x
         != aware(max_active=4, service_seed=7).interactive_p99_x
     )
+
+
+def test_the_trace_says_where_each_answered_call_waited_and_changes_nothing() -> None:
+    # benchmarks/priorities.py --breakdown: each answered call's send, slot, worker and answer,
+    # for every guard and the control, and the figures are those of a run without a trace.
+    scenario = PrioritiesScenario(
+        loads=(3.0,), warmup_s=0.5, duration_s=1.0, client_timeout_s=1.0, seed=2
+    )
+    trace: list[CallTrace] = []
+    traced = run_virtual(
+        functools.partial(run_priorities_load, scenario, 3.0, trace=trace), "asyncio"
+    )
+    plain = run_virtual(functools.partial(run_priorities_load, scenario, 3.0), "asyncio")
+    assert traced == plain
+    assert {t.mode for t in trace} == {*PRIORITY_MODES, ALONE}
+    assert {t.client for t in trace if t.mode == ALONE} == set(INTERACTIVE)
+    assert all(t.sent <= t.admitted <= t.worker < t.done for t in trace)
+    # With 80 % background at 3x, some interactive calls waited for a slot or a worker.
+    assert any(t.worker > t.sent for t in trace if t.mode == "aware" and t.client in INTERACTIVE)
 
 
 def test_a_client_whose_every_call_was_answered_has_its_fair_share() -> None:
