@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
-from fusion_guard.admission._service_time import SAMPLE_EVERY
+from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
 
 #: ``async with guard.slot():`` with a free slot and no client key, per call over a run of
 #: calls: slot(), the Slot, its __aenter__ and _hold, its __aexit__ and _end; the service-time
@@ -113,13 +113,14 @@ async def _shed(guard: ConcurrencyGuard, client: str | None = None) -> None:
 def test_free_path_without_a_client_key() -> None:
     guard = ConcurrencyGuard(1)
     # Whole rounds of SAMPLE_EVERY calls, past the holds all measured: the pin is their mean.
-    assert _calls(_free, guard, runs=2 * SAMPLE_EVERY) == FREE_PATH
+    assert _calls(_free, guard, runs=2 * SAMPLE_EVERY, warm=SAMPLED_FROM) == FREE_PATH
     assert guard.active == 0
 
 
 def test_free_path_with_a_client_key() -> None:
     guard = ConcurrencyGuard(1)
-    assert _calls(_free, guard, "tenant-42", runs=2 * SAMPLE_EVERY) == FREE_PATH_KEYED
+    runs = 2 * SAMPLE_EVERY
+    assert _calls(_free, guard, "tenant-42", runs=runs, warm=SAMPLED_FROM) == FREE_PATH_KEYED
     assert guard.statistics().clients == 0  # the record went with its last call
 
 

@@ -23,17 +23,18 @@ Not every hold is measured. The mean is in use when calls queue (it judges them)
 refused (it advises them), and its two clock reads and its update were about a third of what an
 uncontended call of a fixed limit costs over a bare semaphore. So once ``SAMPLED_FROM`` holds
 are measured, of the calls of a fixed limit that found the guard empty (took a free slot with
-no other call in flight, waiting for none by the guard's clock) only every ``SAMPLE_EVERY``-th
-to end is measured (``sample``; ``skip`` counts down to the next): a systematic sample, which
-tells the mean of holds drawn alike as well as all of them do, over ``SAMPLE_EVERY`` times as
-many calls. Every other call is measured: a guard with calls in flight or queued moves the mean
-as fast as before, and every call of an adaptive limit teaches it. Which calls are sampled is
-settled by how they arrived, never by what happens while they run: sampling the calls that end
-with nobody waiting measured the long holds (which queues build up behind) more often than the
-short ones. And it is settled by an empty guard, not by a free slot: sampling every call that
-took a free slot slowed the mean of a guard that was never empty (four slots of a bimodal tool
-at 0.8x, ``test_concurrency_shed_bimodal.py``), and the standing limit shed 2.2 % of the calls
-of a seed instead of 1.8 %. ``samples`` counts the holds measured: what the mean rests on.
+no other call in flight, waiting for none by the guard's clock) only every
+``SAMPLE_EVERY``-th to end is measured (``observe(hold, alone=True)``; ``skip`` counts down to
+the next): a systematic sample, which tells the mean of holds drawn alike as well as all of
+them do, over ``SAMPLE_EVERY`` times as many calls. Every other call is measured: a guard with
+calls in flight or queued moves the mean as fast as before, and every call of an adaptive limit
+teaches it. Which calls are sampled is settled by how they arrived, never by what happens while
+they run: sampling the calls that end with nobody waiting measured the long holds (which queues
+build up behind) more often than the short ones. And it is settled by an empty guard, not by a
+free slot: sampling every call that took a free slot slowed the mean of a guard that was never
+empty (four slots of a bimodal tool at 0.8x, ``test_concurrency_shed_bimodal.py``), and the
+standing limit shed 2.2 % of the calls of a seed instead of 1.8 %. ``samples`` counts the holds
+measured: what the mean rests on.
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ __all__ = ["ServiceTimeEstimator", "expected_wait"]
 #: (log-normal), so a long memory (about 20 samples) keeps one slow call from swinging the mean.
 EWMA_ALPHA = 0.05
 
-#: Holds measured one by one before the calls that found the guard empty are sampled ...
-SAMPLED_FROM = 20
-#: ... one in this many of them (a mean of 20 samples then spans the last 160 such calls).
+#: Holds measured one by one before the calls that found the guard empty are sampled: as many
+#: as the overload detector's figures take to settle (``_overload.SETTLING_CALLS``, counted in
+#: holds measured). With 20, the demo at two slots (``benchmarks/virtual_demo.py --max-active
+#: 2``) moved by up to 4 points within the SLO on a seed (one seed of 10 more failed); with 100
+#: its figures are those of every hold measured on all 10 seeds ...
+SAMPLED_FROM = 100
+#: ... then one in this many of them (a mean of 20 samples spans the last 160 such calls).
 SAMPLE_EVERY = 8
 
 #: Holds measured before their spread is read (``ServiceTimeEstimator.spread``).
@@ -80,18 +85,17 @@ class ServiceTimeEstimator:
         self._seen_mean = prior
         self.skip = 0
 
-    def observe(self, duration: float) -> None:
-        if self.samples:
+    def observe(self, duration: float, alone: bool = False) -> None:
+        """Take in a hold of ``duration`` seconds; ``alone``: of a call of a fixed limit that
+        found the guard empty, after which, once ``SAMPLED_FROM`` holds are measured, the next
+        ``SAMPLE_EVERY - 1`` such holds are not (see the module)."""
+        samples = self.samples
+        if samples:
             self.mean += EWMA_ALPHA * (duration - self.mean)
         else:
             self.mean = duration
-        self.samples += 1
-
-    def sample(self, duration: float) -> None:
-        """``observe`` the hold of a call of a fixed limit that found the guard empty: once
-        ``SAMPLED_FROM`` holds are measured, the next ``SAMPLE_EVERY - 1`` such holds are not."""
-        self.observe(duration)
-        if self.samples >= SAMPLED_FROM:
+        self.samples = samples + 1
+        if alone and samples >= SAMPLED_FROM - 1:
             self.skip = SAMPLE_EVERY - 1
 
     def spread(self) -> float:

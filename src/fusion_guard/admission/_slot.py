@@ -239,10 +239,7 @@ class Slot:
                 held = core.clock() - self._start
                 reached_tool = self._reached_tool
                 if reached_tool:
-                    if learn is None and self._alone:
-                        service.sample(held)
-                    else:
-                        service.observe(held)
+                    service.observe(held, learn is None and self._alone)
                 if learn is not None:
                     # Of the calls that took a slot before this one, at least this many still
                     # hold one (even if every call ended so far was among them): it overtook
