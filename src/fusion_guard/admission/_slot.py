@@ -105,13 +105,13 @@ class Slot:
         self._held = True
         self._ends = core.ends  # who hears the call's end, once (``report`` may tell it early)
         self._reached_tool = True
-        # Found the guard empty: its hold is one the service time samples (``_service_time.py``).
-        self._alone = core.active == 1 and not queue_wait
         capacity = core.capacity
         if capacity is not None:  # an adaptive limit's (set with core.learn): what it learns from
             self._seat = capacity.seat(self._client)
             self._inflight = core.active  # itself included
             self._rank = core.admitted  # calls that took a slot before it: _rank - 1
+        else:  # found the guard empty: a hold the service time samples (``_service_time.py``)
+            self._alone = core.active == 1 and not queue_wait
         self._start = core.latest_start = core.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)
