@@ -1,8 +1,9 @@
 """How long a slot is held, and when the next openings are expected.
 
-The guard measures every slot hold (handler time, whatever the outcome) and keeps a moving
-average. With ``max_active`` slots all busy, one slot frees up every ``mean / max_active``
-seconds on average (Little's law), which is the *drain step*. Two things are derived from it:
+The guard measures slot holds (handler time, whatever the outcome; not every one: see below)
+and keeps a moving average. With ``max_active`` slots all busy, one slot frees up every
+``mean / max_active`` seconds on average (Little's law), which is the *drain step*. Two things
+are derived from it:
 
 - the expected wait of a caller at queue position ``p``: ``p * step``, which drives predictive
   early shedding;
