@@ -102,6 +102,15 @@ def test_the_calls_seen_served_at_once_are_the_limits_own_record() -> None:
     assert feedback.ended(feedback.seat(None), 0.5, 0.001, 5, None, "error", True) == OVERLOAD
 
 
+def test_a_limit_whose_record_fails_tells_no_sighting() -> None:
+    def broken() -> int:
+        raise RuntimeError("a limit's bug")
+
+    feedback = CapacityFeedback(lambda client: 0, broken)
+    feedback.ended(feedback.seat(None), 0.0, 0.05, 2, None, "ok")
+    assert feedback.ended(feedback.seat(None), 0.1, 0.001, 3, None, "error", True) == OVERLOAD
+
+
 def test_a_sighting_of_calls_served_at_once_is_forgotten() -> None:
     judge = _Judge()
     assert judge.end(0.0, 9, "internal_error", held=0.001) is OVERLOAD
