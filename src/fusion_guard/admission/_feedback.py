@@ -216,6 +216,8 @@ class CapacityFeedback:
     """
 
     __slots__ = (
+        "_at_once",
+        "_at_once_before",
         "_ceiling_end",
         "_clients",
         "_errors",
@@ -265,6 +267,10 @@ class CapacityFeedback:
         self._served_now = self._served_before = False
         self._served_top = self._served_top_before = 0
         self._ceiling_end = -math.inf
+        # The limit's figure of calls served at once as read at each overload error, the most
+        # in the current period and in the one before: its record spans its last samples (a
+        # few tenths of a second of a busy tool), a sighting stands as evidence for 1-2 s.
+        self._at_once = self._at_once_before = 0
 
     @property
     def clients(self) -> int:
@@ -391,30 +397,36 @@ class CapacityFeedback:
         recent = now < self._period_end + AT_ONCE_MEMORY / 2
         self._served_before = self._served_now and recent
         self._served_top_before = self._served_top if recent else 0
+        self._at_once_before = self._at_once if recent else 0
         self._served_now = False
-        self._served_top = 0
+        self._served_top = self._at_once = 0
         self._period_end = now + AT_ONCE_MEMORY / 2
 
     def _seen(self, now: float) -> tuple[int, int]:
         """For an overload error ending at ``now``: the most calls the tool was lately seen
-        serving at once (the limit's record; 1 when it served no call within the last
-        ``AT_ONCE_MEMORY`` seconds, however recent its last sightings by their count), and the
-        most calls in flight at the start of a call served since the last ceiling, within the
-        last ``AT_ONCE_MEMORY`` seconds. Older sightings are forgotten, so that a tool that lost
-        capacity is judged by what it serves now. The first error's: every call served so far
-        (see the class); from it on, the served calls are watched."""
+        serving at once (the limit's record, as read at the overload errors of the last
+        ``AT_ONCE_MEMORY`` seconds; not read when it served no call within them, however recent
+        its last sightings by their count), and the most calls in flight at the start of a call
+        served since the last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. Older
+        sightings are forgotten, so that a tool that lost capacity is judged by what it serves
+        now. The first error's: every call served so far (see the class); from it on, the
+        served calls are watched."""
         if not self._watching:
             self._watching = True
             self._period_end = now + AT_ONCE_MEMORY / 2
             # The calls served before it stand for the first period's.
             self._served_now = True
             self._served_top = top = self._errors.top_served()
-            return self._limit_at_once(), top
+            self._at_once = at_once = self._limit_at_once()
+            return at_once, top
         if now >= self._period_end:
             self._next_period(now)
-        served_lately = self._served_now or self._served_before
+        if self._served_now or self._served_before:  # (else its sightings are old: not read)
+            reading = self._limit_at_once()
+            if reading > self._at_once:
+                self._at_once = reading
         return (
-            self._limit_at_once() if served_lately else 1,
+            max(self._at_once, self._at_once_before, 1),
             max(self._served_top, self._served_top_before),
         )
 
