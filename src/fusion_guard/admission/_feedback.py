@@ -43,13 +43,13 @@ one caller's arguments:
   latency sample it would read as an uncrowded tool and grow the limit.
 - **An overload signal of a tool limited by a rate** (``RATE``) is one at a count of calls in
   flight the tool was lately seen serving: the limit saw it serve that many at once (a served
-  call ended while as many less one, admitted before it, still ran: ``served_at_once``, within
-  the limit's last ``OVERTAKING_MEMORY`` samples, and a call served within the last
-  ``AT_ONCE_MEMORY`` seconds), or it served a call that started with as many in flight since
-  its last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. A pool refuses only above what
-  it serves; an upstream refusing by rate, at any count. Such a signal is paced
-  (``_pacing.py``), not taken as a ceiling. The record of the calls served for it is kept from
-  the tool's first overload error on (``CapacityFeedback``).
+  call ended while as many less one, admitted before it, still ran: ``served_at_once``, over
+  the limit's last ``OVERTAKING_MEMORY`` samples, as read at each overload error of the last
+  ``AT_ONCE_MEMORY`` seconds in which a call was served), or it served a call that started with
+  as many in flight since its last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. A pool
+  refuses only above what it serves; an upstream refusing by rate, at any count. Such a signal
+  is paced (``_pacing.py``), not taken as a ceiling. The record of the calls served for it is
+  kept from the tool's first overload error on (``CapacityFeedback``).
 - **A cancelled call** teaches nothing: its caller left, and its hold ends when the caller left,
   not when the tool would have answered.
 - **Any other call** (answered ``ok``) is a latency sample.

@@ -66,8 +66,8 @@ __all__ = [
 
 #: How long (seconds) a sighting of calls served at a count in flight stands as proof that the
 #: tool serves that many: an error at that count or fewer, within it, is rate-shaped. Kept in
-#: two periods of half this (a sighting lives 1-2 s). A sighting of calls served at once (the
-#: limit's, over its last samples) stands while a call was served within it.
+#: two periods of half this (a sighting lives 1-2 s). So does the limit's figure of calls served
+#: at once (over its last samples) as read at each overload error.
 AT_ONCE_MEMORY = 2.0
 #: The served calls' rate is measured over at least this long (seconds) ...
 SERVED_WINDOW = 0.5
