@@ -323,6 +323,12 @@ class GradientLimit:
         return False
 
     @property
+    def served_at_once(self) -> int:
+        """The most calls seen served at once within the last ``OVERTAKING_MEMORY`` samples (1
+        when none overtook another): the one record of it, read too by ``_feedback.py``."""
+        return seen_at_once(self._overtaking)
+
+    @property
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
