@@ -237,7 +237,7 @@ async def test_a_long_key_is_one_client_however_often_it_comes() -> None:
     assert refused.value.reason == "client_limit"
     other = await guard.acquire(client=long_key[:-1] + "x")
     assert guard.statistics().clients == 2
-    kept = guard._core.fair.running  # type: ignore[union-attr]  # kept from the first key
+    kept = guard._core.fair.records  # type: ignore[union-attr]  # kept from the first key
     assert all(len(key) <= MAX_KEY_CHARS for key in kept)  # digests, not the keys themselves
     held.release()
     other.release()

@@ -47,7 +47,7 @@ from typing import Generic, TypeVar
 
 from .._priority import DEFAULT_RANK
 
-__all__ = ["DECAY_EVERY", "MAX_REMEMBERED", "FairQueue", "Tenant"]
+__all__ = ["DECAY_EVERY", "MAX_REMEMBERED", "PRUNE_FROM", "Client", "FairQueue", "Tenant"]
 
 #: A call's weight in the integer units weights are kept in (a served call's, halved, keeps
 #: fractions of a call this way: fine enough to tell apart clients served 1.5 and 2 calls).
@@ -56,8 +56,19 @@ CALL = 16
 DECAY_EVERY = 1.0
 #: Clients whose recent service is remembered at most; past it the counts halve early.
 MAX_REMEMBERED = 10_000
+#: Clients' records of running calls kept at least before the idle ones are dropped.
+PRUNE_FROM = 1024
 
 WaiterT = TypeVar("WaiterT")
+
+
+class Client:
+    """One client's calls running now (``FairQueue.client``)."""
+
+    __slots__ = ("running",)
+
+    def __init__(self) -> None:
+        self.running = 0
 
 
 class Tenant(Generic[WaiterT]):
@@ -84,8 +95,8 @@ class FairQueue(Generic[WaiterT]):
     waiting clients take turns among themselves; the clients' running calls are counted once,
     by the guard's first queue (``counts``: the queue that counts them, None for itself)."""
 
-    __slots__ = ("_buckets", "_counts", "_decay_due", "_heaviest", "_ring", "_served",
-                 "_waiting", "anonymous", "keyed_active", "rank", "running",
+    __slots__ = ("_buckets", "_counts", "_decay_due", "_heaviest", "_prune_at", "_ring",
+                 "_served", "_waiting", "anonymous", "keyed_active", "rank", "records",
                  "serves_in_turn")  # fmt: skip
 
     def __init__(
@@ -100,8 +111,9 @@ class FairQueue(Generic[WaiterT]):
         self.rank = rank
         self._counts = self if counts is None else counts
         self.anonymous: Tenant[WaiterT] = Tenant(None, rank)
-        #: Running calls by client key (keys with none are dropped), and their sum.
-        self.running: dict[str, int] = {}
+        #: Clients' records of their running calls, by key (``client``), and the calls' sum.
+        self.records: dict[str, Client] = {}
+        self._prune_at = PRUNE_FROM
         self.keyed_active = 0
         # Clients with calls waiting, by key.
         self._waiting: dict[str, Tenant[WaiterT]] = {}
@@ -116,28 +128,46 @@ class FairQueue(Generic[WaiterT]):
 
     # -- clients ----------------------------------------------------------------------------------
 
+    def client(self, key: str) -> Client:
+        """The record of client ``key``'s running calls, made if it has none. Made records are
+        kept past their last call (a client calling one call at a time would otherwise make
+        and drop one per call), until they pile up: see ``_prune``."""
+        record = self.records.get(key)
+        if record is None:
+            records = self.records
+            if len(records) >= self._prune_at:
+                self._prune()
+            record = records[key] = Client()
+        return record
+
+    def _prune(self) -> None:
+        """Drop the records of clients with no call running, and prune next when the records
+        have doubled (or reached ``PRUNE_FROM``): O(records) once per as many records made,
+        amortized O(1), and the records kept are at most twice the larger of the calls running
+        and ``PRUNE_FROM`` however many distinct keys arrive."""
+        self.records = {key: record for key, record in self.records.items() if record.running}
+        self._prune_at = max(PRUNE_FROM, 2 * len(self.records))
+
     def started(self, key: str | None) -> None:
         """A call of client ``key`` got a slot (the keyless client's are not counted one by
         one: see ``active``)."""
         if key is not None:
-            running = self.running
-            running[key] = running.get(key, 0) + 1
+            self.client(key).running += 1
             self.keyed_active += 1
 
     def ended(self, key: str | None) -> None:
-        """A call of client ``key`` gave its slot back."""
+        """A call of client ``key`` gave its slot back (``Slot._end`` inlines it: the keyed
+        hot path)."""
         if key is not None:
-            running = self.running
-            left = running[key] - 1
-            if left:
-                running[key] = left
-            else:
-                del running[key]
+            self.records[key].running -= 1
             self.keyed_active -= 1
 
     def active(self, key: str | None, running: int) -> int:
         """Calls of client ``key`` running now, the guard running ``running`` in all."""
-        return self.running.get(key, 0) if key is not None else running - self.keyed_active
+        if key is None:
+            return running - self.keyed_active
+        record = self.records.get(key)
+        return 0 if record is None else record.running
 
     def queued(self, key: str | None) -> int:
         """Calls of client ``key`` waiting now."""
@@ -163,8 +193,9 @@ class FairQueue(Generic[WaiterT]):
 
     @property
     def clients(self) -> int:
-        """Client keys with calls running or waiting."""
-        return len(self.running.keys() | self._waiting.keys())
+        """Client keys with calls running or waiting (O(records): for statistics)."""
+        running = {key for key, record in self.records.items() if record.running}
+        return len(running | self._waiting.keys())
 
     # -- the queue ---------------------------------------------------------------------------------
 
