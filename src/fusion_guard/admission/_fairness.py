@@ -30,10 +30,12 @@ The rules, max-min fairness on slots:
 
 Every step is O(1): the ring is an ``OrderedDict``, and the heaviest client is found through
 buckets of clients by queued count (a count moves by one at a time, so the top bucket does too).
-A client is known only while it has calls in the guard: a count of its running calls (a
-dictionary entry, so that an uncontended call with a key costs little) and, while it has calls
-waiting, a record of them; both go the moment they fall to none, so memory is bounded by the
-calls in the guard however many distinct keys arrive. The count of calls served from the queue
+A client is known by a record of its running calls (``Client``) and, while it has calls waiting,
+a record of them. The waiting record goes the moment its last call leaves. The running record
+outlives its last call, so that a client calling one call at a time (the uncontended case)
+neither makes nor drops one per call: its end is a decrement. The idle ones are dropped when
+the records reach twice the number of clients with calls running (at least ``PRUNE_FROM``).
+So memory stays bounded by the calls in the guard, however many distinct keys arrive. The count of calls served from the queue
 lately is kept a little longer (until halving brings it to zero), and at most
 ``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls the tool
 serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
@@ -134,10 +136,9 @@ class FairQueue(Generic[WaiterT]):
         and drop one per call), until they pile up: see ``_prune``."""
         record = self.records.get(key)
         if record is None:
-            records = self.records
-            if len(records) >= self._prune_at:
+            if len(self.records) >= self._prune_at:
                 self._prune()
-            record = records[key] = Client()
+            record = self.records[key] = Client()
         return record
 
     def _prune(self) -> None:
