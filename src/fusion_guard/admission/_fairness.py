@@ -34,11 +34,11 @@ A client is known by a record of its running calls (``Client``) and, while it ha
 a record of them. The waiting record goes the moment its last call leaves. The running record
 outlives its last call, so that a client calling one call at a time (the uncontended case)
 neither makes nor drops one per call: its end is a decrement. The idle ones are dropped when
-the records reach twice the number of clients with calls running (at least ``PRUNE_FROM``).
-So memory stays bounded by the calls in the guard, however many distinct keys arrive. The count of calls served from the queue
-lately is kept a little longer (until halving brings it to zero), and at most
-``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls the tool
-serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
+the records reach twice the number of clients with calls running (at least ``PRUNE_FROM``), so
+memory stays bounded by the calls in the guard however many distinct keys arrive. The count of
+calls served from the queue lately is kept a little longer (until halving brings it to zero),
+and at most ``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls
+the tool serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
 reach an envelope, a metric or a log line.
 """
 
