@@ -34,8 +34,8 @@ A client is known by a record of its running calls (``Client``) and, while it ha
 a record of them. The waiting record goes the moment its last call leaves. The running record
 outlives its last call, so that a client calling one call at a time (the uncontended case)
 neither makes nor drops one per call: its end is a decrement. The idle ones are dropped when
-the records reach twice the number of clients with calls running (at least ``PRUNE_FROM``), so
-memory stays bounded by the calls in the guard however many distinct keys arrive. The count of
+the records reach ``PRUNE_FROM`` more than twice the clients with calls running, so memory stays
+bounded by the calls in the guard however many distinct keys arrive. The count of
 calls served from the queue lately is kept a little longer (until halving brings it to zero),
 and at most ``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls
 the tool serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
@@ -58,7 +58,8 @@ CALL = 16
 DECAY_EVERY = 1.0
 #: Clients whose recent service is remembered at most; past it the counts halve early.
 MAX_REMEMBERED = 10_000
-#: Clients' records of running calls kept at least before the idle ones are dropped.
+#: Clients' records of running calls kept, beyond twice those with calls running, before the
+#: idle ones are dropped.
 PRUNE_FROM = 1024
 
 WaiterT = TypeVar("WaiterT")
@@ -142,12 +143,12 @@ class FairQueue(Generic[WaiterT]):
         return record
 
     def _prune(self) -> None:
-        """Drop the records of clients with no call running, and prune next when the records
-        have doubled (or reached ``PRUNE_FROM``): O(records) once per as many records made,
-        amortized O(1), and the records kept are at most twice the larger of the calls running
-        and ``PRUNE_FROM`` however many distinct keys arrive."""
+        """Drop the records of clients with no call running, and prune next once ``PRUNE_FROM``
+        more records than twice those left: a pass over at most 2 records per record made since
+        the last (amortized O(1), even with many clients running), and at most ``PRUNE_FROM``
+        records more than twice the clients with calls running, however many keys arrive."""
         self.records = {key: record for key, record in self.records.items() if record.running}
-        self._prune_at = max(PRUNE_FROM, 2 * len(self.records))
+        self._prune_at = PRUNE_FROM + 2 * len(self.records)
 
     def started(self, key: str | None) -> None:
         """A call of client ``key`` got a slot (the keyless client's are not counted one by
