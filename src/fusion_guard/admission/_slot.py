@@ -225,8 +225,10 @@ class Slot:
             self._held = False
             core = self._core
             client = self._client
-            if client is not None:  # FairQueue.ended: its client's record counts one fewer
-                core.fair.ended(client)  # type: ignore[union-attr]  # kept from the first key
+            if client is not None:  # FairQueue.ended, inlined: the keyed hot path
+                fair = core.fair
+                fair.records[client].running -= 1  # type: ignore[union-attr]  # kept
+                fair.keyed_active -= 1  # type: ignore[union-attr]  # from the first key
             ends = self._ends
             learn = core.learn
             service = core.service
