@@ -5,13 +5,16 @@
     git worktree add /tmp/fusion-guard-main main
     python benchmarks/ab_concurrency.py /tmp/fusion-guard-main/src/fusion_guard
     python benchmarks/ab_concurrency.py /tmp/fusion-guard-main/src/fusion_guard --rounds 30
+    python benchmarks/ab_concurrency.py /tmp/fusion-guard-main/src/fusion_guard --cpu
 
 A change to the admission core is judged against the code before it on the same machine at the
 same moment: a machine shared with other work moves every figure by 10-15 % from one minute to
 the next, far more than most changes do. So the other tree (``BASE``, the path of its
 ``fusion_guard`` package) is imported beside this one under another name, and each round times a
 batch of each figure for the base, for this tree and for a bare ``asyncio.Semaphore``, in a
-shuffled order (no figure always first or last). Printed: each figure over the semaphore, base
+shuffled order (no figure always first or last). ``--cpu`` times the batches on the thread's CPU
+time rather than the wall clock: the time the process waits for a core on a loaded machine is not
+the code's, and inflates whichever side it hits. Printed: each figure over the semaphore, base
 and this tree, and this tree over the base. Not collected by pytest (no ``test_`` prefix).
 """
 
@@ -22,6 +25,7 @@ import asyncio
 import importlib.util
 import random
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +33,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bench_support import StandingQueue, async_batch
+from bench_support import StandingQueue
+from bench_support import async_batch as timed
 
 OPS = 20_000
 TOOL = "billing.process_invoice"
@@ -73,8 +78,15 @@ def _shed(fg: ModuleType) -> Callable[[], Awaitable[object]]:
     return section
 
 
-def _figures(fg: ModuleType, hand_off: StandingQueue) -> dict[str, Callable[[int], float]]:
-    """Each figure's batch runner for the package ``fg``, named with its target."""
+def _figures(
+    fg: ModuleType, hand_off: StandingQueue, clock: Callable[[], float]
+) -> dict[str, Callable[[int], float]]:
+    """Each figure's batch runner for the package ``fg``, named with its target, timed on
+    ``clock``."""
+
+    def async_batch(op: Callable[[], Awaitable[object]]) -> Callable[[int], float]:
+        return timed(op, clock=clock)
+
     metrics = fg.PrometheusObserver(CollectorRegistry()).for_tool(TOOL, max_active=1)
     return {
         "fixed slot, metrics off (<= 1.5x)": async_batch(
@@ -88,7 +100,7 @@ def _figures(fg: ModuleType, hand_off: StandingQueue) -> dict[str, Callable[[int
             _section(fg.ConcurrencyGuard(limit=fg.GradientLimit(), name=TOOL))
         ),
         "shed (<= 3x)": async_batch(_shed(fg)),
-        "hand-off, 100 queued (<= 1.5x)": hand_off.batch(),
+        "hand-off, 100 queued (<= 1.5x)": hand_off.batch(clock),
     }
 
 
@@ -96,7 +108,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("base", type=Path, help="the other tree's fusion_guard package")
     parser.add_argument("--rounds", type=int, default=15, help="batches per figure (15)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="time on the thread's CPU time, not the wall clock"
+    )
     args = parser.parse_args()
+    clock = time.thread_time if args.cpu else time.perf_counter
     import fusion_guard as head
 
     if Path(head.__file__).parent.resolve() == args.base.resolve():
@@ -109,13 +125,14 @@ def main() -> int:
                                                 predictive=False)),
         StandingQueue(100),
     ]  # fmt: skip
-    before, after = _figures(base, circulating[0]), _figures(head, circulating[1])
-    semaphore = async_batch(_semaphore_section())
+    before = _figures(base, circulating[0], clock)
+    after = _figures(head, circulating[1], clock)
+    semaphore = timed(_semaphore_section(), clock=clock)
     order = random.Random(1)
     print(f"{'figure':34} {'base/sem':>9} {'this/sem':>9} {'this/base':>10}")
     try:
         for name in before:
-            baseline = circulating[2].batch() if name.startswith("hand-off") else semaphore
+            baseline = circulating[2].batch(clock) if name.startswith("hand-off") else semaphore
             runs = {"base": before[name], "this": after[name], "sem": baseline}
             best = dict.fromkeys(runs, float("inf"))
             for _ in range(args.rounds):

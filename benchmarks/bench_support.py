@@ -225,8 +225,8 @@ class StandingQueue:
     async def _step() -> None:
         await asyncio.sleep(0)
 
-    def batch(self) -> Callable[[int], float]:
-        return async_batch(self._step, event_loop=self.loop)
+    def batch(self, clock: Callable[[], float] = time.perf_counter) -> Callable[[int], float]:
+        return async_batch(self._step, event_loop=self.loop, clock=clock)
 
     def close(self) -> None:
         for task in self.tasks:

@@ -7,6 +7,7 @@ in virtual time.
     python benchmarks/priorities.py --seeds 1-3 --max-active 10  # fixed, 2.5x the tool's workers
     python benchmarks/priorities.py --seeds 3 --service-seed 103  # same arrivals, other draws
     python benchmarks/priorities.py --seeds 1-4 --workers 8  # a tool of 8 workers
+    python benchmarks/priorities.py --seeds 10 --breakdown  # where the slowest 1 % waited
 
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
@@ -27,20 +28,81 @@ from dataclasses import asdict
 import trio
 from trio.testing import MockClock
 
-from fusion_guard.demo._priorities import PrioritiesResult, PrioritiesScenario, run_priorities_load
+from fusion_guard.demo._priorities import (
+    INTERACTIVE,
+    CallTrace,
+    PrioritiesResult,
+    PrioritiesScenario,
+    run_priorities_load,
+)
 from fusion_guard.demo._priorities_report import missed_targets
 from fusion_guard.demo._tool import ToolModel
 
 
-def _run(scenario: PrioritiesScenario, load: float) -> PrioritiesResult:
+def _run(
+    scenario: PrioritiesScenario, load: float, trace: list[CallTrace] | None = None
+) -> PrioritiesResult:
     shuffle = getattr(getattr(trio, "_core", None), "_run", None)
     if shuffle is not None and hasattr(shuffle, "_r"):
         shuffle._r.seed(scenario.seed)
     result = trio.run(
-        functools.partial(run_priorities_load, scenario, load),
+        functools.partial(run_priorities_load, scenario, load, trace=trace),
         clock=MockClock(autojump_threshold=0),
     )
     return PrioritiesResult(scenario, (result,))
+
+
+def breakdown(trace: list[CallTrace], scenario: PrioritiesScenario) -> dict[str, float]:
+    """Where the aware guard's slowest 1 % of interactive calls (sent in the window) spent their
+    time, in ms on average: the guard's queue and the wait for a worker inside the tool, each
+    split into the time every worker served an interactive call (behind interactive calls: it
+    would have waited with no background at all) and the time one or more served a background
+    call (behind background, started before it); their own service; and, of the queue, the
+    time a worker was idle (the limit below the tool's workers)."""
+    workers = scenario.model.workers
+    served = [t for t in trace if t.mode == "aware"]
+    start = min(t.sent for t in served) + scenario.warmup_s if served else 0.0
+    end = start + scenario.duration_s
+    window = [t for t in served if t.client in INTERACTIVE and start <= t.sent < end]
+    if not window:
+        return {}
+    latencies = sorted(t.done - t.sent for t in window)
+    cut = latencies[int(0.99 * (len(latencies) - 1))]
+    slow = [t for t in window if t.done - t.sent >= cut]
+    parts = {
+        f"{where}_{what}": 0.0
+        for where in ("queue", "tool")
+        for what in ("behind_interactive", "behind_background", "with_a_worker_idle")
+    }
+    parts["service"] = 0.0
+    for call in slow:
+        # The workers held by each class, step by step over the call's wait.
+        edges = sorted(
+            (when, step, t.client in INTERACTIVE)
+            for t in served
+            if t is not call and t.worker < call.worker and t.done > call.sent
+            for when, step in ((t.worker, 1), (t.done, -1))
+        )
+        busy = {True: 0, False: 0}
+        at = call.sent
+        for when, step, interactive in [*edges, (call.worker, 0, True)]:
+            upto = min(max(when, at), call.worker)
+            for begin, end, where in ((at, call.admitted, "queue"), (call.admitted, upto, "tool")):
+                spell = min(end, upto) - max(begin, at)
+                if spell > 0:
+                    if busy[True] + busy[False] < workers:  # neither class in the way
+                        parts[f"{where}_with_a_worker_idle"] += spell
+                    else:
+                        behind = "interactive" if busy[True] >= workers else "background"
+                        parts[f"{where}_behind_{behind}"] += spell
+            at = upto
+            busy[interactive] += step
+        parts["service"] += call.done - call.worker
+    return {
+        "calls": len(slow),
+        "p99_ms": round(cut * 1000, 1),
+        **{k: round(v / len(slow) * 1000, 1) for k, v in parts.items()},
+    }
 
 
 def main() -> int:
@@ -57,6 +119,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="the tool's (default 4)")
     parser.add_argument(
         "--service-seed", type=int, help="seeds the service times apart (default: the seed)"
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="where the slowest 1 %% of interactive waited"
     )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -75,14 +140,19 @@ def main() -> int:
             seed=seed,
             service_seed=args.service_seed,
         )
-        result = _run(scenario, args.load)
+        trace: list[CallTrace] | None = [] if args.breakdown else None
+        result = _run(scenario, args.load, trace)
         figures = {mode: asdict(f) for mode, f in result.loads[0].modes.items()}
         missed = missed_targets(result)
         met += not missed
         out[seed] = {**figures, "missed": missed}
         print(f"seed {seed:2d} blind {json.dumps(figures['blind'])}")
         print(f"        aware {json.dumps(figures['aware'])}")
+        print(f"        alone {json.dumps(figures['alone'])}")
         print(f"        {'PASS' if not missed else 'MISS: ' + '; '.join(missed)}")
+        if trace is not None:
+            out[seed]["breakdown"] = parts = breakdown(trace, scenario)
+            print(f"        slowest 1 % of interactive, ms: {json.dumps(parts)}")
     print(f"{met} of {len(seeds)} seeds met every target")
     if args.json:
         with open(args.json, "w") as file:

@@ -2,7 +2,7 @@
 
 - uncontended: ``async with guard.slot()`` vs ``async with semaphore`` (acquire + release), with
   metrics off (no observer) and on (the Prometheus observer), with a client key (fair shares
-  keep a record of the client's calls while it has any), and under the adaptive limit that
+  keep a count of the client's running calls), and under the adaptive limit that
   ``max_active="auto"`` (the Guard's default) gives (every finished call is a sample it learns
   from);
 - shed path: a full guard refusing a call, the SERVER_BUSY envelope built and the exception caught;
@@ -98,7 +98,7 @@ def test_uncontended_slot_with_a_client_key_vs_semaphore(
     candidate, baseline = figures.time_batches(
         async_batch(keyed), async_batch(_semaphore_section()), ops=OPS, rounds=ROUNDS
     )
-    assert guard.statistics().clients == 0  # the record went with its last call
+    assert guard.statistics().clients == 0  # none running: its record idle, kept for the next
     figures.at_most("async with guard.slot(client=...) vs Semaphore", candidate, baseline, 2.0)
     _record(benchmark, keyed)
 

@@ -19,14 +19,18 @@ from types import FrameType
 from typing import Any
 
 from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
+from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
 
-#: ``async with guard.slot():`` with a free slot and no client key: slot(), the Slot, its
-#: __aenter__ and _hold, its __aexit__ and _end, and the service-time sample.
-FREE_PATH = 7
-#: ... with a client key: the client's arrival counted, its end uncounted (``FairQueue.ended``,
-#: called from the slot's end, which the client's slot no longer overrides). 10 before the
-#: admission core was split: a short key is no longer passed through a function to bound it.
-FREE_PATH_KEYED = 9
+#: ``async with guard.slot():`` with a free slot and no client key, per call over a run of
+#: calls: slot(), the Slot, its __aenter__ and _hold, its __aexit__ and _end; the service-time
+#: sample on one call of ``SAMPLE_EVERY`` (7 while every hold was measured).
+FREE_PATH = 6
+#: ... with a client key: the client's arrival counted (``Waiting.arrive``); its end is a
+#: decrement of its record, kept past its last call, in the slot's end. 8 while the record went
+#: with the client's last call and ``FairQueue.ended`` was called to count the end; 10 before the
+#: admission core was split: a short key is no longer passed through a function to bound it;
+#: 9 while every hold was measured.
+FREE_PATH_KEYED = 7
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
 #: 26 before the admission core was split; 22 since (the sample's method bound once, the
@@ -109,14 +113,16 @@ async def _shed(guard: ConcurrencyGuard, client: str | None = None) -> None:
 
 def test_free_path_without_a_client_key() -> None:
     guard = ConcurrencyGuard(1)
-    assert _calls(_free, guard) == FREE_PATH
+    # Whole rounds of SAMPLE_EVERY calls, past the holds all measured: the pin is their mean.
+    assert _calls(_free, guard, runs=2 * SAMPLE_EVERY, warm=SAMPLED_FROM) == FREE_PATH
     assert guard.active == 0
 
 
 def test_free_path_with_a_client_key() -> None:
     guard = ConcurrencyGuard(1)
-    assert _calls(_free, guard, "tenant-42") == FREE_PATH_KEYED
-    assert guard.statistics().clients == 0  # the record went with its last call
+    runs = 2 * SAMPLE_EVERY
+    assert _calls(_free, guard, "tenant-42", runs=runs, warm=SAMPLED_FROM) == FREE_PATH_KEYED
+    assert guard.statistics().clients == 0  # none running: its record is idle
 
 
 def test_free_path_under_an_adaptive_limit() -> None:

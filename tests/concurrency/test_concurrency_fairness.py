@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ConfigurationError, ServerBusy, parse_tool_error
 from fusion_guard._keys import MAX_KEY_CHARS
-from fusion_guard.admission._fairness import DECAY_EVERY, MAX_REMEMBERED, FairQueue
+from fusion_guard.admission._fairness import DECAY_EVERY, MAX_REMEMBERED, PRUNE_FROM, FairQueue
 from fusion_guard.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -237,7 +237,7 @@ async def test_a_long_key_is_one_client_however_often_it_comes() -> None:
     assert refused.value.reason == "client_limit"
     other = await guard.acquire(client=long_key[:-1] + "x")
     assert guard.statistics().clients == 2
-    kept = guard._core.fair.running  # type: ignore[union-attr]  # kept from the first key
+    kept = guard._core.fair.records  # type: ignore[union-attr]  # kept from the first key
     assert all(len(key) <= MAX_KEY_CHARS for key in kept)  # digests, not the keys themselves
     held.release()
     other.release()
@@ -319,12 +319,35 @@ async def test_a_flood_of_distinct_keys_keeps_records_only_for_calls_in_the_guar
         except ServerBusy:
             refused += 1
         assert guard.statistics().clients <= 2 + guard.queued
+        records = guard._core.fair.records  # type: ignore[union-attr]  # kept from the first key
+        assert len(records) <= PRUNE_FROM + 2 * guard.active
     assert guard.statistics().clients == 2  # the two holders
     for slot in held:
         slot.release()
     stats = guard.statistics()
     assert (stats.clients, guard.active, guard.queued) == (0, 0, 0)
     assert refused + stats.cancelled_queued == FLOOD
+
+
+async def test_idle_clients_records_are_pruned_however_many_keys_take_free_slots() -> None:
+    # Each key's record outlives its call (its next call only counts on it): the idle ones are
+    # dropped once the records reach PRUNE_FROM more than twice those running, a record with a
+    # call running never.
+    guard = ConcurrencyGuard(2, name="t", max_active_per_client=1)
+    held = await guard.acquire(client="holder")
+    for index in range(3 * PRUNE_FROM):
+        async with guard.slot(client=f"client-{index}"):
+            assert guard.statistics().clients == 2
+        records = guard._core.fair.records  # type: ignore[union-attr]  # kept from the first key
+        assert len(records) <= PRUNE_FROM + 2 * guard.active
+    assert guard.statistics().clients == 1
+    with pytest.raises(ServerBusy) as refused:  # the holder's call is still counted
+        await guard.acquire(client="holder")
+    assert refused.value.reason == "client_limit"
+    held.release()
+    again = await guard.acquire(client="holder")  # its idle record counts nothing
+    again.release()
+    assert guard.statistics().clients == 0
 
 
 def test_the_memory_of_service_is_bounded_whatever_the_number_of_clients_served() -> None:

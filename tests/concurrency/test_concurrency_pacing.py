@@ -34,64 +34,115 @@ class RateLimited(Exception):
     """The upstream answered 429."""
 
 
-def _feedback() -> CapacityFeedback:
-    return CapacityFeedback(lambda client: 0)
+@dataclass
+class _Judge:
+    """A feedback and the limit it reads the calls seen served at once from, fed as
+    ``LimitLearning.learn`` feeds them."""
 
+    limit: GradientLimit = field(default_factory=GradientLimit)
+    feedback: CapacityFeedback = field(init=False)
 
-def _end(
-    feedback: CapacityFeedback,
-    start: float,
-    inflight: int,
-    outcome: str = "ok",
-    overtook: int = 0,
-    held: float = 0.05,
-) -> object:
-    return feedback.ended(
-        feedback.seat(None), start, held, inflight, None, outcome, outcome != "ok", True, overtook
-    )
+    def __post_init__(self) -> None:
+        self.feedback = CapacityFeedback(lambda client: 0, lambda: self.limit.served_at_once)
+
+    def end(
+        self,
+        start: float,
+        inflight: int,
+        outcome: str = "ok",
+        overtook: int = 0,
+        held: float = 0.05,
+    ) -> object:
+        feedback = self.feedback
+        signal = feedback.ended(
+            feedback.seat(None), start, held, inflight, None, outcome, outcome != "ok", True
+        )
+        if signal is False:
+            self.limit.on_sample(start, held, inflight, False, overtook=overtook)
+        return signal
 
 
 # -- which overload errors are rate-shaped --------------------------------------------------------
 
 
 def test_a_pool_refusing_above_its_size_is_concurrency_shaped() -> None:
-    feedback = _feedback()
+    judge = _Judge()
     now = 0.0
     for _ in range(30):  # a pool of 4: calls served with up to 4 in flight, 4 seen at once
         for inflight in range(1, 5):
-            assert _end(feedback, now, inflight, overtook=inflight - 1) is False
+            assert judge.end(now, inflight, overtook=inflight - 1) is False
             now += 0.01
-    assert _end(feedback, now, 5, "internal_error", held=0.001) is OVERLOAD
+    assert judge.end(now, 5, "internal_error", held=0.001) is OVERLOAD
     # The ceiling it sets holds the calls at 4: nothing is served at 5, and the next try fails.
     for inflight in range(1, 5):
-        _end(feedback, now + 0.01, inflight, overtook=inflight - 1)
-    assert _end(feedback, now + 1.0, 5, "internal_error", held=0.001) is OVERLOAD
+        judge.end(now + 0.01, inflight, overtook=inflight - 1)
+    assert judge.end(now + 1.0, 5, "internal_error", held=0.001) is OVERLOAD
 
 
 def test_a_refusal_at_a_count_the_tool_was_seen_serving_at_once_is_rate_shaped() -> None:
-    feedback = _feedback()
-    assert _end(feedback, 0.0, 6, overtook=5) is False  # 6 served at once
-    assert _end(feedback, 0.1, 4, "internal_error", held=0.005) is RATE
-    assert _end(feedback, 0.1, 6, "internal_error", held=0.005) is RATE
-    assert _end(feedback, 0.1, 7, "internal_error", held=0.005) is OVERLOAD
+    judge = _Judge()
+    assert judge.end(0.0, 6, overtook=5) is False  # 6 served at once
+    assert judge.end(0.1, 4, "internal_error", held=0.005) is RATE
+    assert judge.end(0.1, 6, "internal_error", held=0.005) is RATE
+    assert judge.end(0.1, 7, "internal_error", held=0.005) is OVERLOAD
+
+
+def test_the_calls_seen_served_at_once_are_the_limits_own_record() -> None:
+    # Seen by the limit before the ceiling (the calls in flight at a served call's start are
+    # tested only from the ceiling on): a refusal at that count is rate-shaped.
+    judge = _Judge()
+    assert judge.end(0.0, 9, "internal_error", held=0.001) is OVERLOAD  # a ceiling
+    judge.end(0.0, 5, overtook=4)  # started before the ceiling ended: seen at once, by the limit
+    assert judge.limit.served_at_once == 5
+    assert judge.end(0.5, 5, "internal_error", held=0.001) is RATE
+    # Without a limit that keeps the record, only the count in flight of a served call tells.
+    feedback = CapacityFeedback(lambda client: 0)
+    feedback.ended(feedback.seat(None), 0.0, 0.001, 9, None, "internal_error", True)
+    feedback.ended(feedback.seat(None), 0.0, 0.05, 5, None, "ok")
+    assert feedback.ended(feedback.seat(None), 0.5, 0.001, 5, None, "error", True) == OVERLOAD
+
+
+def test_a_limit_whose_record_fails_tells_no_sighting() -> None:
+    def broken() -> int:
+        raise RuntimeError("a limit's bug")
+
+    feedback = CapacityFeedback(lambda client: 0, broken)
+    feedback.ended(feedback.seat(None), 0.0, 0.05, 2, None, "ok")
+    assert feedback.ended(feedback.seat(None), 0.1, 0.001, 3, None, "error", True) == OVERLOAD
 
 
 def test_a_sighting_of_calls_served_at_once_is_forgotten() -> None:
-    feedback = _feedback()
-    _end(feedback, 0.0, 6, overtook=5)
-    assert _end(feedback, AT_ONCE_MEMORY + 0.1, 4, "internal_error") is OVERLOAD
+    judge = _Judge()
+    assert judge.end(0.0, 9, "internal_error", held=0.001) is OVERLOAD
+    judge.end(0.1, 6, overtook=5)
+    # Nothing served for AT_ONCE_MEMORY: the limit's sighting is not evidence any more.
+    assert judge.limit.served_at_once == 6
+    assert judge.end(AT_ONCE_MEMORY + 0.2, 4, "internal_error") is OVERLOAD
+
+
+def test_nothing_is_counted_for_overload_errors_until_the_first() -> None:
+    judge = _Judge()
+    for step in range(50):
+        judge.end(0.01 * step, 3, overtook=2)
+    assert (judge.feedback.served, judge.feedback.served_time) == (0, 0.0)
+    # The first error is told by what every call keeps (served with 3 in flight): rate-shaped.
+    assert judge.end(0.5, 3, "internal_error", held=0.001) is RATE
+    judge.end(0.6, 2)
+    judge.end(0.6, 2, held=0.5)  # near no deadline: served well too
+    assert judge.feedback.served == 2
+    assert judge.feedback.served_time == pytest.approx(0.55)
 
 
 def test_a_call_served_at_a_count_refused_since_the_last_ceiling_is_rate_shaped() -> None:
     # Calls end in order (none overtakes another): only the count at their start shows that the
     # tool served three at a time after it refused the third.
-    feedback = _feedback()
-    assert _end(feedback, 0.0, 3, "internal_error", held=0.001) is OVERLOAD  # a ceiling at 2
-    assert _end(feedback, 0.0005, 3) is False  # started before the refusal ended: not evidence
-    assert _end(feedback, 0.5, 3, "internal_error", held=0.001) is OVERLOAD
-    assert _end(feedback, 1.0, 3) is False  # served with 3 in flight, after the ceiling
-    assert _end(feedback, 1.1, 3, "internal_error", held=0.001) is RATE
-    assert _end(feedback, 1.1, 4, "internal_error", held=0.001) is OVERLOAD  # never served at 4
+    judge = _Judge()
+    assert judge.end(0.0, 3, "internal_error", held=0.001) is OVERLOAD  # a ceiling at 2
+    assert judge.end(0.0005, 3) is False  # started before the refusal ended: not evidence
+    assert judge.end(0.5, 3, "internal_error", held=0.001) is OVERLOAD
+    assert judge.end(1.0, 3) is False  # served with 3 in flight, after the ceiling
+    assert judge.end(1.1, 3, "internal_error", held=0.001) is RATE
+    assert judge.end(1.1, 4, "internal_error", held=0.001) is OVERLOAD  # never served at 4
 
 
 # -- the pacer, with plain numbers ----------------------------------------------------------------

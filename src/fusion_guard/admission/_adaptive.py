@@ -340,6 +340,12 @@ class GradientLimit:
         return False
 
     @property
+    def served_at_once(self) -> int:
+        """The most calls seen served at once within the last ``OVERTAKING_MEMORY`` samples (1
+        when none overtook another): the one record of it, read too by ``_feedback.py``."""
+        return seen_at_once(self._overtaking)
+
+    @property
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
@@ -348,14 +354,6 @@ class GradientLimit:
         measured, the initial limit over ``tolerance`` (where the limit would settle). The mean,
         not the peak: one call left over from a higher limit would otherwise set it."""
         return self._parallelism.value
-
-    @property
-    def served_at_once(self) -> int:
-        """The most calls the tool was seen serving at once within the last
-        ``OVERTAKING_MEMORY`` calls (1 when none overtook another): a lower bound, read off the
-        order calls end in (``seen_at_once``). The one figure for it: the capacity feedback's
-        rate-shape test reads it here rather than keep sightings of its own."""
-        return seen_at_once(self._overtaking)
 
     def on_overload(
         self, start: float, duration: float, inflight: int, *, overtook: int = 0

@@ -30,13 +30,15 @@ The rules, max-min fairness on slots:
 
 Every step is O(1): the ring is an ``OrderedDict``, and the heaviest client is found through
 buckets of clients by queued count (a count moves by one at a time, so the top bucket does too).
-A client is known only while it has calls in the guard: a count of its running calls (a
-dictionary entry, so that an uncontended call with a key costs little) and, while it has calls
-waiting, a record of them; both go the moment they fall to none, so memory is bounded by the
-calls in the guard however many distinct keys arrive. The count of calls served from the queue
-lately is kept a little longer (until halving brings it to zero), and at most
-``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls the tool
-serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
+A client is known by a record of its running calls (``Client``) and, while it has calls waiting,
+a record of them. The waiting record goes the moment its last call leaves. The running record
+outlives its last call, so that a client calling one call at a time (the uncontended case)
+neither makes nor drops one per call: its end is a decrement. The idle ones are dropped when
+the records reach ``PRUNE_FROM`` more than twice the clients with calls running, so memory stays
+bounded by the calls in the guard however many distinct keys arrive. The count of
+calls served from the queue lately is kept a little longer (until halving brings it to zero),
+and at most ``MAX_REMEMBERED`` of them (past that they halve at once): it grows with the calls
+the tool serves, never with the calls it refuses. Keys are kept only as dictionary keys: they never
 reach an envelope, a metric or a log line.
 """
 
@@ -47,7 +49,7 @@ from typing import Generic, TypeVar
 
 from .._priority import DEFAULT_RANK
 
-__all__ = ["DECAY_EVERY", "MAX_REMEMBERED", "FairQueue", "Tenant"]
+__all__ = ["DECAY_EVERY", "MAX_REMEMBERED", "PRUNE_FROM", "Client", "FairQueue", "Tenant"]
 
 #: A call's weight in the integer units weights are kept in (a served call's, halved, keeps
 #: fractions of a call this way: fine enough to tell apart clients served 1.5 and 2 calls).
@@ -56,8 +58,20 @@ CALL = 16
 DECAY_EVERY = 1.0
 #: Clients whose recent service is remembered at most; past it the counts halve early.
 MAX_REMEMBERED = 10_000
+#: Clients' records of running calls kept, beyond twice those with calls running, before the
+#: idle ones are dropped.
+PRUNE_FROM = 1024
 
 WaiterT = TypeVar("WaiterT")
+
+
+class Client:
+    """One client's calls running now (``FairQueue.client``)."""
+
+    __slots__ = ("running",)
+
+    def __init__(self) -> None:
+        self.running = 0
 
 
 class Tenant(Generic[WaiterT]):
@@ -84,8 +98,8 @@ class FairQueue(Generic[WaiterT]):
     waiting clients take turns among themselves; the clients' running calls are counted once,
     by the guard's first queue (``counts``: the queue that counts them, None for itself)."""
 
-    __slots__ = ("_buckets", "_counts", "_decay_due", "_heaviest", "_ring", "_served",
-                 "_waiting", "anonymous", "keyed_active", "rank", "running",
+    __slots__ = ("_buckets", "_counts", "_decay_due", "_heaviest", "_prune_at", "_ring",
+                 "_served", "_waiting", "anonymous", "keyed_active", "rank", "records",
                  "serves_in_turn")  # fmt: skip
 
     def __init__(
@@ -100,8 +114,9 @@ class FairQueue(Generic[WaiterT]):
         self.rank = rank
         self._counts = self if counts is None else counts
         self.anonymous: Tenant[WaiterT] = Tenant(None, rank)
-        #: Running calls by client key (keys with none are dropped), and their sum.
-        self.running: dict[str, int] = {}
+        #: Clients' records of their running calls, by key (``client``), and the calls' sum.
+        self.records: dict[str, Client] = {}
+        self._prune_at = PRUNE_FROM
         self.keyed_active = 0
         # Clients with calls waiting, by key.
         self._waiting: dict[str, Tenant[WaiterT]] = {}
@@ -116,28 +131,45 @@ class FairQueue(Generic[WaiterT]):
 
     # -- clients ----------------------------------------------------------------------------------
 
+    def client(self, key: str) -> Client:
+        """The record of client ``key``'s running calls, made if it has none. Made records are
+        kept past their last call (a client calling one call at a time would otherwise make
+        and drop one per call), until they pile up: see ``_prune``."""
+        record = self.records.get(key)
+        if record is None:
+            if len(self.records) >= self._prune_at:
+                self._prune()
+            record = self.records[key] = Client()
+        return record
+
+    def _prune(self) -> None:
+        """Drop the records of clients with no call running, and prune next once ``PRUNE_FROM``
+        more records than twice those left: a pass over at most 2 records per record made since
+        the last (amortized O(1), even with many clients running), and at most ``PRUNE_FROM``
+        records more than twice the clients with calls running, however many keys arrive."""
+        self.records = {key: record for key, record in self.records.items() if record.running}
+        self._prune_at = PRUNE_FROM + 2 * len(self.records)
+
     def started(self, key: str | None) -> None:
         """A call of client ``key`` got a slot (the keyless client's are not counted one by
         one: see ``active``)."""
         if key is not None:
-            running = self.running
-            running[key] = running.get(key, 0) + 1
+            self.client(key).running += 1
             self.keyed_active += 1
 
     def ended(self, key: str | None) -> None:
-        """A call of client ``key`` gave its slot back."""
+        """A call of client ``key`` gave its slot back (``Slot._end`` inlines it: the keyed
+        hot path)."""
         if key is not None:
-            running = self.running
-            left = running[key] - 1
-            if left:
-                running[key] = left
-            else:
-                del running[key]
+            self.records[key].running -= 1
             self.keyed_active -= 1
 
     def active(self, key: str | None, running: int) -> int:
         """Calls of client ``key`` running now, the guard running ``running`` in all."""
-        return self.running.get(key, 0) if key is not None else running - self.keyed_active
+        if key is None:
+            return running - self.keyed_active
+        record = self.records.get(key)
+        return 0 if record is None else record.running
 
     def queued(self, key: str | None) -> int:
         """Calls of client ``key`` waiting now."""
@@ -163,8 +195,9 @@ class FairQueue(Generic[WaiterT]):
 
     @property
     def clients(self) -> int:
-        """Client keys with calls running or waiting."""
-        return len(self.running.keys() | self._waiting.keys())
+        """Client keys with calls running or waiting (O(records): for statistics)."""
+        running = {key for key, record in self.records.items() if record.running}
+        return len(running | self._waiting.keys())
 
     # -- the queue ---------------------------------------------------------------------------------
 

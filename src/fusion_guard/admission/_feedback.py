@@ -42,11 +42,14 @@ one caller's arguments:
   own path (a validation error answers in microseconds), not the tool's service, and fed as a
   latency sample it would read as an uncrowded tool and grow the limit.
 - **An overload signal of a tool limited by a rate** (``RATE``) is one at a count of calls in
-  flight the tool was lately seen serving: it served that many at once (a served call ended
-  while as many less one, admitted before it, still ran), or served a call that started with as
-  many in flight since its last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. A pool
+  flight the tool was lately seen serving: the limit saw it serve that many at once (a served
+  call ended while as many less one, admitted before it, still ran: ``served_at_once``, over
+  the limit's last ``OVERTAKING_MEMORY`` samples, as read at each overload error of the last
+  ``AT_ONCE_MEMORY`` seconds in which a call was served), or it served a call that started with
+  as many in flight since its last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. A pool
   refuses only above what it serves; an upstream refusing by rate, at any count. Such a signal
-  is paced (``_pacing.py``), not taken as a ceiling.
+  is paced (``_pacing.py``), not taken as a ceiling. The record of the calls served for it is
+  kept from the tool's first overload error on (``CapacityFeedback``).
 - **A cancelled call** teaches nothing: its caller left, and its hold ends when the caller left,
   not when the tool would have answered.
 - **Any other call** (answered ``ok``) is a latency sample.
@@ -145,6 +148,11 @@ class ErrorShare:
             self._grow(level)
             self.served[level] += 1.0
 
+    def top_served(self) -> int:
+        """The most calls in flight at the start of a call served (of those still counted)."""
+        served = self.served
+        return next((level for level in range(len(served) - 1, 0, -1) if served[level]), 0)
+
     def _grow(self, level: int) -> None:
         more = [0.0] * (level + 1 - len(self.served))
         self.served.extend(more)
@@ -196,29 +204,46 @@ class CapacityFeedback:
     """Turns each finished call of one guard into what its adaptive limit learns (see the
     module): ``seat(client)`` as a call takes its slot, ``ended(seat, ...)`` as it gives it back.
     ``queued_by_others(client)``: how many calls of other clients wait for a slot now (asked
-    only of a timeout).
+    only of a timeout); ``served_at_once()``: the most calls the limit lately saw served at once
+    (``GradientLimit.served_at_once``, the one record of it; without one, 1: only the count in
+    flight of the calls served tells a rate-shaped error), asked only of an overload error.
+
+    What only an overload error reads (the calls served for a pacer, the sightings of the shape
+    test) is kept from a tool's first overload error on: a tool that never raises one pays
+    nothing for it on the calls it serves. The first error's shape is told by what is kept for
+    every call anyway: the limit's sightings, and the calls served by their count in flight
+    (``ErrorShare``; ever, not lately: lower fidelity, for one error).
     """
 
     __slots__ = (
         "_at_once",
         "_at_once_before",
-        "_at_once_until",
         "_ceiling_end",
         "_clients",
         "_errors",
         "_idle",
         "_last_drop",
+        "_period_end",
         "_queued_by_others",
         "_score",
         "_served",
+        "_served_at_once",
+        "_served_before",
+        "_served_now",
         "_served_top",
         "_served_top_before",
+        "_watching",
         "served",
         "served_time",
     )
 
-    def __init__(self, queued_by_others: Callable[[str | None], int]) -> None:
+    def __init__(
+        self,
+        queued_by_others: Callable[[str | None], int],
+        served_at_once: Callable[[], int] | None = None,
+    ) -> None:
         self._queued_by_others = queued_by_others
+        self._served_at_once = served_at_once
         self._clients: dict[str | None, _Client] = {}
         self._score = 0  # every client's finished calls summed as in the module
         self._last_drop = -math.inf  # when the last drop was signalled
@@ -228,20 +253,24 @@ class CapacityFeedback:
         self._idle: _Client | None = None
         self._errors = ErrorShare()
         self._served = self._errors.served  # counted into for every call served (``ended``)
-        # Calls served, ever, and their holds summed: a pacer reads the rate they are served
-        # at and the slots that rate needs (``_pacing.py``).
+        # From the first overload error on (``_watching``), and only then: the calls served and
+        # their holds summed (a pacer reads the rate they are served at and the slots that rate
+        # needs: ``_pacing.py``), counters that only grow; and, in the current period of
+        # AT_ONCE_MEMORY / 2 seconds (until ``_period_end``) and in the one before, whether a
+        # call was served, and the most calls in flight at the start of a call served since the
+        # last overload error that set a ceiling (one that started after that error ended): a
+        # tool that serves calls at a count it refused at is not full at that count.
+        self._watching = False
         self.served = 0
         self.served_time = 0.0
-        # The most calls admitted before a served one that it overtook (it ended while they
-        # ran: the tool served that many and one more at once), in the current period of
-        # AT_ONCE_MEMORY / 2 seconds (until ``_at_once_until``) and in the one before.
-        self._at_once = self._at_once_before = 0
-        self._at_once_until = -math.inf
-        # The most calls in flight at the start of a call served since the last overload
-        # error that set a ceiling (one that started after that error ended): a tool that
-        # serves calls at a count it refused at is not full at that count.
+        self._period_end = -math.inf
+        self._served_now = self._served_before = False
         self._served_top = self._served_top_before = 0
         self._ceiling_end = -math.inf
+        # The limit's figure of calls served at once as read at each overload error, the most
+        # in the current period and in the one before: its record spans its last samples (a
+        # few tenths of a second of a busy tool), a sighting stands as evidence for 1-2 s.
+        self._at_once = self._at_once_before = 0
 
     @property
     def clients(self) -> int:
@@ -269,16 +298,15 @@ class CapacityFeedback:
         outcome: str,
         overload: bool = False,
         reached_tool: bool = True,
-        overtook: int = 0,
     ) -> Signal:
         """The call seated at ``seat`` gave its slot back: it took it at ``start`` with
         ``inflight`` calls holding one, itself included, and held it ``held`` seconds;
         ``timeout``: its deadline, if any; ``outcome``: how it ended (``ok``, ``timeout``: the
         deadline ended it, ``error``, ``internal_error``, ``cancelled``); ``overload``: it
         said the tool is overloaded (a named error, an envelope); ``reached_tool``: False when
-        its arguments failed validation; ``overtook``: the calls admitted before it that still
-        ran when it ended. Returns what the limit learns: ``False`` a latency sample, ``True``
-        a drop, ``OVERLOAD``, ``RATE`` or ``ALONE`` (see the module), ``None`` nothing."""
+        its arguments failed validation. Returns what the limit learns: ``False`` a latency
+        sample, ``True`` a drop, ``OVERLOAD``, ``RATE`` or ``ALONE`` (see the module), ``None``
+        nothing."""
         record, others_then = seat
         record.holding -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
@@ -291,20 +319,25 @@ class CapacityFeedback:
         if outcome == "ok" and (timeout is None or held < NEAR_DEADLINE * timeout):
             record.score += 1
             self._score += 1
-            self.served += 1
-            self.served_time += held
-            if start + held >= self._at_once_until:
-                self._next_period(start + held)
-            if overtook > self._at_once:
-                self._at_once = overtook
-            if inflight > self._served_top and start >= self._ceiling_end:
-                self._served_top = inflight
+            if self._watching:  # (only once the tool raised an overload error)
+                self._watched(start, held, inflight)
             try:  # ErrorShare.ok, inlined: every call
                 self._served[inflight] += 1.0
             except IndexError:
                 self._errors.ok(inflight)
             return False
         return self._judged(record, others_then, start, held, inflight, timeout, outcome, overload)
+
+    def _watched(self, start: float, held: float, inflight: int) -> None:
+        """A call served well, counted for what only overload errors read (see the class)."""
+        self.served += 1
+        self.served_time += held
+        end = start + held
+        if end >= self._period_end:
+            self._next_period(end)
+        self._served_now = True
+        if inflight > self._served_top and start >= self._ceiling_end:
+            self._served_top = inflight
 
     def _judged(
         self,
@@ -334,8 +367,9 @@ class CapacityFeedback:
                 self._last_drop = start + held
                 return True
         if outcome == "ok":
-            self.served += 1
-            self.served_time += held
+            if self._watching:
+                self.served += 1
+                self.served_time += held
             self._errors.ok(inflight)
             return False  # near its deadline: a slow sample, and a sign for others' timeouts
         if outcome == "cancelled":
@@ -358,23 +392,50 @@ class CapacityFeedback:
         return OVERLOAD
 
     def _next_period(self, now: float) -> None:
-        """The sightings of calls served (at once, and at a count in flight) start a new period
-        at ``now``; the last one's are kept as the one before (none, if it ended a period ago
-        or more)."""
-        recent = now < self._at_once_until + AT_ONCE_MEMORY / 2
-        self._at_once_before = self._at_once if recent else 0
+        """The sightings of calls served start a new period at ``now``; the last one's are kept
+        as the one before (none, if it ended a period ago or more)."""
+        recent = now < self._period_end + AT_ONCE_MEMORY / 2
+        self._served_before = self._served_now and recent
         self._served_top_before = self._served_top if recent else 0
-        self._at_once = self._served_top = 0
-        self._at_once_until = now + AT_ONCE_MEMORY / 2
+        self._at_once_before = self._at_once if recent else 0
+        self._served_now = False
+        self._served_top = self._at_once = 0
+        self._period_end = now + AT_ONCE_MEMORY / 2
 
     def _seen(self, now: float) -> tuple[int, int]:
-        """Within the last ``AT_ONCE_MEMORY`` seconds, at least: the most calls the tool was
-        seen serving at once (1 when none overtook another), and the most calls in flight at
-        the start of a call served since the last ceiling. Older sightings are forgotten, so
-        that a tool that lost capacity is judged by what it serves now."""
-        if now >= self._at_once_until:
+        """For an overload error ending at ``now``: the most calls the tool was lately seen
+        serving at once (the limit's record, as read at the overload errors of the last
+        ``AT_ONCE_MEMORY`` seconds; not read when it served no call within them, however recent
+        its last sightings by their count), and the most calls in flight at the start of a call
+        served since the last ceiling, within the last ``AT_ONCE_MEMORY`` seconds. Older
+        sightings are forgotten, so that a tool that lost capacity is judged by what it serves
+        now. The first error's: every call served so far (see the class); from it on, the
+        served calls are watched."""
+        if not self._watching:
+            self._watching = True
+            self._period_end = now + AT_ONCE_MEMORY / 2
+            # The calls served before it stand for the first period's.
+            self._served_now = True
+            self._served_top = top = self._errors.top_served()
+            self._at_once = at_once = self._limit_at_once()
+            return at_once, top
+        if now >= self._period_end:
             self._next_period(now)
+        if self._served_now or self._served_before:  # (else its sightings are old: not read)
+            reading = self._limit_at_once()
+            if reading > self._at_once:
+                self._at_once = reading
         return (
-            max(self._at_once, self._at_once_before) + 1,
+            max(self._at_once, self._at_once_before, 1),
             max(self._served_top, self._served_top_before),
         )
+
+    def _limit_at_once(self) -> int:
+        source = self._served_at_once
+        if source is None:
+            return 1
+        try:
+            at_once = source()
+        except Exception:  # a limit's bug never changes a call's answer (it is told elsewhere)
+            return 1
+        return at_once if isinstance(at_once, int) and at_once >= 1 else 1

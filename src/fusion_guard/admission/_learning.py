@@ -91,7 +91,10 @@ class LimitLearning:
         on_overload = getattr(adaptive, "on_overload", None)
         self._on_overload = on_overload if callable(on_overload) else None
         # Each finished call's signal (``_feedback.py``), from the seat it took with its slot.
-        self._feedback = core.capacity = CapacityFeedback(core.queued_by_others)
+        # The calls seen served at once are the limit's record (``GradientLimit.served_at_once``),
+        # read by the feedback for an overload error's shape, not kept twice.
+        at_once = (lambda: adaptive.served_at_once) if hasattr(adaptive, "served_at_once") else None
+        self._feedback = core.capacity = CapacityFeedback(core.queued_by_others, at_once)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
         self._pacer = RatePacer(self._feedback)
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
@@ -130,7 +133,7 @@ class LimitLearning:
         core = self._core
         feedback = self._feedback
         dropped = feedback.ended(
-            seat, start, held, inflight, timeout, outcome, overload, reached_tool, overtook
+            seat, start, held, inflight, timeout, outcome, overload, reached_tool
         )
         if dropped is None:
             # It never ran, or it teaches nothing: a timeout of its caller's own, a

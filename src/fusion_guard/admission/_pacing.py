@@ -35,6 +35,14 @@ measurements, if longer) after the last rate-shaped error: a load back under the
 upstream that raised its rate, is then run without it, and the first 429 brings it back.
 
 The pacer acts only at calls' ends (no timer, no clock of its own: the ends carry the time).
+
+Its tokens are not the rate limiter's GCRA (``_rate.py``, ``backends/_base.py``), though both
+are a token bucket. GCRA decides each call as it comes, against a rate configured once, with a
+time of arrival per key kept in a backend (Redis, for a fleet) and updated atomically; the pacer
+decides nothing per call, it counts after the fact the calls the slots admitted (hand-offs
+included) and turns the tokens earned since into slots at the next end, at a rate that moves
+with every measurement, so it keeps a count of tokens, which a new rate leaves valid, where
+GCRA keeps a time, which a new rate would have to rescale.
 """
 
 from __future__ import annotations
@@ -56,9 +64,10 @@ __all__ = [
     "Served",
 ]
 
-#: How long (seconds) a sighting of calls served (at once, or at a count in flight) stands as
-#: proof that the tool serves that many: an error at that count or fewer, within it, is
-#: rate-shaped. Kept in two periods of half this (a sighting lives 1-2 s).
+#: How long (seconds) a sighting of calls served at a count in flight stands as proof that the
+#: tool serves that many: an error at that count or fewer, within it, is rate-shaped. Kept in
+#: two periods of half this (a sighting lives 1-2 s). So does the limit's figure of calls served
+#: at once (over its last samples) as read at each overload error.
 AT_ONCE_MEMORY = 2.0
 #: The served calls' rate is measured over at least this long (seconds) ...
 SERVED_WINDOW = 0.5

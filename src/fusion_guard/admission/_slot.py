@@ -40,6 +40,7 @@ class Slot:
     """
 
     __slots__ = (
+        "_alone",
         "_client",
         "_core",
         "_deadline",
@@ -109,6 +110,8 @@ class Slot:
             self._seat = capacity.seat(self._client)
             self._inflight = core.active  # itself included
             self._rank = core.admitted  # calls that took a slot before it: _rank - 1
+        else:  # found the guard empty: a hold the service time samples (``_service_time.py``)
+            self._alone = core.active == 1 and not queue_wait
         self._start = core.latest_start = core.clock()
         if self._timeout is not None:
             self._deadline = Deadline(self._timeout)
@@ -222,36 +225,46 @@ class Slot:
             self._held = False
             core = self._core
             client = self._client
-            if client is not None:  # FairQueue.ended: its client's record counts one fewer
-                core.fair.ended(client)  # type: ignore[union-attr]  # kept from the first key
-            held = core.clock() - self._start
-            reached_tool = self._reached_tool
-            if reached_tool:
-                core.service.observe(held)
+            if client is not None:  # FairQueue.ended, inlined: the keyed hot path
+                fair = core.fair
+                fair.records[client].running -= 1  # type: ignore[union-attr]  # kept
+                fair.keyed_active -= 1  # type: ignore[union-attr]  # from the first key
+            ends = self._ends
             learn = core.learn
-            if learn is not None:
-                # Of the calls that took a slot before this one, at least this many still hold
-                # one (even if every call ended so far was among them): it overtook them.
-                overtook = max(0, self._rank - 1 - core.ended)
-                core.ended += 1
-                learn(
-                    self._seat,
-                    self._start,
-                    held,
-                    self._inflight,
-                    self._timeout,
-                    outcome,
-                    self._overload,
-                    overtook,
-                    reached_tool,
-                )
+            service = core.service
+            if learn is None and service.skip and self._alone:
+                # A hold the service time does not sample (``_service_time.py``): measured only
+                # for whoever hears the call's end.
+                service.skip -= 1
+                held = 0.0 if ends is None else core.clock() - self._start
+            else:
+                held = core.clock() - self._start
+                reached_tool = self._reached_tool
+                if reached_tool:
+                    service.observe(held, learn is None and self._alone)
+                if learn is not None:
+                    # Of the calls that took a slot before this one, at least this many still
+                    # hold one (even if every call ended so far was among them): it overtook
+                    # them.
+                    overtook = max(0, self._rank - 1 - core.ended)
+                    core.ended += 1
+                    learn(
+                        self._seat,
+                        self._start,
+                        held,
+                        self._inflight,
+                        self._timeout,
+                        outcome,
+                        self._overload,
+                        overtook,
+                        reached_tool,
+                    )
             # Core.release, inlined: the free path. Above a lowered limit the slot is not
             # handed on: the calls in flight drain first.
             if core.waiters and core.active <= core.max_active:
                 core.hand_off()
             else:
                 core.active -= 1
-            ends = self._ends
             if ends is not None:
                 try:
                     ends.finished(outcome, held)

@@ -192,7 +192,7 @@ class Waiting:
         cap = self._per_client
         if cap is not None and client is not None:
             queued = fair.queued(client) if levels is None else levels.queued(client)
-            own = (fair.running.get(client, 0), queued)
+            own = (fair.active(client, 0), queued)
             if own[0] + own[1] >= cap:
                 refusals = self._refusals
                 raise refusals.refuse(
@@ -222,8 +222,10 @@ class Waiting:
         if core.active < core.max_active:
             core.active += 1
             if client is not None:  # FairQueue.started, inlined: the keyed hot path
-                running = fair.running
-                running[client] = running.get(client, 0) + 1
+                record = fair.records.get(client)
+                if record is None:
+                    record = fair.client(client)
+                record.running += 1
                 fair.keyed_active += 1
             return True
         return False

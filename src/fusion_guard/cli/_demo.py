@@ -614,8 +614,8 @@ def _run_priorities(args: argparse.Namespace) -> int:
     def progress(load: float) -> None:
         sys.stderr.write(
             f"[{scenario.loads.index(load) + 1}/{len(scenario.loads)}] {load:g}x capacity:"
-            f" blind and aware side by side, {scenario.warmup_s + scenario.duration_s:g} s"
-            " of virtual time\n"
+            f" blind and aware side by side, then the interactive calls alone,"
+            f" {scenario.warmup_s + scenario.duration_s:g} s of virtual time each\n"
         )
         sys.stderr.flush()
 

@@ -32,9 +32,11 @@ from ._loadgen import CallRecord, Outcome, drive_tool, percentile, poisson_arriv
 from ._tool import SimulatedTool, ToolModel
 
 __all__ = [
+    "ALONE",
     "BACKGROUND",
     "INTERACTIVE",
     "PRIORITY_MODES",
+    "CallTrace",
     "LoadResult",
     "ModeFigures",
     "PrioritiesResult",
@@ -47,6 +49,11 @@ INTERACTIVE = ("chat-1", "chat-2", "chat-3")
 #: The background clients and their relative demands (10:1).
 BACKGROUND = {"batch-big": 10.0, "batch-small": 1.0}
 PRIORITY_MODES = ("blind", "aware")
+#: The control: the same interactive arrivals through ``Guard()`` with no background call at
+#: all, run after the two guards on the same tool model and service seed. Its p99 is what the
+#: interactive calls would have with background gone; above the issue's loads the aware guard's
+#: is judged against it (``_priorities_report.p99_bound``).
+ALONE = "alone"
 _TOOL = "demo.priorities_tool"
 
 
@@ -92,6 +99,19 @@ class ModeFigures:
     """Each background client's goodput over its max-min fair share of background's."""
 
 
+@dataclass(frozen=True, slots=True)
+class CallTrace:
+    """Where one answered call's time went (``run_priorities_load``'s ``trace``): when it was
+    sent, given a slot by the guard, given a worker by the tool, and answered."""
+
+    mode: str
+    client: str
+    sent: float
+    admitted: float
+    worker: float
+    done: float
+
+
 @dataclass(frozen=True)
 class LoadResult:
     load: float
@@ -125,12 +145,32 @@ async def run_priorities(
     return PrioritiesResult(scenario, tuple(results))
 
 
-async def run_priorities_load(scenario: PrioritiesScenario, load: float) -> LoadResult:
-    """One load: the blind and the aware guard on the very same arrivals."""
+async def run_priorities_load(
+    scenario: PrioritiesScenario, load: float, *, trace: list[CallTrace] | None = None
+) -> LoadResult:
+    """One load: the blind and the aware guard on the very same arrivals, then the control
+    (``ALONE``) on the interactive ones alone; ``trace``: where each answered call's time went
+    is appended to it (``benchmarks/priorities.py --breakdown``)."""
+    # One after the other: run side by side, the control's tasks would change the order in
+    # which trio runs the others' ready tasks, and so the two guards' figures.
+    modes = await _run_modes(scenario, load, PRIORITY_MODES, scenario.demand(load), trace)
+    interactive_only = {n: d for n, d in scenario.demand(load).items() if n in INTERACTIVE}
+    control = await _run_modes(scenario, load, (ALONE,), interactive_only, trace)
+    return LoadResult(load, modes | control)
+
+
+async def _run_modes(
+    scenario: PrioritiesScenario,
+    load: float,
+    modes: tuple[str, ...],
+    demand: dict[str, float],
+    trace: list[CallTrace] | None,
+) -> dict[str, ModeFigures]:
+    """``modes``' guards side by side, each on its own tool, on the same arrivals of the
+    clients of ``demand`` (begun now); the figures of each."""
     from .._guard import Guard
 
     seed, model = scenario.seed, scenario.model
-    demand = scenario.demand(load)
     begin = anyio.current_time()
     start = begin + scenario.warmup_s
     end = start + scenario.duration_s
@@ -141,27 +181,31 @@ async def run_priorities_load(scenario: PrioritiesScenario, load: float) -> Load
         for name, share in demand.items()
     }
     drawn = seed if scenario.service_seed is None else scenario.service_seed
-    tools = {
-        m: SimulatedTool(model, random.Random(f"{drawn}:prio:service")) for m in PRIORITY_MODES
-    }
+    tools = {m: SimulatedTool(model, random.Random(f"{drawn}:prio:service")) for m in modes}
     # On the loop's clock: in virtual time when the loop's time is virtual.
     settings: dict[str, Any] = {}
     if scenario.priority_share is not None:
         settings["priority_share"] = scenario.priority_share
     if scenario.max_active is not None:
         settings["max_active"] = scenario.max_active
-    guards = {m: Guard(metrics=False, clock=anyio.current_time, **settings) for m in PRIORITY_MODES}
+    guards = {m: Guard(metrics=False, clock=anyio.current_time, **settings) for m in modes}
     records: dict[tuple[str, str], list[CallRecord]] = {
-        (m, name): [] for m in PRIORITY_MODES for name in demand
+        (m, name): [] for m in modes for name in demand
     }
 
     def through(mode: str, client: str) -> Callable[[SimulatedTool], Any]:
         priority = "background" if mode == "aware" and client in BACKGROUND else None
 
         async def call(tool: SimulatedTool) -> Outcome:
+            sent = anyio.current_time()
             try:
                 async with guards[mode].admit(_TOOL, client=client, priority=priority):
+                    admitted = anyio.current_time()
                     await tool()
+                    if trace is not None:  # the tool's last service ended just now: this one's
+                        worker = tool.worker_time.draws[-1][0]
+                        done = anyio.current_time()
+                        trace.append(CallTrace(mode, client, sent, admitted, worker, done))
             except ServerBusy:
                 return "shed"
             return "ok"
@@ -180,20 +224,17 @@ async def run_priorities_load(scenario: PrioritiesScenario, load: float) -> Load
                     records=records[mode, name],
                 )
             )
-    return LoadResult(
-        load,
-        {
-            mode: _figures(
-                {name: records[mode, name] for name in demand},
-                demand,
-                tools[mode].realised_capacity(start, end) * scenario.duration_s,
-                model,
-                start,
-                end,
-            )
-            for mode in PRIORITY_MODES
-        },
-    )
+    return {
+        mode: _figures(
+            {name: records[mode, name] for name in demand},
+            demand,
+            tools[mode].realised_capacity(start, end) * scenario.duration_s,
+            model,
+            start,
+            end,
+        )
+        for mode in modes
+    }
 
 
 def _figures(
@@ -213,15 +254,19 @@ def _figures(
     ok = sum(r.outcome == "ok" for r in inside) / max(1, len(inside))
     p99 = percentile([r.latency for r in inside if r.outcome == "ok"], 0.99)
     inter = sum(served[n] for n in INTERACTIVE)
-    back = sum(served[n] for n in BACKGROUND)
-    # Max-min fair split of what background received, between its two clients, on what the
-    # smaller one really asked for in the window: on its mean demand, a client whose every call
-    # was answered read as 0.89 of its share on a seed whose Poisson draws sent it fewer calls.
-    small = min(BACKGROUND, key=demand.__getitem__)
-    big = max(BACKGROUND, key=demand.__getitem__)
-    asked = sum(1 for r in records[small] if start <= r.intended < end) / capacity_calls
-    fair_small = min(asked, back / 2)
-    fair = {small: fair_small, big: back - fair_small}
+    back = sum(served.get(n, 0.0) for n in BACKGROUND)
+    if not set(BACKGROUND) <= set(records):  # the control: no background client at all
+        fair: dict[str, float] = dict.fromkeys(BACKGROUND, 0.0)
+    else:
+        # Max-min fair split of what background received, between its two clients, on what
+        # the smaller one really asked for in the window: on its mean demand, a client whose
+        # every call was answered read as 0.89 of its share on a seed whose Poisson draws sent
+        # it fewer calls.
+        small = min(BACKGROUND, key=demand.__getitem__)
+        big = max(BACKGROUND, key=demand.__getitem__)
+        asked = sum(1 for r in records[small] if start <= r.intended < end) / capacity_calls
+        fair_small = min(asked, back / 2)
+        fair = {small: fair_small, big: back - fair_small}
     return ModeFigures(
         interactive_ok=round(ok, 4),
         interactive_p99_x=None if p99 is None else round(p99 / model.uncontended_p99_s, 3),

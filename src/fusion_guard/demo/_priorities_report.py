@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._priorities import BACKGROUND, PRIORITY_MODES, ModeFigures, PrioritiesResult
+from ._priorities import ALONE, BACKGROUND, PRIORITY_MODES, ModeFigures, PrioritiesResult
 from ._report import Target, save_chart, save_json
 
 __all__ = [
@@ -26,10 +26,23 @@ TOTAL_GOODPUT = 0.95
 FAIR_SHARE = 0.9
 
 
-def p99_bound(load: float) -> float:
-    """The interactive p99's bound over the uncontended p99: 1.5x at 3x capacity and above,
-    1.6x below (the issue's 2x target)."""
-    return 1.5 if load >= 3 else 1.6
+#: The issue's loads: above the last, the interactive p99 is judged against the control's.
+ISSUE_LOADS = 3.0
+#: Above the issue's loads, the aware guard's interactive p99 at most this much over the
+#: control's (the same interactive arrivals with no background at all). Chosen before any 4x
+#: run; strict: a 20 s run's p99 moves by more with which calls draw the long services alone
+#: (docs/priorities.md).
+ALONE_MARGIN = 0.1
+
+
+def p99_bound(load: float, alone: float | None = None) -> float:
+    """The interactive p99's bound over the uncontended p99: the issue's, 1.5x at 3x capacity,
+    1.6x below (its 2x target); above 3x, where the interactive calls alone may load the tool
+    past what leaves room for 1.5x (0.8 of its capacity at 4x), ``ALONE_MARGIN`` over their
+    p99 with no background at all (``alone``; 1.5x when not measured)."""
+    if load > ISSUE_LOADS and alone is not None:
+        return max(1.5, round(alone * (1 + ALONE_MARGIN), 2))
+    return 1.5 if load >= ISSUE_LOADS else 1.6
 
 
 def check_priorities_targets(result: PrioritiesResult) -> list[Target]:
@@ -46,14 +59,15 @@ def check_priorities_targets(result: PrioritiesResult) -> list[Target]:
                 f"{aware.interactive_ok:.1%}",
             )
         )
-        bound = p99_bound(r.load)
+        alone = r.modes[ALONE].interactive_p99_x if ALONE in r.modes else None
+        bound = p99_bound(r.load, alone)
         p99 = aware.interactive_p99_x
+        beyond = r.load > ISSUE_LOADS and alone is not None
+        name = f"{at}interactive p99 <= {bound:g}x uncontended"
+        if beyond:
+            name += f" (alone {alone:.2f}x, +{ALONE_MARGIN:.0%})"
         targets.append(
-            Target(
-                f"{at}interactive p99 <= {bound:g}x uncontended",
-                p99 is not None and p99 <= bound,
-                "-" if p99 is None else f"{p99:.2f}x",
-            )
+            Target(name, p99 is not None and p99 <= bound, "-" if p99 is None else f"{p99:.2f}x")
         )
         if r.load >= 3:
             floor = BACKGROUND_SHARE * (1 - aware.interactive_goodput)
@@ -111,7 +125,8 @@ def format_priorities(result: PrioritiesResult) -> str:
         f" (2 clients, demand 10:1); figures over {scenario.duration_s:g} s after a"
         f" {scenario.warmup_s:g} s warm-up, in virtual time; seed {scenario.seed}",
         "",
-        "blind: no call carries a priority; aware: the background clients' calls are background",
+        "blind: no call carries a priority; aware: the background clients' calls are background;"
+        " alone: the interactive calls with no background (the control)",
         "goodput: OK answers / the capacity the workers really had; p99: over the uncontended p99;"
         f" fair: {small}'s goodput / a max-min fair share of background's",
         "",
@@ -121,7 +136,9 @@ def format_priorities(result: PrioritiesResult) -> str:
     widths = [max(6, len(h)) for h in header]
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for r in result.loads:
-        for mode in PRIORITY_MODES:
+        for mode in (*PRIORITY_MODES, ALONE):
+            if mode not in r.modes:
+                continue
             f = r.modes[mode]
             cells = [
                 f"{r.load:g}x",
@@ -169,7 +186,22 @@ def write_priorities_chart(result: PrioritiesResult, path: Path) -> None:
             ax_goodput.plot(loads, values, style, marker="o", color=color, label=f"{name}, {mode}")
     ax_ok.axhline(100 * INTERACTIVE_OK, color="grey", linestyle=":", label="target")
     ax_ok.set(xlabel="offered load (x capacity)", ylabel="%", title="interactive calls answered OK")
-    ax_p99.plot(loads, [p99_bound(x) for x in loads], ":", color="grey", label="target")
+    alone = [r.modes[ALONE].interactive_p99_x if ALONE in r.modes else None for r in result.loads]
+    ax_p99.plot(
+        loads,
+        [float("nan") if x is None else x for x in alone],
+        "-.",
+        marker="o",
+        color="grey",
+        label=ALONE,
+    )
+    ax_p99.plot(
+        loads,
+        [p99_bound(x, a) for x, a in zip(loads, alone, strict=True)],
+        ":",
+        color="grey",
+        label="target",
+    )
     ax_p99.set(
         xlabel="offered load (x capacity)",
         ylabel="x the uncontended p99",

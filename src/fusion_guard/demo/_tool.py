@@ -113,6 +113,12 @@ class SimulatedTool:
         """See ``WorkerTime.realised_capacity``; the nominal capacity when no service began."""
         return self._work.realised_capacity(start, end, self.model.workers, self.model.capacity_rps)
 
+    @property
+    def worker_time(self) -> WorkerTime:
+        """What its workers spent (``WorkerTime.draws``: each service's start, in the order
+        they ended)."""
+        return self._work
+
     def __init__(self, model: ToolModel, rng: random.Random) -> None:
         self.model = model
         self._rng = rng

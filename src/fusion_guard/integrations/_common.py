@@ -6,29 +6,12 @@ that decides (admission, the envelope, the outcome reported to the observer) liv
 MCP SDK and FastMCP adapters behave identically. What they do once, at installation, is in
 ``_startup.py``.
 
-The guard's answer on the tool call's OpenTelemetry span (``mark_span``). Both SDKs open one
-SERVER span per request and mark an ``isError`` result as ERROR, so a call the guard refused
-would look like one that crashed. Where a span is recording, an envelope answer adds what it
-was: ``fusion_guard.code`` (``SERVER_BUSY``, ``RATE_LIMITED``, ``INTERNAL_ERROR``...) and, for
-refusals, ``fusion_guard.retry_after`` (seconds). An error envelope also sets the span's status
-to ERROR with the code as its description; a warning envelope leaves the status alone.
-
-What each SDK then does to the same span:
-
-- The MCP SDK's tracing middleware, outside the adapter, sets ERROR again on any ``isError``
-  result, with no description (and ``error.type="tool_error"``): on its spans the description
-  is empty and the code is only in ``fusion_guard.code``. It names the span and sets
-  ``gen_ai.tool.name`` from the request before the guard runs.
-- FastMCP opens its span before the middleware and names it after the tool
-  (``tools/call NAME``, ``gen_ai.tool.name``) only when the call reaches the tool: for a call
-  the guard refused (or failed before the tool ran) the guard does it, and the code stays the
-  description. An exception that passes through FastMCP's tool call is recorded on the span
-  (an ``exception`` event, ERROR with the exception's text) after the middleware returned,
-  even where the adapter turned it into a warning: a warning that is *raised*, or *returned*
-  from a tool annotated ``-> str`` (FastMCP's conversion fails first), leaves an ERROR span.
-  A warning returned from an unannotated tool, or as ``to_tool_result(warning)``, does not.
-- A warning from a tool whose output schema it cannot match is sent with ``isError`` set (see
-  ``structured_result``), so both SDKs mark that one ERROR.
+The guard's answer on the tool call's OpenTelemetry span (``mark_span``): both SDKs mark any
+``isError`` result as ERROR, so a refused call would look like one that crashed; an envelope
+answer adds ``fusion_guard.code`` (and, for refusals, ``fusion_guard.retry_after``) where a span
+is recording, and names a refused call's span after its tool, which FastMCP does only for calls
+that reach the tool. What each SDK then does to the same span is in docs/integrations.md ("On
+your traces").
 
 ``opentelemetry-api`` is imported on the first envelope answer, and only if it is installed
 (the MCP SDK depends on it); without it this costs one failed import, once.
