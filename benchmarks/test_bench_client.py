@@ -178,7 +178,9 @@ def _loop(calls: int = 10_000, repeats: int = 15) -> None:
     turn."""
 
     async def measure() -> dict[str, float]:
-        session = _AtOnce()
+        # Recognised by its module as the MCP SDK's client: the wrapper takes the path it takes
+        # for one (the first attempts' _meta given as is, which the SDK copies).
+        session = type("Client", (_AtOnce,), {"__module__": "mcp.client.client"})()
         sessions = {
             "direct": session,
             "a coroutine passing the call on": _AsyncLayer(session),
