@@ -149,6 +149,7 @@ class _AsyncLayer(_AttemptNumberOnly):
 
 
 PARTS: dict[str, Callable[[Any], Any]] = {
+    "nothing: the same session (the method's bias)": lambda c: c,
     "the attempt number in _meta alone": _AttemptNumberOnly,
     "the same in a coroutine of its own": _AsyncLayer,
     "wrap(client, budget=None, throttle=None)": lambda c: wrap(c, budget=None, throttle=None),
