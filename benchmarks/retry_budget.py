@@ -212,6 +212,20 @@ POLICIES = {
             max_attempts=5,
         ),
         Policy("helper, budget only", lambda: default_budget(clock=_now), max_attempts=5),
+        # Two larger budgets with the default throttle, tried for the blip at 16 processes
+        # (docs/client-measured.md, "Models none of it was chosen on"); not adopted.
+        Policy(
+            "helper, floor 0.2/s",
+            lambda: RetryBudget(min_per_second=0.2, clock=_now),
+            lambda rng: default_throttle(clock=_now, rng=rng),
+            max_attempts=5,
+        ),
+        Policy(
+            "helper, budget 35%",
+            lambda: RetryBudget(0.35, clock=_now),
+            lambda rng: default_throttle(clock=_now, rng=rng),
+            max_attempts=5,
+        ),
         Policy(
             "helper, throttle k=2 2 s",
             lambda: default_budget(clock=_now),

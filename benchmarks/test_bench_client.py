@@ -149,6 +149,7 @@ class _AsyncLayer(_AttemptNumberOnly):
 
 
 PARTS: dict[str, Callable[[Any], Any]] = {
+    "nothing: the same session (the method's bias)": lambda c: c,
     "the attempt number in _meta alone": _AttemptNumberOnly,
     "the same in a coroutine of its own": _AsyncLayer,
     "wrap(client, budget=None, throttle=None)": lambda c: wrap(c, budget=None, throttle=None),
@@ -178,7 +179,9 @@ def _loop(calls: int = 10_000, repeats: int = 15) -> None:
     turn."""
 
     async def measure() -> dict[str, float]:
-        session = _AtOnce()
+        # Recognised by its module as the MCP SDK's client: the wrapper takes the path it takes
+        # for one (the first attempts' _meta given as is, which the SDK copies).
+        session = type("Client", (_AtOnce,), {"__module__": "mcp.client.client"})()
         sessions = {
             "direct": session,
             "a coroutine passing the call on": _AsyncLayer(session),
@@ -200,6 +203,25 @@ def _loop(calls: int = 10_000, repeats: int = 15) -> None:
         print(f"{label:<44} {seconds * 1e9:6.0f} ns a call")
 
 
+def _marked(part: str, calls: int) -> None:
+    """``calls`` calls of ``part`` (or ``direct``) through the MCP SDK, between two readings of
+    ``time.thread_time``: under ``valgrind --tool=callgrind --dump-before=time_thread_time``,
+    the second part of the profile is those calls alone, counted in instructions (the same on
+    every run, whatever else the machine does)."""
+
+    async def run() -> None:
+        async with Client(_mcpserver()) as client:
+            target = client if part == "direct" else PARTS[part](client)
+            for _ in range(50):  # tool lookup, the shared budget's creation, warm caches
+                await target.call_tool("ping", {})
+            time.thread_time()
+            for _ in range(calls):
+                await target.call_tool("ping", {})
+            time.thread_time()
+
+    asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="The wrapper's overhead on a call that succeeds, part by part, against the"
@@ -214,7 +236,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the wrapper's own Python alone: a session that answers at once, in a loop",
     )
+    parser.add_argument(
+        "--marked",
+        nargs=2,
+        metavar=("PART", "CALLS"),
+        help="CALLS calls of PART ('direct' or a part's label) between two thread_time"
+        " readings, for callgrind (see _marked)",
+    )
     args = parser.parse_args(argv)
+    if args.marked:
+        part, calls = args.marked
+        if part != "direct" and part not in PARTS:
+            parser.error(f"--marked PART must be 'direct' or one of {sorted(PARTS)}, got {part!r}")
+        _marked(part, int(calls))
+        return 0
     if args.loop:
         _loop()
         return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import random
 from typing import Any
 
 import anyio
@@ -29,6 +30,9 @@ from fusion_guard.client import (
     RetryBudget,
     RetryingFastMCPClient,
     RetryingSession,
+    ThrottledLocally,
+    TokenBucket,
+    _wrap,
     wrap,
 )
 from fusion_guard.integrations._common import RETRY_STORM_ARRIVALS, RetryWindows
@@ -300,3 +304,89 @@ async def test_a_call_that_succeeds_at_once_is_counted_by_the_budget_and_the_thr
     assert throttle.rejection_probability() == 0
     throttle.admit()
     assert throttle.rejection_probability() == pytest.approx(1 / 7)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("budget", "throttle"),
+    [("none", "none"), ("bucket", "none"), ("none", "throttle"), ("bucket", "throttle")],
+)
+async def test_each_pair_of_options_counts_a_call_that_succeeds_at_once(
+    budget: str, throttle: str
+) -> None:
+    # Each pair gets its own shortest form of the counting (``Retrying._admit_first``,
+    # ``_on_accepted``): a token bucket is told of each answer, a throttle of each request and
+    # acceptance, and a throttle that holds a call back sends nothing.
+    clock = FakeClock()
+    bucket = TokenBucket(max_tokens=10, token_ratio=0.5) if budget == "bucket" else None
+    gate = (
+        AdaptiveThrottle(1.0, clock=clock, rng=random.Random(0)) if throttle == "throttle" else None
+    )
+    if bucket is not None:
+        bucket.tokens = 5.0
+    session = _Answers()
+    wrapped = wrap(session, server=f"pair-{budget}-{throttle}", budget=bucket, throttle=gate)
+    for _ in range(4):
+        await wrapped.call_tool("search", {})
+    assert len(session.metas) == 4
+    if bucket is not None:
+        assert bucket.balance == 7.0  # 5 + 0.5 x 4 answers
+    if gate is not None:
+        for _ in range(11):  # shut the gate: 4 acceptances, 4 requests counted
+            gate.refused()
+        assert gate.rejection_probability() == 0
+        gate.admit()
+        assert gate.rejection_probability() == pytest.approx(1 / 6)
+        held = 0
+        for _ in range(200):
+            try:
+                await wrapped.call_tool("search", {})
+            except ThrottledLocally:
+                held += 1
+        assert held > 0
+        assert len(session.metas) == 4 + 200 - held
+
+
+def test_a_session_of_another_library_gets_a_meta_of_its_own_each_time() -> None:
+    # The first attempts' shared _meta goes only to the SDKs, which copy it.
+    session = _Answers()
+    wrapped = wrap(session, server="own-meta", budget=None, throttle=None)
+
+    async def twice() -> None:
+        await wrapped.call_tool("search", {})
+        await wrapped.call_tool("search", {})
+
+    anyio.run(twice)
+    first, second = session.metas
+    assert first == second == {ATTEMPT_META_KEY: 1}
+    assert first is not second
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("target", ["Client", "ClientSession"])
+async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) -> None:
+    progress: list[float] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(done)
+
+    async with Client(mcp_app()) as client:
+        session = wrap(client if target == "Client" else client.session)
+        first = await session.call_tool("attempt", {}, progress_callback=on_progress)
+        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        second = await session.call_tool("attempt", {})  # refused once, then attempt 2
+        third = await session.call_tool("attempt", {}, meta={"trace": "t"})
+    assert (text(first), text(second), text(third)) == ("1", "2", "2")
+    assert _wrap._FIRST_META == {ATTEMPT_META_KEY: 1}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
+async def test_fastmcp_leaves_the_shared_first_meta_as_it_is() -> None:
+    async with FastMCPClient(fastmcp_app()) as client:
+        session = wrap(client)
+        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        first = await session.call_tool("attempt", {})
+        second = await session.call_tool("attempt", {})
+    assert (first.data, second.data) == ("1", "2")
+    assert _wrap._FIRST_META == {ATTEMPT_META_KEY: 1}

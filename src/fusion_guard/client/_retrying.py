@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
@@ -142,7 +143,9 @@ class RetryCall(Generic[R]):
         # a call: the path of most calls.
         failed = result.is_error if type(result) in FLAGGED else is_error(result)  # type: ignore[attr-defined]
         if not failed:
-            retrying._accepted()
+            accepted = retrying._on_accepted
+            if accepted is not None:
+                accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
         error = refusal_of(result)
@@ -273,6 +276,7 @@ class Retrying:
     """
 
     __slots__ = (
+        "_admit_first",
         "_backoff",
         "_budget",
         "_budget_answers",
@@ -282,6 +286,7 @@ class Retrying:
         "_max_backoff",
         "_max_wait",
         "_observer",
+        "_on_accepted",
         "_pushback",
         "_random",
         "_throttle",
@@ -345,6 +350,27 @@ class Retrying:
         self.plain = observer is None and self._timeout is None
         """No timeout or observer of its own: a call with no deadline or read timeout needs
         neither the clock nor a notification until it is refused."""
+        # The counting on the path of every call that succeeds at once, chosen here as the
+        # fewest Python calls for the options (each is a measurable part of the wrapper's
+        # overhead, docs/client-measured.md): None when there is nothing to count.
+        self._admit_first: Callable[[], bool] | None
+        """Counts a first attempt sent with no ``RetryCall`` (``plain``); False: held back."""
+        if throttle_ is None:
+            self._admit_first = None if budget_ is None else self._first_sent
+        elif self._first_attempts is not None:  # the defaults: both at one clock reading
+            self._admit_first = partial(throttle_.admit_first, self._first_attempts)
+        else:
+            self._admit_first = throttle_.admit if budget_ is None else self._first_sent
+        self._on_accepted: Callable[[], object] | None
+        """Counts an attempt answered with no refusal."""
+        if self._budget_answers is None:
+            self._on_accepted = None if throttle_ is None else throttle_.accepted
+        else:
+            self._on_accepted = (
+                partial(self._budget_answers.answered, refused=False)
+                if throttle_ is None
+                else self._accepted
+            )
 
     @property
     def budget(self) -> Budget | None:
@@ -410,7 +436,9 @@ class Retrying:
         when client-side throttling holds the call back (nothing is to be sent)."""
         call: RetryCall[Any] = RetryCall(self, tool)
         if self.plain and read_timeout is None and deadline is None:  # the path of most calls
-            self._first_sent()
+            admit = self._admit_first
+            if admit is not None and not admit():
+                raise self._held_back()
             return call
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
@@ -430,30 +458,15 @@ class Retrying:
         self._sent(call)
         return call
 
-    def _first_sent(self) -> None:
-        """A first attempt of a call with no bounds of its own (``plain``) about to be sent:
-        ``ThrottledLocally`` when the throttle holds it back, else counted by the budget. The
-        wrappers send such a call's first attempt before making its ``RetryCall`` (only a
-        refusal needs one: ``RetryCall(retrying, tool)`` then settles it)."""
+    def _first_sent(self) -> bool:
+        """``_admit_first`` for the options it has no shorter form for: True when the throttle
+        lets the first attempt go (then counted by the budget)."""
         throttle = self._throttle
-        if throttle is not None:
-            first = self._first_attempts
-            if first is not None:  # the defaults: both counted at one clock reading
-                if not throttle.admit_first(first):
-                    raise self._held_back()
-                return
-            if not throttle.admit():
-                raise self._held_back()
+        if throttle is not None and not throttle.admit():
+            return False
         if self._budget is not None:
             self._budget.sent(retry=False)
-
-    def _first_answered(self, tool: str, result: Any) -> RetryCall[Any] | None:
-        """The answer to a first attempt sent after ``_first_sent``: None when it is no error
-        (counted as accepted: the call is done), else the ``RetryCall`` that settles it."""
-        if type(result) in FLAGGED and not result.is_error:
-            self._accepted()
-            return None
-        return RetryCall(self, tool)
+        return True
 
     def _held_back(self) -> ThrottledLocally:
         return ThrottledLocally(

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
+from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
@@ -28,6 +29,15 @@ __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap
 
 def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
     return {**meta, ATTEMPT_META_KEY: attempt} if meta else {ATTEMPT_META_KEY: attempt}
+
+
+_FIRST_META: dict[str, Any] = {ATTEMPT_META_KEY: 1}
+"""The ``_meta`` of every first attempt made without one, given as is to the SDKs, which copy
+it (pydantic validates a request's ``_meta``, a TypedDict, into a dict of its own; FastMCP merges
+it into a new one): one dict fewer a call. ``tests/client/test_client_sdk.py`` checks it is left
+as it is; an object of another library gets a dict of its own each time."""
+
+_SDK_MODULES = frozenset({"mcp", "fastmcp"})
 
 
 async def _finish(
@@ -67,8 +77,16 @@ class _Wrapper:
         self.retrying = retrying
         # Read once: a session's read timeout is set when it is made.
         self._session_timeout = self._own_timeout()
-        # Nothing bounds a call unless it gives its own deadline or timeout.
-        self._plain = retrying.plain and self._session_timeout is None
+        # Nothing bounds a call unless it gives its own deadline or timeout. Then what its
+        # first attempt needs is read in one access: each access to an attribute of this class
+        # passes through its ``__getattr__`` hook, which no specialised load skips. The third:
+        # the _meta of a first attempt when the call gives none (None: a new dict each time).
+        known = type(wrapped).__module__.partition(".")[0] in _SDK_MODULES
+        self._plain: tuple[Retrying, Any, dict[str, Any] | None] | None = (
+            (retrying, wrapped, _FIRST_META if known else None)
+            if retrying.plain and self._session_timeout is None
+            else None
+        )
 
     def _own_timeout(self) -> float | None:
         raise NotImplementedError
@@ -104,21 +122,27 @@ class RetryingSession(_Wrapper):
         # call with no bound of its own (and no extra SDK option) makes no RetryCall unless it
         # is refused: its success costs two counting calls and one coroutine frame (the
         # overhead target, docs/client-measured.md).
-        retrying = self.retrying
-        if self._plain and deadline is None and read_timeout_seconds is None and not kwargs:
-            retrying._first_sent()
-            result = await self.wrapped.call_tool(
+        plain = self._plain
+        if plain is not None and deadline is None and read_timeout_seconds is None and not kwargs:
+            retrying, wrapped, first_meta = plain
+            admit = retrying._admit_first
+            if admit is not None and not admit():
+                raise retrying._held_back()
+            result = await wrapped.call_tool(
                 name,
                 arguments,
                 None,
                 progress_callback,
-                meta=_with_attempt(meta, 1),
+                meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            first = retrying._first_answered(name, result)
-            if first is None:
+            if type(result) in FLAGGED and not result.is_error:
+                accepted = retrying._on_accepted
+                if accepted is not None:
+                    accepted()
                 return result
-            call = first
+            call: RetryCall[Any] = RetryCall(retrying, name)
         else:
+            retrying = self.retrying
             bound = self._session_timeout if read_timeout_seconds is None else read_timeout_seconds
             call = retrying.begin(name, deadline=deadline, read_timeout=bound)
             remaining = call.remaining
@@ -199,21 +223,27 @@ class RetryingFastMCPClient(_Wrapper):
         **kwargs: Any,
     ) -> Any:
         # As the MCP SDK's wrapper: no RetryCall for a call with no bound that succeeds.
-        retrying = self.retrying
         per_call = None if timeout is None else _seconds_of(timeout)
-        if self._plain and deadline is None and per_call is None and not kwargs:
-            retrying._first_sent()
-            result = await self.wrapped.call_tool(
+        plain = self._plain
+        if plain is not None and deadline is None and per_call is None and not kwargs:
+            retrying, wrapped, first_meta = plain
+            admit = retrying._admit_first
+            if admit is not None and not admit():
+                raise retrying._held_back()
+            result = await wrapped.call_tool(
                 name,
                 arguments,
                 raise_on_error=False,
-                meta=_with_attempt(meta, 1),
+                meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            first = retrying._first_answered(name, result)
-            if first is None:
+            if type(result) in FLAGGED and not result.is_error:
+                accepted = retrying._on_accepted
+                if accepted is not None:
+                    accepted()
                 return result
-            call = first
+            call: RetryCall[Any] = RetryCall(retrying, name)
         else:
+            retrying = self.retrying
             bound = self._session_timeout if per_call is None else per_call
             call = retrying.begin(name, deadline=deadline, read_timeout=bound)
             remaining = call.remaining
