@@ -246,6 +246,8 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
+        if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
+            calm = self._probe.observe(inflight, duration, calm)
         if calm:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
@@ -270,7 +272,8 @@ class GradientLimit:
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
             if step == "cut":  # the first probe's grace is over
-                self._limit = quiet_bound(self._quiet_floor, seen, self._limit, True)
+                bound = quiet_bound(self._quiet_floor, seen, self._limit, True)
+                self._limit = max(bound, min(self._limit, self._probe.level))
                 return True
             if step == "start":
                 self._start_probe(end)

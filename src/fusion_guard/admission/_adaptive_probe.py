@@ -10,6 +10,11 @@ the quiet bound until ``probe_samples`` quiet calls have finished; the first one
 if higher, dropping to the bound only after ``PROBE_GRACE_CALLS`` crowded calls admitted under
 it.
 
+Until the first baseline, calls that started with more in flight than the quiet bound count as
+quiet too once their latency shows the tool queued none of them (``observe``: the median of
+``LEVEL_SAMPLES`` calls at one count within ``DEAD_BAND`` of the calls that came alone): a pool
+that serves calls in order is never seen overtaking, and its quiet bound stays one slot.
+
 The probe counts and answers; the limit sets its own slots from the answers (``begin``,
 ``step``).
 """
@@ -17,16 +22,21 @@ The probe counts and answers; the limit sets its own slots from the answers (``b
 from __future__ import annotations
 
 import math
+from bisect import insort
+from collections import deque
 from typing import Literal
 
 from ._adaptive_tuning import (
+    DEAD_BAND,
     FIRST_PROBE_CALLS,
     FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
+    LEVEL_REFERENCE,
+    LEVEL_SAMPLES,
     PROBE_GRACE_CALLS,
     SLOW_WINDOW_SAMPLES,
 )
-from ._latency_estimates import median_of_sorted
+from ._latency_estimates import median, median_of_sorted
 
 __all__ = ["Probe", "ProbeStep"]
 
@@ -39,16 +49,19 @@ ProbeStep = Literal["hold", "done", "cut", "start"]
 class Probe:
     """Whether the limit is measured (has a baseline) and probing, the quiet calls counted
     towards a baseline, the warm-up's crowded ones, and the first probe's grace. ``measured``,
-    ``probing`` and ``active`` (either probing or not measured: ``step`` is due) are read, not
-    written."""
+    ``probing``, ``active`` (either probing or not measured: ``step`` is due) and ``level``
+    (until measured, the calls in flight shown uncrowded: ``observe``) are read, not written."""
 
     __slots__ = (
+        "_alone",
         "_crowded",
         "_crowded_unmeasured",
         "_first",
         "_grace",
+        "_levels",
         "_taken",
         "active",
+        "level",
         "measured",
         "probing",
     )
@@ -66,6 +79,40 @@ class Probe:
         # crowded calls admitted since.
         self._grace = math.inf
         self._crowded = 0
+        # ``observe``: the durations of the warm-up's calls at the quiet bound (sorted), and of
+        # the last crowded ones at each count in flight.
+        self._alone: list[float] = []
+        self._levels: dict[int, deque[float]] = {}
+        self.level = 0
+
+    def observe(self, inflight: int, duration: float, calm: bool) -> bool:
+        """Whether a call of the warm-up or of the first probe, started with ``inflight`` in
+        flight, is quiet: ``calm`` (at the quiet bound), or at no more than a count whose calls
+        the tool was shown to queue none of (``level``): the median of the last
+        ``LEVEL_SAMPLES`` there, and at every count below with as many, within ``DEAD_BAND`` of
+        the calls at the quiet bound (``LEVEL_REFERENCE`` of them at least). Asked only until
+        measured."""
+        if calm:
+            if len(self._alone) < FIRST_SAMPLES:
+                insort(self._alone, duration)
+            return True
+        if inflight <= self.level:
+            return True
+        levels = self._levels
+        last = levels.get(inflight)
+        if last is None:
+            last = levels[inflight] = deque(maxlen=LEVEL_SAMPLES)
+        last.append(duration)
+        alone = self._alone
+        if len(last) == LEVEL_SAMPLES and len(alone) >= LEVEL_REFERENCE:
+            bar = DEAD_BAND * median_of_sorted(alone)
+            if all(
+                median(list(calls)) <= bar
+                for count, calls in levels.items()
+                if count <= inflight and len(calls) == LEVEL_SAMPLES
+            ):
+                self.level = inflight
+        return False
 
     def begin(self, now: float, held: int, bound: int, parallelism: float) -> int:
         """A probe begins at ``now``, the limit at ``held`` slots: the slots to hold, the quiet
@@ -75,6 +122,8 @@ class Probe:
         self.probing = self.active = True
         if self.measured:
             self._taken = 0
+        if not self.measured:  # counts shown uncrowded are room enough
+            bound = max(bound, min(held, self.level))
         graced = min(held, math.floor(parallelism))
         if not self.measured and graced > bound:
             self._grace = now
@@ -111,6 +160,9 @@ class Probe:
             and self._settled(start + duration, first * window)
         ):
             self._first.clear()
+            self._alone.clear()
+            self._levels.clear()
+            self.level = 0
             self._grace = math.inf
             self.probing = self.active = False
             self.measured = True

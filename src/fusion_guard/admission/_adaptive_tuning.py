@@ -19,6 +19,8 @@ __all__ = [
     "FIRST_SAMPLES",
     "GROWTH_GRADIENT",
     "GROWTH_SAMPLES_PER_SLOT",
+    "LEVEL_REFERENCE",
+    "LEVEL_SAMPLES",
     "OVERTAKING_MEMORY",
     "PARALLELISM_WEIGHT",
     "PROBE_GRACE_CALLS",
@@ -104,3 +106,18 @@ CEILING_BASELINES = 20
 #: A ceiling confirmed again within its own hold after it lapsed is held twice as long, up to
 #: this (seconds): a pool that stays the same size is tried less and less often.
 CEILING_MAX_SECONDS = 16.0
+
+# -- the first probe: calls in flight shown uncrowded by their latency (issue 41, probe41) ------
+
+#: Until the first baseline, the calls that started with ``k`` in flight count as quiet once the
+#: median of LEVEL_SAMPLES of them (the last ones at ``k``) is within DEAD_BAND of the median of
+#: the calls that came alone (at the quiet bound), at least LEVEL_REFERENCE of those: the tool
+#: queued none of them. A FIFO pool of 2 workers never lets a call overtake another, so its
+#: quiet bound was one slot, and a warm burst of 40-60 callers (``python
+#: benchmarks/warm_burst_grid.py --calls 40``) waited out the first probe at that one slot,
+#: 1.20-1.65x the ideal drain; an 8-connection pool at half its load (4 in flight, a fresh
+#: guard's 4 slots) probed at one or two slots for a second (``python benchmarks/error_sim.py
+#: --only independent``). A tool that queues at ``k`` (one worker: a call started behind
+#: another takes 1.5-2x) never shows it, and gets its probe as before.
+LEVEL_SAMPLES = 5
+LEVEL_REFERENCE = 2
