@@ -90,13 +90,12 @@ class Probe:
         flight, is quiet: ``calm`` (at the quiet bound), or at no more than a count whose calls
         the tool was shown to queue none of (``level``): the median of the last
         ``LEVEL_SAMPLES`` there, and at every count below with as many, within ``DEAD_BAND`` of
-        the calls at the quiet bound (``LEVEL_REFERENCE`` of them at least). Asked only until
-        measured."""
+        the calls at the quiet bound (``LEVEL_REFERENCE`` of them at least). A count whose last
+        calls are slower than that takes the level below it again (a tool that lost a worker
+        meanwhile). Asked only until measured."""
         if calm:
             if len(self._alone) < FIRST_SAMPLES:
                 insort(self._alone, duration)
-            return True
-        if inflight <= self.level:
             return True
         levels = self._levels
         last = levels.get(inflight)
@@ -106,13 +105,16 @@ class Probe:
         alone = self._alone
         if len(last) == LEVEL_SAMPLES and len(alone) >= LEVEL_REFERENCE:
             bar = DEAD_BAND * median_of_sorted(alone)
-            if all(
+            if median(list(last)) > bar:
+                if inflight <= self.level:
+                    self.level = inflight - 1
+            elif inflight > self.level and all(
                 median(list(calls)) <= bar
                 for count, calls in levels.items()
-                if count <= inflight and len(calls) == LEVEL_SAMPLES
+                if count < inflight and len(calls) == LEVEL_SAMPLES
             ):
                 self.level = inflight
-        return False
+        return inflight <= self.level
 
     def begin(self, now: float, held: int, bound: int, parallelism: float) -> int:
         """A probe begins at ``now``, the limit at ``held`` slots: the slots to hold, the quiet
