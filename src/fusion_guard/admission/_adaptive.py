@@ -271,9 +271,10 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
-            if step == "cut":  # the first probe's grace is over
-                bound = quiet_bound(self._quiet_floor, seen, self._limit, True)
-                self._limit = max(bound, min(self._limit, self._probe.level))
+            if step == "room":  # the first probe's grace is over, or it has room shown
+                self._limit = self._probe.room(
+                    quiet_bound(self._quiet_floor, seen, self._limit, True)
+                )
                 return True
             if step == "start":
                 self._start_probe(end)

@@ -41,9 +41,10 @@ from ._latency_estimates import median, median_of_sorted
 __all__ = ["Probe", "ProbeStep"]
 
 #: What a sample of the warm-up or of a probe asks of the limit: nothing more (``hold``), the
-#: baseline is measured and the probe is over (``done``), the first probe's grace is over: cut
-#: to the quiet bound (``cut``), or crowded calls came first: begin the first probe (``start``).
-ProbeStep = Literal["hold", "done", "cut", "start"]
+#: baseline is measured and the probe is over (``done``), the first probe's room moved (its
+#: grace is over, or more calls in flight were shown uncrowded): hold ``room`` (``room``), or
+#: crowded calls came first: begin the first probe (``start``).
+ProbeStep = Literal["hold", "done", "room", "start"]
 
 
 class Probe:
@@ -58,8 +59,11 @@ class Probe:
         "_crowded_unmeasured",
         "_first",
         "_grace",
+        "_grace_slots",
+        "_held",
         "_levels",
         "_taken",
+        "_widened",
         "active",
         "level",
         "measured",
@@ -79,6 +83,11 @@ class Probe:
         # crowded calls admitted since.
         self._grace = math.inf
         self._crowded = 0
+        # The first probe's room (``room``): the limit it began at, the slots of its grace while
+        # pending (0: none), and whether a count in flight was shown uncrowded since.
+        self._held = 0
+        self._grace_slots = 0
+        self._widened = False
         # ``observe``: the durations of the warm-up's calls at the quiet bound (sorted), and of
         # the last crowded ones at each count in flight.
         self._alone: list[float] = []
@@ -88,33 +97,41 @@ class Probe:
     def observe(self, inflight: int, duration: float, calm: bool) -> bool:
         """Whether a call of the warm-up or of the first probe, started with ``inflight`` in
         flight, is quiet: ``calm`` (at the quiet bound), or at no more than a count whose calls
-        the tool was shown to queue none of (``level``): the median of the last
-        ``LEVEL_SAMPLES`` there, and at every count below with as many, within ``DEAD_BAND`` of
-        the calls at the quiet bound (``LEVEL_REFERENCE`` of them at least). A count whose last
-        calls are slower than that takes the level below it again (a tool that lost a worker
-        meanwhile). Asked only until measured."""
+        the tool was shown to queue none of (``level``, ``_prove``). Asked only until
+        measured."""
         if calm:
             if len(self._alone) < FIRST_SAMPLES:
                 insort(self._alone, duration)
+                self._prove()
             return True
         levels = self._levels
         last = levels.get(inflight)
         if last is None:
             last = levels[inflight] = deque(maxlen=LEVEL_SAMPLES)
         last.append(duration)
-        alone = self._alone
-        if len(last) == LEVEL_SAMPLES and len(alone) >= LEVEL_REFERENCE:
-            bar = DEAD_BAND * median_of_sorted(alone)
-            if median(list(last)) > bar:
-                if inflight <= self.level:
-                    self.level = inflight - 1
-            elif inflight > self.level and all(
-                median(list(calls)) <= bar
-                for count, calls in levels.items()
-                if count < inflight and len(calls) == LEVEL_SAMPLES
-            ):
-                self.level = inflight
+        if len(last) == LEVEL_SAMPLES:
+            self._prove()
         return inflight <= self.level
+
+    def _prove(self) -> None:
+        """``level``: the most calls in flight whose last ``LEVEL_SAMPLES``, and those of every
+        count below with as many, have their median within ``DEAD_BAND`` of the calls at the
+        quiet bound (``LEVEL_REFERENCE`` of them at least). A count whose last calls are slower
+        takes the level below it again (a tool that lost a worker meanwhile)."""
+        alone = self._alone
+        if len(alone) < LEVEL_REFERENCE:
+            return
+        bar = DEAD_BAND * median_of_sorted(alone)
+        level = 0
+        for count in sorted(self._levels):
+            calls = self._levels[count]
+            if len(calls) == LEVEL_SAMPLES:
+                if median(list(calls)) > bar:
+                    break
+                level = count
+        if level > self.level:
+            self._widened = self.probing
+        self.level = level
 
     def begin(self, now: float, held: int, bound: int, parallelism: float) -> int:
         """A probe begins at ``now``, the limit at ``held`` slots: the slots to hold, the quiet
@@ -126,12 +143,21 @@ class Probe:
             self._taken = 0
         if not self.measured:  # counts shown uncrowded are room enough
             bound = max(bound, min(held, self.level))
+        self._held = held
+        self._widened = False
         graced = min(held, math.floor(parallelism))
         if not self.measured and graced > bound:
             self._grace = now
             self._crowded = 0
+            self._grace_slots = graced
             return graced
         return bound
+
+    def room(self, bound: int) -> int:
+        """The slots the first probe holds once its room moved (``step`` said ``room``): the
+        quiet ``bound``, its grace's slots while pending, or the calls in flight shown
+        uncrowded (within the limit it began at), the most of them."""
+        return max(bound, self._grace_slots, min(self._held, self.level))
 
     def step(
         self,
@@ -166,6 +192,8 @@ class Probe:
             self._levels.clear()
             self.level = 0
             self._grace = math.inf
+            self._grace_slots = 0
+            self._widened = False
             self.probing = self.active = False
             self.measured = True
             return "done"
@@ -173,7 +201,11 @@ class Probe:
             self._crowded += 1
             if self._crowded >= PROBE_GRACE_CALLS:  # a standing load: make room
                 self._grace = math.inf
-                return "cut"
+                self._grace_slots = 0
+                return "room"
+        if self._widened:  # calls at more in flight shown uncrowded: room for them
+            self._widened = False
+            return "room"
         if not self.probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
             return "start"  # the quiet calls counted so far still count
         return "hold"
