@@ -33,10 +33,11 @@ from ._adaptive_tuning import (
     FIRST_SAMPLES,
     LEVEL_REFERENCE,
     LEVEL_SAMPLES,
+    LEVEL_SPREAD,
     PROBE_GRACE_CALLS,
     SLOW_WINDOW_SAMPLES,
 )
-from ._latency_estimates import median, median_of_sorted
+from ._latency_estimates import median_of_sorted
 
 __all__ = ["Probe", "ProbeStep"]
 
@@ -116,7 +117,8 @@ class Probe:
     def _prove(self) -> None:
         """``level``: the most calls in flight whose last ``LEVEL_SAMPLES``, and those of every
         count below with as many, have their median within ``DEAD_BAND`` of the calls at the
-        quiet bound (``LEVEL_REFERENCE`` of them at least). A count whose last calls are slower
+        quiet bound (``LEVEL_REFERENCE`` of them at least), and lie within ``LEVEL_SPREAD`` of
+        one another (a few calls of a heavy-tailed tool tell no median). A count whose last calls are slower
         takes the level below it again (a tool that lost a worker meanwhile)."""
         alone = self._alone
         if len(alone) < LEVEL_REFERENCE:
@@ -126,7 +128,8 @@ class Probe:
         for count in sorted(self._levels):
             calls = self._levels[count]
             if len(calls) == LEVEL_SAMPLES:
-                if median(list(calls)) > bar:
+                ordered = sorted(calls)
+                if median_of_sorted(ordered) > bar or ordered[-1] > LEVEL_SPREAD * ordered[0]:
                     break
                 level = count
         if level > self.level:
