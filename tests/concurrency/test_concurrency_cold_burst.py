@@ -341,9 +341,8 @@ def test_a_count_shown_uncrowded_is_taken_back_when_its_calls_slow_down() -> Non
     # other, and stop counting as quiet once the last LEVEL_SAMPLES of them say so.
     limit = GradientLimit()
     now = _fifo_calls(limit, LEVEL_REFERENCE, 1, 0.050, 0.0)
-    now = _fifo_calls(limit, LEVEL_SAMPLES + 2, 2, 0.050, now)
-    quiet = len(limit._quiet)  # noqa: SLF001 (how many calls joined the baseline)
-    assert quiet == LEVEL_REFERENCE + 3
-    now = _fifo_calls(limit, 3 * LEVEL_SAMPLES, 2, 0.100, now)
-    assert len(limit._quiet) - quiet < LEVEL_SAMPLES  # noqa: SLF001
-    assert limit.baseline < 0.075
+    now = _fifo_calls(limit, LEVEL_SAMPLES + 2, 2, 0.050, now)  # three of them quiet
+    _fifo_calls(limit, 3 * LEVEL_SAMPLES, 2, 0.100, now)
+    # Two of the slow calls joined the five quiet calls of 50 ms before the last five at two
+    # said they wait: the uncrowded latency is still the tool's, not 100 ms.
+    assert limit.baseline == pytest.approx(0.050)

@@ -118,8 +118,9 @@ class Probe:
         """``level``: the most calls in flight whose last ``LEVEL_SAMPLES``, and those of every
         count below with as many, have their median within ``DEAD_BAND`` of the calls at the
         quiet bound (``LEVEL_REFERENCE`` of them at least), and lie within ``LEVEL_SPREAD`` of
-        one another (a few calls of a heavy-tailed tool tell no median). A count whose last calls are slower
-        takes the level below it again (a tool that lost a worker meanwhile)."""
+        one another (a few calls of a heavy-tailed tool tell no median). A count whose last
+        calls are slower takes the level below it again (a tool that lost a worker
+        meanwhile)."""
         alone = self._alone
         if len(alone) < LEVEL_REFERENCE:
             return
