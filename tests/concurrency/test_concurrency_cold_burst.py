@@ -346,3 +346,21 @@ def test_a_count_shown_uncrowded_is_taken_back_when_its_calls_slow_down() -> Non
     # Two of the slow calls joined the five quiet calls of 50 ms before the last five at two
     # said they wait: the uncrowded latency is still the tool's, not 100 ms.
     assert limit.baseline == pytest.approx(0.050)
+
+
+def test_the_first_probe_gives_up_room_shown_once_its_calls_slow_down() -> None:
+    limit = GradientLimit()
+    now = _fifo_calls(limit, 1, 1, 0.050, 0.0)
+    now = _fifo_calls(limit, FIRST_PROBE_CALLS, 3, 0.075, now)
+    now += 0.2
+    now = _fifo_calls(limit, PROBE_GRACE_CALLS, 2, 0.050, now)
+    now = _fifo_calls(limit, 1, 1, 0.050, now)
+    assert limit.limit == 2  # room shown at two
+    # The tool lost a worker: calls at two now wait for the other. Once the last five at two
+    # say so, the probe goes back to one slot, where calls come alone.
+    now = _fifo_calls(limit, LEVEL_SAMPLES, 2, 0.100, now)
+    assert limit.limit == 1
+    while limit.limit == 1:  # the rest of the probe: calls alone take as long as before
+        now = _fifo_calls(limit, 1, 1, 0.050, now)
+    assert limit.baseline == pytest.approx(0.050)
+    assert limit.limit == 4  # measured: back to the limit held before the probe

@@ -43,7 +43,7 @@ __all__ = ["Probe", "ProbeStep"]
 
 #: What a sample of the warm-up or of a probe asks of the limit: nothing more (``hold``), the
 #: baseline is measured and the probe is over (``done``), the first probe's room moved (its
-#: grace is over, or more calls in flight were shown uncrowded): hold ``room`` (``room``), or
+#: grace is over, or the calls in flight shown uncrowded changed): hold ``room`` (``room``), or
 #: crowded calls came first: begin the first probe (``start``).
 ProbeStep = Literal["hold", "done", "room", "start"]
 
@@ -63,8 +63,8 @@ class Probe:
         "_grace_slots",
         "_held",
         "_levels",
+        "_moved",
         "_taken",
-        "_widened",
         "active",
         "level",
         "measured",
@@ -85,10 +85,10 @@ class Probe:
         self._grace = math.inf
         self._crowded = 0
         # The first probe's room (``room``): the limit it began at, the slots of its grace while
-        # pending (0: none), and whether a count in flight was shown uncrowded since.
+        # pending (0: none), and whether the calls in flight shown uncrowded moved since.
         self._held = 0
         self._grace_slots = 0
-        self._widened = False
+        self._moved = False
         # ``observe``: the durations of the warm-up's calls at the quiet bound (sorted), and of
         # the last crowded ones at each count in flight.
         self._alone: list[float] = []
@@ -133,8 +133,8 @@ class Probe:
                 if median_of_sorted(ordered) > bar or ordered[-1] > LEVEL_SPREAD * ordered[0]:
                     break
                 level = count
-        if level > self.level:
-            self._widened = self.probing
+        if level != self.level:
+            self._moved = self.probing
         self.level = level
 
     def begin(self, now: float, held: int, bound: int, parallelism: float) -> int:
@@ -148,7 +148,7 @@ class Probe:
         if not self.measured:  # counts shown uncrowded are room enough
             bound = max(bound, min(held, self.level))
         self._held = held
-        self._widened = False
+        self._moved = False
         graced = min(held, math.floor(parallelism))
         if not self.measured and graced > bound:
             self._grace = now
@@ -197,7 +197,7 @@ class Probe:
             self.level = 0
             self._grace = math.inf
             self._grace_slots = 0
-            self._widened = False
+            self._moved = False
             self.probing = self.active = False
             self.measured = True
             return "done"
@@ -207,8 +207,8 @@ class Probe:
                 self._grace = math.inf
                 self._grace_slots = 0
                 return "room"
-        if self._widened:  # calls at more in flight shown uncrowded: room for them
-            self._widened = False
+        if self._moved:  # the calls in flight shown uncrowded moved: room for them, or not
+            self._moved = False
             return "room"
         if not self.probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
             return "start"  # the quiet calls counted so far still count
