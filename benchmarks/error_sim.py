@@ -4,6 +4,7 @@
 
     python benchmarks/error_sim.py                 # every scenario, seeds 1-3
     python benchmarks/error_sim.py --seeds 4-8     # seeds not tuned on
+    python benchmarks/error_sim.py --only independent --queuing-pool 16   # other widths
 
 The guard runs as it is (``ConcurrencyGuard``, its queue, its refusals), on trio with a mock
 clock that jumps to the next timer whenever every task waits: time passes in sleeps only, so a
@@ -14,11 +15,11 @@ clock that jumps to the next timer whenever every task waits: time passes in sle
   sigma 0.1). Offered ``load`` times the pool's capacity in Poisson arrivals; policies: a fixed
   limit of the pool's size (the oracle), fixed 10, ``auto`` with ``overload_errors`` named, and
   ``auto`` with nothing named (the unnamed detection).
-- **load-independent errors**: a pool that queues (no fail-fast), 8 connections, 20 % of calls
-  raise ``ValueError`` after 1 ms whatever the load; and the same pool without errors
-  (``auto, no errors``), since what a fresh guard sheds there is mostly its first seconds (4
-  calls in flight at half the load, its initial limit 4: crowded from the start), not the
-  errors.
+- **load-independent errors**: a pool that queues (no fail-fast), 8 connections
+  (``--queuing-pool``), 20 % of calls raise ``ValueError`` after 1 ms whatever the load; and
+  the same pool without errors (``auto, no errors``), since what a fresh guard sheds there is
+  mostly its first seconds (4 calls in flight at half the load, its initial limit 4: crowded
+  from the start), not the errors.
 - **outage**: the fail-fast pool, every call failing at once for 10 s in the middle of a run;
   how many calls a second reach the tool during it, and how soon goodput is back after it.
 
@@ -213,15 +214,15 @@ def fail_fast(seeds: list[int], pool: int = 4) -> list[dict[str, float]]:
     return rows
 
 
-def independent(seeds: list[int]) -> None:
+def independent(seeds: list[int], pool: int = 8) -> None:
     for seed in seeds:
-        tool: Callable[[], Tool] = lambda: Tool(8, fail_fast=False, random_errors=0.2)  # noqa: E731
+        tool: Callable[[], Tool] = lambda: Tool(pool, fail_fast=False, random_errors=0.2)  # noqa: E731
         with_errors = simulate(tool(), policy="oracle", load=0.5, seed=seed)
-        without = simulate(Tool(8, fail_fast=False), policy="oracle", load=0.5, seed=seed)
+        without = simulate(Tool(pool, fail_fast=False), policy="oracle", load=0.5, seed=seed)
         for name, made, oracle in (
             ("auto", tool(), with_errors),
             ("auto-unnamed", tool(), with_errors),
-            ("auto, no errors", Tool(8, fail_fast=False), without),
+            ("auto, no errors", Tool(pool, fail_fast=False), without),
         ):
             run = simulate(made, policy=name.split(",")[0], load=0.5, seed=seed)
             print(
@@ -260,14 +261,17 @@ def outage(seeds: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default="1-3")
-    parser.add_argument("--pool", type=int, default=4)
+    parser.add_argument("--pool", type=int, default=4, help="the fail-fast pool's connections")
+    parser.add_argument(
+        "--queuing-pool", type=int, default=8, help="the load-independent errors' pool"
+    )
     parser.add_argument("--only", choices=("failfast", "independent", "outage"))
     args = parser.parse_args()
     seeds = _seeds(args.seeds)
     if args.only in (None, "failfast"):
         fail_fast(seeds, args.pool)
     if args.only in (None, "independent"):
-        independent(seeds)
+        independent(seeds, args.queuing_pool)
     if args.only in (None, "outage"):
         outage(seeds)
 

@@ -131,13 +131,15 @@ def test_served_at_once_is_the_most_seen_within_the_overtaking_memory() -> None:
 def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
     limit = GradientLimit()
     now = _drive(limit, 2, 10.0)
-    before, crowd = limit.parallelism, limit.limit
-    assert before == pytest.approx(2, rel=0.3)
+    crowd = limit.limit
     assert crowd > 2
-    # Every call as fast as half the uncrowded latency: the first closes the window in progress
-    # (its median is the tool's), the next 20 make one window of lucky calls alone.
-    for i in range(2 * limit.window_samples):
-        limit.on_sample(now + 0.010 * i, 0.005, crowd, False)
+    while not limit.on_sample(now, 0.010 * crowd / 2, crowd, False):  # the window in progress
+        now += 0.010 / 2
+    before = limit.parallelism
+    assert before == pytest.approx(2, rel=0.3)
+    # Every call as fast as half the uncrowded latency: 20 make one window of lucky calls alone.
+    for i in range(limit.window_samples):
+        limit.on_sample(now + 0.010 * (i + 1), 0.005, crowd, False)
     # The window alone reads every call in flight as served in parallel (the standing queue
     # and the default queue would follow): it weighs PARALLELISM_WEIGHT.
     assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (crowd - before))

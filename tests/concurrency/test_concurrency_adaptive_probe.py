@@ -48,10 +48,15 @@ def test_a_fresh_limits_first_probe_holds_its_parallelism_before_the_quiet_bound
     assert limit.limit == 2
     limit.on_sample(now, SERVICE, 2, False)  # crowded calls still come: a standing load
     assert limit.limit == 1  # room for quiet calls
-    for _ in range(FIRST_PROBE_SAMPLES - 2):  # (the first call, and one of the grace's, count)
+    now += SERVICE
+    limit.on_sample(now, SERVICE, 1, False)
+    # A second call alone: the grace's calls at 2 took as long as those (LEVEL_SAMPLES of them
+    # against LEVEL_REFERENCE alone), so the pool queued none of them, and the probe holds 2.
+    assert limit.limit == 2
+    for _ in range(FIRST_PROBE_SAMPLES - 3):  # (the first call, and one of the grace's, count)
         now += SERVICE
         limit.on_sample(now, SERVICE, 1, False)
-    assert limit.limit == 1
+    assert limit.limit == 2
     now += SERVICE
     limit.on_sample(now, SERVICE, 1, False)
     assert limit.baseline == pytest.approx(SERVICE)

@@ -4,6 +4,7 @@ follows its ``retry_after``, and whether every refusal's figures agree with its 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import anyio
@@ -13,6 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion_guard import ConcurrencyGuard, ServerBusy
+from fusion_guard.admission._adaptive import GradientLimit
+from fusion_guard.admission._adaptive_tuning import (
+    FIRST_PROBE_CALLS,
+    FIRST_SAMPLES,
+    LEVEL_REFERENCE,
+    LEVEL_SAMPLES,
+    PROBE_GRACE_CALLS,
+)
 from fusion_guard.testing import FakeClock
 from virtual_time import run_virtual
 
@@ -244,3 +253,114 @@ def test_a_warm_burst_at_the_default_guard_drains_near_the_ideal_time(
         return await guarded_burst(30, gap, 0.05, warm=True)
 
     assert run_virtual(scenario, backend) <= 1.1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("gap", "hold"), [(0.002, 0.2), (0.005, 0.05)])
+def test_a_warm_burst_of_forty_outlasting_the_probes_grace_drains_near_the_ideal_time(
+    backend: str, gap: float, hold: float
+) -> None:
+    # 40 callers outlast the first probe's grace: it cut to one slot (no call overtakes another
+    # at a FIFO pool) and waited there for its quiet calls, 1.65x and 1.37x the ideal drain. The
+    # calls at two in flight take as long as those alone: the probe holds two.
+    async def scenario() -> float:
+        return await guarded_burst(40, gap, hold, warm=True)
+
+    assert run_virtual(scenario, backend) <= 1.1
+
+
+# -- the first probe's room, shown by the latency of the calls in flight (plain numbers) -------
+
+
+def _fifo_calls(
+    limit: GradientLimit, calls: int, inflight: int, latency: float, now: float
+) -> float:
+    """``calls`` calls, each started with ``inflight`` in flight and taking ``latency``."""
+    for _ in range(calls):
+        limit.on_sample(now, latency, inflight, False)
+        now += latency / inflight
+    return now
+
+
+def test_calls_at_two_as_fast_as_those_alone_count_as_quiet_before_the_first_baseline() -> None:
+    limit = GradientLimit()
+    now = _fifo_calls(limit, LEVEL_REFERENCE, 1, 0.050, 0.0)  # a few calls alone
+    now = _fifo_calls(limit, LEVEL_SAMPLES - 1, 2, 0.050, now)
+    assert limit.baseline == pytest.approx(0.050)  # not measured: no probe either
+    now = _fifo_calls(limit, FIRST_SAMPLES - LEVEL_REFERENCE, 2, 0.055, now)
+    # The LEVEL_SAMPLES-th call at two showed the tool queues none of them: from it on they
+    # were quiet, and the first baseline came from them (FIRST_SAMPLES quiet calls), no probe.
+    assert limit.limit == 4
+    assert 0.050 < limit.baseline <= 0.055
+    for _ in range(2 * limit.window_samples):  # measured: windows of slow calls cut it
+        limit.on_sample(now, 0.300, 4, False)
+        now += 0.075
+    assert limit.limit < 4
+
+
+@pytest.mark.parametrize(
+    ("latencies", "why"),
+    [
+        ([0.090, 0.100, 0.085, 0.095, 0.100], "one worker: a call at two waits for the other"),
+        ([0.010, 0.050, 0.150, 0.040, 0.030], "a heavy tail: five calls tell no median"),
+    ],
+)
+def test_calls_at_two_not_shown_uncrowded_leave_the_first_probe_its_cut(
+    latencies: list[float], why: str
+) -> None:
+    limit = GradientLimit()
+    now = _fifo_calls(limit, LEVEL_REFERENCE, 1, 0.050, 0.0)
+    for n in range(FIRST_PROBE_CALLS):  # crowded calls at 2, none shown uncrowded
+        now = _fifo_calls(limit, 1, 2, latencies[n % len(latencies)], now)
+    assert limit.limit == 2, why  # the first probe, at its grace
+    now += 0.2  # the calls admitted before it have ended
+    for n in range(PROBE_GRACE_CALLS):
+        now = _fifo_calls(limit, 1, 2, latencies[n % len(latencies)], now)
+    assert limit.limit == 1, why  # a standing load: room for quiet calls
+
+
+def test_the_first_probe_opens_to_two_once_calls_alone_show_two_were_uncrowded() -> None:
+    limit = GradientLimit()
+    now = _fifo_calls(limit, 1, 1, 0.050, 0.0)  # one call alone: no reference yet
+    now = _fifo_calls(limit, FIRST_PROBE_CALLS, 3, 0.075, now)  # crowded from the start
+    assert limit.limit == 2
+    now += 0.2  # the calls admitted before it have ended
+    now = _fifo_calls(limit, PROBE_GRACE_CALLS, 2, 0.050, now)  # a standing load at two
+    assert limit.limit == 1
+    # A second call alone: the calls at two took as long, so the probe holds two again.
+    now = _fifo_calls(limit, 1, 1, 0.050, now)
+    assert limit.limit == 2
+    while math.isnan(limit.baseline) or limit.limit == 2:  # the rest of the probe at two
+        now = _fifo_calls(limit, 1, 2, 0.050, now)
+    assert limit.baseline == pytest.approx(0.050)
+    assert limit.limit == 4  # measured: back to the limit held before the probe
+
+
+def test_a_count_shown_uncrowded_is_taken_back_when_its_calls_slow_down() -> None:
+    # A tool that lost its second worker during the warm-up: calls at two now wait for the
+    # other, and stop counting as quiet once the last LEVEL_SAMPLES of them say so.
+    limit = GradientLimit()
+    now = _fifo_calls(limit, LEVEL_REFERENCE, 1, 0.050, 0.0)
+    now = _fifo_calls(limit, LEVEL_SAMPLES + 2, 2, 0.050, now)  # three of them quiet
+    _fifo_calls(limit, 3 * LEVEL_SAMPLES, 2, 0.100, now)
+    # Two of the slow calls joined the five quiet calls of 50 ms before the last five at two
+    # said they wait: the uncrowded latency is still the tool's, not 100 ms.
+    assert limit.baseline == pytest.approx(0.050)
+
+
+def test_the_first_probe_gives_up_room_shown_once_its_calls_slow_down() -> None:
+    limit = GradientLimit()
+    now = _fifo_calls(limit, 1, 1, 0.050, 0.0)
+    now = _fifo_calls(limit, FIRST_PROBE_CALLS, 3, 0.075, now)
+    now += 0.2
+    now = _fifo_calls(limit, PROBE_GRACE_CALLS, 2, 0.050, now)
+    now = _fifo_calls(limit, 1, 1, 0.050, now)
+    assert limit.limit == 2  # room shown at two
+    # The tool lost a worker: calls at two now wait for the other. Once the last five at two
+    # say so, the probe goes back to one slot, where calls come alone.
+    now = _fifo_calls(limit, LEVEL_SAMPLES, 2, 0.100, now)
+    assert limit.limit == 1
+    while limit.limit == 1:  # the rest of the probe: calls alone take as long as before
+        now = _fifo_calls(limit, 1, 1, 0.050, now)
+    assert limit.baseline == pytest.approx(0.050)
+    assert limit.limit == 4  # measured: back to the limit held before the probe

@@ -263,6 +263,8 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
+        if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
+            calm = self._probe.observe(inflight, duration, calm)
         if calm:
             # A quiet call: it tells the uncrowded latency (the median of the last ones).
             quiet, ordered = self._quiet, self._quiet_sorted
@@ -286,8 +288,10 @@ class GradientLimit:
                 self._window.clear()
                 self._set(self._estimate)  # back to the limit held before the probe
                 return True
-            if step == "cut":  # the first probe's grace is over
-                self._limit = quiet_bound(self._quiet_floor, seen, self._limit, True)
+            if step == "room":  # the first probe's grace is over, or it has room shown
+                self._limit = self._probe.room(
+                    quiet_bound(self._quiet_floor, seen, self._limit, True)
+                )
                 return True
             if step == "start":
                 self._start_probe(end)
