@@ -436,9 +436,7 @@ class Retrying:
         when client-side throttling holds the call back (nothing is to be sent)."""
         call: RetryCall[Any] = RetryCall(self, tool)
         if self.plain and read_timeout is None and deadline is None:  # the path of most calls
-            admit = self._admit_first
-            if admit is not None and not admit():
-                raise self._held_back()
+            self.send_first()
             return call
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
@@ -457,6 +455,24 @@ class Retrying:
             call.remaining = bound - start
         self._sent(call)
         return call
+
+    def send_first(self) -> None:
+        """Count a first attempt about to be sent without a ``RetryCall`` (a ``plain`` call with
+        no bound of its own). Raises ``ThrottledLocally`` when the throttle holds it back."""
+        admit = self._admit_first
+        if admit is not None and not admit():
+            raise self._held_back()
+
+    def answered_first(self, result: object) -> bool:
+        """True when ``result``, the answer to a first attempt sent with ``send_first``, is the
+        call's: an SDK result that is not an error, counted as accepted. False: the caller
+        settles it in a ``RetryCall`` (a refusal, an error, or a result of another class)."""
+        if type(result) in FLAGGED and not result.is_error:  # type: ignore[attr-defined]
+            accepted = self._on_accepted
+            if accepted is not None:
+                accepted()
+            return True
+        return False
 
     def _first_sent(self) -> bool:
         """``_admit_first`` for the options it has no shorter form for: True when the throttle

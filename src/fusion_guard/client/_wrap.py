@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
-from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
@@ -125,9 +124,7 @@ class RetryingSession(_Wrapper):
         plain = self._plain
         if plain is not None and deadline is None and read_timeout_seconds is None and not kwargs:
             retrying, wrapped, first_meta = plain
-            admit = retrying._admit_first
-            if admit is not None and not admit():
-                raise retrying._held_back()
+            retrying.send_first()
             result = await wrapped.call_tool(
                 name,
                 arguments,
@@ -135,10 +132,7 @@ class RetryingSession(_Wrapper):
                 progress_callback,
                 meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            if type(result) in FLAGGED and not result.is_error:
-                accepted = retrying._on_accepted
-                if accepted is not None:
-                    accepted()
+            if retrying.answered_first(result):
                 return result
             call: RetryCall[Any] = RetryCall(retrying, name)
         else:
@@ -227,19 +221,14 @@ class RetryingFastMCPClient(_Wrapper):
         plain = self._plain
         if plain is not None and deadline is None and per_call is None and not kwargs:
             retrying, wrapped, first_meta = plain
-            admit = retrying._admit_first
-            if admit is not None and not admit():
-                raise retrying._held_back()
+            retrying.send_first()
             result = await wrapped.call_tool(
                 name,
                 arguments,
                 raise_on_error=False,
                 meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            if type(result) in FLAGGED and not result.is_error:
-                accepted = retrying._on_accepted
-                if accepted is not None:
-                    accepted()
+            if retrying.answered_first(result):
                 return result
             call: RetryCall[Any] = RetryCall(retrying, name)
         else:
