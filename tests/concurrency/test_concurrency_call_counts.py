@@ -35,8 +35,9 @@ FREE_PATH_KEYED = 7
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
 #: 26 before the admission core was split; 22 since (the sample's method bound once, the
 #: parallelism read inline, no overload test of a queue that is empty); 11 since the sample's
-#: own steps were written out and the standing limit is put anew only when its inputs move.
-FREE_PATH_ADAPTIVE = 11
+#: own steps were written out and the standing limit is put anew only when its inputs move; 12
+#: since the quiet calls' median is kept by a part of its own (``QuietBaseline.add``, issue 40).
+FREE_PATH_ADAPTIVE = 12
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
 #: built (no observer). 10 before the admission core was split: the hold to advise with, whether
 #: it is a guess, and the exception are no longer made by functions of their own; 7 until the

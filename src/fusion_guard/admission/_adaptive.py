@@ -88,8 +88,6 @@ reason (``_adaptive_tuning.py``).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
-from collections import deque
 from typing import ClassVar
 
 from .._checks import check_int, check_number, check_seconds
@@ -101,28 +99,22 @@ from ._adaptive_tuning import (
     EARLY_SAMPLES,
     GROWTH_GRADIENT,
     GROWTH_SAMPLES_PER_SLOT,
-    OVERTAKING_MEMORY,
     PROBE_SPACING_BASELINES,
-    QUIET_SAMPLES,
     SIGHTED_GROWTH,
     SIGHTED_WINDOWS,
     SLOW_WINDOW_SAMPLES,
 )
 from ._latency_estimates import (
     ParallelismEstimate,
+    QuietBaseline,
+    ServedAtOnce,
     early_run,
     median,
-    median_of_sorted,
     quiet_bound,
-    seen_at_once,
 )
 from ._overload_ceiling import OverloadCeiling
 
 __all__ = ["GradientLimit"]
-
-# Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
-# once that many have come, the baseline is read there without working out the middle.
-_MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 
 
 class GradientLimit:
@@ -143,18 +135,15 @@ class GradientLimit:
     __slots__ = (
         "_baseline",
         "_ceiling",
-        "_down",
         "_early_bar",
         "_estimate",
         "_limit",
         "_next_probe",
-        "_overtaking",
         "_parallelism",
         "_probe",
         "_quiet",
         "_quiet_floor",
-        "_quiet_sorted",
-        "_samples",
+        "_served",
         "_sighted_above",
         "_slow_run",
         "_window",
@@ -191,8 +180,7 @@ class GradientLimit:
         self.probe_samples = check_int("probe_samples", probe_samples, 1)
         self._estimate = float(initial)  # the limit as a real number; ``limit`` rounds it
         self._quiet_floor = max(self.min_limit, math.ceil(self._estimate / 4))
-        self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)
-        self._quiet_sorted: list[float] = []  # the same calls, sorted: the median at once
+        self._quiet = QuietBaseline()  # the median of the last quiet calls
         self._baseline = math.nan
         self._probe = Probe()  # the warm-up and the probes (``_adaptive_probe.py``)
         self._next_probe = math.inf
@@ -207,12 +195,8 @@ class GradientLimit:
         self._limit = initial
         # Until measured: the limit settles at about ``tolerance`` times the parallelism.
         self._parallelism = ParallelismEstimate(max(1.0, initial / self.tolerance))
-        # The most calls seen served at once within the last OVERTAKING_MEMORY samples, as a
-        # sliding maximum: (sample number, count), counts falling from the oldest to the newest.
-        self._overtaking: deque[tuple[int, int]] = deque()
-        self._samples = 0
+        self._served = ServedAtOnce()  # the most calls seen served at once, lately
         self._ceiling = OverloadCeiling(self.max_limit)  # ``on_overload``: its ceilings
-        self._down = False  # whether the last overload error failed alone (the tool down)
 
     @property
     def limit(self) -> int:
@@ -236,24 +220,22 @@ class GradientLimit:
         Returns False when neither ``limit`` nor ``parallelism`` moved (True: they may have)."""
         # Every finished call of a guard under max_active="auto" comes here, so the common case
         # (a sample that closes no window) is written out without a call it could spare: the
-        # quiet bound's floor is kept by ``_set``, the baseline's median read in place.
+        # quiet bound's floor is kept by ``_set``, and the calls served at once are told of a
+        # sample only while they remember one, or when it overtook a call.
         end = start + duration
         if end - end or not duration >= 0.0:  # NaN (truthy) unless both are finite
             return False  # no clock gives such a sample (NaN, infinite, negative)
-        samples = self._samples = self._samples + 1
-        seen = self._overtaking
-        if overtook > 0:
-            at_once = int(overtook) + 1
-            while seen and seen[-1][1] <= at_once:
-                seen.pop()
-            seen.append((samples, at_once))
-        if seen and seen[0][0] <= samples - OVERTAKING_MEMORY:
-            seen.popleft()
+        seen = self._served.sightings
+        if overtook > 0 or seen:  # (none remembered, none to remember: nothing to count)
+            self._served.see(overtook)
         if dropped:
             self._set(self._estimate / 2)
             return True
-        if self._down and self._recovered():  # the first call served since calls failed alone
-            return True  # the limit went back: this call was served under the one before
+        if self._ceiling.down:  # the first call served since calls failed alone
+            restore = self._ceiling.lift(self.max_limit, self._estimate)
+            if restore == restore:  # (not NaN) back to the estimate before the overload errors
+                self._set(restore)
+                return True  # this call was served under the limit before
         if seen:
             baseline = self._baseline
             # A slow tool's call (before any baseline: a slow call) gets the quiet bound's slack.
@@ -265,18 +247,8 @@ class GradientLimit:
             calm = inflight <= self._quiet_floor
         if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
-        if calm:
-            # A quiet call: it tells the uncrowded latency (the median of the last ones).
-            quiet, ordered = self._quiet, self._quiet_sorted
-            if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
-                del ordered[bisect_left(ordered, quiet[0])]
-                quiet.append(duration)
-                insort(ordered, duration)
-                baseline = self._baseline = (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
-            else:
-                quiet.append(duration)
-                insort(ordered, duration)
-                baseline = self._baseline = median_of_sorted(ordered)
+        if calm:  # a quiet call: it tells the uncrowded latency
+            baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
         if self._probe.active:  # the warm-up, or a probe
             step = self._probe.step(
@@ -316,7 +288,7 @@ class GradientLimit:
         self._window_crowd += inflight
         gathered = len(window)
         due = end >= self._window_end
-        if slow >= EARLY_SAMPLES and slow >= early_run(self._quiet_sorted, self._early_bar):
+        if slow >= EARLY_SAMPLES and slow >= early_run(self._quiet.ordered, self._early_bar):
             # The tool lost capacity: decided on the slow calls alone.
             self._decide(median(window[-slow:]), end, early=slow)
             window.clear()
@@ -347,7 +319,7 @@ class GradientLimit:
     def served_at_once(self) -> int:
         """The most calls seen served at once within the last ``OVERTAKING_MEMORY`` samples (1
         when none overtook another): the one record of it, read too by ``_feedback.py``."""
-        return seen_at_once(self._overtaking)
+        return self._served.most()
 
     @property
     def parallelism(self) -> float:
@@ -369,23 +341,10 @@ class GradientLimit:
         end = start + duration
         if end - end or not duration >= 0.0:
             return False
-        if inflight <= 1:  # failed alone: no capacity to learn, and no cut below one call
-            self._down = True
-            return False
-        ceiling = self._ceiling.lower(end, int(inflight) - 1, self._estimate, self._baseline)
+        # (Infinite for a call that failed alone: it tells no capacity, and marks the tool down.)
+        ceiling = self._ceiling.lower(end, int(inflight), self._estimate, self._baseline)
         if self._estimate > ceiling:
-            self._set(float(ceiling))
-            return True
-        return False
-
-    def _recovered(self) -> bool:
-        """A call served after calls failed alone: back to the estimate held before the overload
-        errors (if any), without the ceilings they set. True when the estimate moved (a call
-        that merely failed alone, bad input say, moves nothing: the call learns as any)."""
-        self._down = False
-        restore = self._ceiling.lift(self.max_limit)
-        if restore == restore and restore > self._estimate:  # not NaN
-            self._set(restore)
+            self._set(ceiling)
             return True
         return False
 
@@ -398,7 +357,7 @@ class GradientLimit:
         # is held up only by the calls seen served at once during it: those seen before were
         # served before the tool lost its capacity (a tool gone from 8 workers to 1 finishes its
         # 8 calls in any order, and held the limit near 8 for OVERTAKING_MEMORY calls more).
-        at_once = seen_at_once(self._overtaking, self._samples - early + 1 if early else 0)
+        at_once = self._served.most(early)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
         crowd = self._window_crowd / len(self._window)
@@ -435,7 +394,7 @@ class GradientLimit:
     def _start_probe(self, now: float) -> None:
         """Make room for quiet calls: hold the limit at the quiet bound until enough have come
         (the first probe, at the parallelism for PROBE_GRACE_CALLS crowded calls first)."""
-        bound = quiet_bound(self._quiet_floor, self._overtaking, self._limit, True)
+        bound = quiet_bound(self._quiet_floor, self._served.sightings, self._limit, True)
         self._limit = self._probe.begin(now, self._limit, bound, self._parallelism.value)
 
     def _set(self, estimate: float) -> None:

@@ -1,29 +1,36 @@
 """What an adaptive limit reads off its samples (``GradientLimit``): medians, how long a run of
-slow calls must be to say the tool lost capacity, the most calls seen served at once (plain
-functions of the values they are given: the limit keeps the samples), and the calls the tool
-appears to serve in parallel."""
+slow calls must be to say the tool lost capacity (plain functions of the values they are given:
+the limit keeps the samples), the uncrowded latency, the most calls seen served at once, and
+the calls the tool appears to serve in parallel."""
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import deque
 
 from ._adaptive_tuning import (
     EARLY_RUN_CHANCE,
     EARLY_SAMPLES,
+    OVERTAKING_MEMORY,
     PARALLELISM_WEIGHT,
+    QUIET_SAMPLES,
     SLACK_FROM_AT_ONCE,
 )
 
 __all__ = [
     "ParallelismEstimate",
+    "QuietBaseline",
+    "ServedAtOnce",
     "early_run",
     "median",
     "median_of_sorted",
     "quiet_bound",
-    "seen_at_once",
 ]
+
+# Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
+# once that many have come, the baseline is read there without working out the middle.
+_MIDDLE_LOW, _MIDDLE_HIGH = (QUIET_SAMPLES - 1) // 2, QUIET_SAMPLES // 2
 
 
 def median(values: list[float]) -> float:
@@ -62,7 +69,7 @@ def quiet_bound(
     windows), one more than seen, once ``SLACK_FROM_AT_ONCE`` or more were seen and that
     reaches the limit: the sighting is a lower bound that at a few slots seldom reaches them
     (``SLACK_FROM_AT_ONCE``)."""
-    at_once = sightings[0][1] if sightings else 1  # (``seen_at_once``, inline: a call less)
+    at_once = sightings[0][1] if sightings else 1  # (``ServedAtOnce.most``, inline: a call less)
     if slow and at_once >= SLACK_FROM_AT_ONCE and at_once + 1 >= limit:
         at_once += 1
     if not probing:
@@ -70,14 +77,66 @@ def quiet_bound(
     return max(floor, at_once)
 
 
-def seen_at_once(sightings: deque[tuple[int, int]], since: int = 0) -> int:
-    """The most calls the tool was seen serving at once among ``sightings`` (sample number,
-    count; counts falling from the oldest to the newest), from sample number ``since`` on (1
-    when none overtook another)."""
-    if not since:
-        return sightings[0][1] if sightings else 1
-    # Counts fall from the oldest sighting to the newest: the first one since is the most.
-    return next((count for number, count in sightings if number >= since), 1)
+class QuietBaseline:
+    """The tool's uncrowded latency (``GradientLimit.baseline``): the median of the last
+    ``QUIET_SAMPLES`` quiet calls, kept sorted as they come (a bisection a call, not a sort)."""
+
+    __slots__ = ("_quiet", "ordered")
+
+    def __init__(self) -> None:
+        self._quiet: deque[float] = deque(maxlen=QUIET_SAMPLES)  # in the order they came
+        self.ordered: list[float] = []  # the same calls, sorted (read, not written: ``early_run``)
+
+    def add(self, duration: float) -> float:
+        """One more quiet call, of ``duration`` seconds: the baseline as of it."""
+        quiet, ordered = self._quiet, self.ordered
+        if len(quiet) == QUIET_SAMPLES:  # the oldest leaves the median too
+            del ordered[bisect_left(ordered, quiet[0])]
+            quiet.append(duration)
+            insort(ordered, duration)
+            return (ordered[_MIDDLE_LOW] + ordered[_MIDDLE_HIGH]) / 2
+        quiet.append(duration)
+        insort(ordered, duration)
+        return median_of_sorted(ordered)
+
+
+class ServedAtOnce:
+    """The most calls the tool was seen served at once within the last ``OVERTAKING_MEMORY``
+    samples, as a sliding maximum: a call that ends while ``k`` calls admitted before it still
+    run shows the tool serving ``k + 1`` at once. The one owner of that figure
+    (``GradientLimit.served_at_once``, which ``_feedback.py`` reads too)."""
+
+    __slots__ = ("_samples", "sightings")
+
+    def __init__(self) -> None:
+        # (sample number, count), counts falling from the oldest to the newest: the first is the
+        # most. Read by ``quiet_bound``, written here only.
+        self.sightings: deque[tuple[int, int]] = deque()
+        self._samples = 0
+
+    def see(self, overtook: int) -> None:
+        """One more sample, whose call ``overtook`` that many calls admitted before it (0: none).
+        Only sample numbers of remembered sightings are ever compared, so while none is, a
+        sample that overtook none needs not be told (``GradientLimit.on_sample`` skips it)."""
+        samples = self._samples = self._samples + 1
+        seen = self.sightings
+        if overtook > 0:
+            at_once = int(overtook) + 1
+            while seen and seen[-1][1] <= at_once:
+                seen.pop()
+            seen.append((samples, at_once))
+        if seen and seen[0][0] <= samples - OVERTAKING_MEMORY:
+            seen.popleft()
+
+    def most(self, last: int = 0) -> int:
+        """The most calls seen served at once (1 when none overtook another), within the ``last``
+        samples only when given (0: all those remembered)."""
+        seen = self.sightings
+        if not last:
+            return seen[0][1] if seen else 1
+        # Counts fall from the oldest sighting to the newest: the first one since is the most.
+        since = self._samples - last + 1
+        return next((count for number, count in seen if number >= since), 1)
 
 
 class ParallelismEstimate:

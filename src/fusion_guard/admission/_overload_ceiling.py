@@ -4,8 +4,10 @@ An overload error that started with ``n`` calls in flight says the tool serves f
 the limit goes to ``n - 1`` at most and does not grow past that *ceiling* for
 ``CEILING_SECONDS`` (or ``CEILING_BASELINES`` uncrowded latencies, if longer); a ceiling
 confirmed again by the first try above it, soon after it lapsed, is held twice as long the next
-time (up to ``CEILING_MAX_SECONDS``). The ceiling also keeps the estimate the limit had before a
-run of overload errors, to go back to once a call is served after calls that failed alone.
+time (up to ``CEILING_MAX_SECONDS``). A call that failed alone (``n = 1``) tells no capacity
+(the tool is down, say): it sets no ceiling, and marks the tool ``down``. The ceiling also keeps
+the estimate the limit had before a run of overload errors, to go back to once a call is served
+after calls that failed alone.
 
 It holds no limit of its own: the limit asks it and sets its estimate from the answers.
 """
@@ -21,25 +23,32 @@ __all__ = ["OverloadCeiling"]
 
 class OverloadCeiling:
     """The ceiling the last overload error set, until when it holds, and how long the next one
-    holds; and the estimate to go back to after a run of overload errors (NaN: none)."""
+    holds; and the estimate to go back to after a run of overload errors (NaN: none). ``down``
+    (read, not written): the last overload error failed alone."""
 
-    __slots__ = ("_hold", "_restore", "_until", "_value")
+    __slots__ = ("_hold", "_restore", "_until", "_value", "down")
 
     def __init__(self, max_limit: int) -> None:
         self._value = max_limit
         self._until = -math.inf
         self._hold = CEILING_SECONDS
         self._restore = math.nan
+        self.down = False
 
     @property
     def hold(self) -> float:
         """How long (seconds) the ceiling in force, or the last one, holds."""
         return self._hold
 
-    def lower(self, end: float, ceiling: int, estimate: float, baseline: float) -> int:
-        """An overload error ended at ``end`` with ``ceiling + 1`` calls in flight, while the
-        limit's estimate was ``estimate``: the ceiling now in force (the lower of this one and
-        one still holding)."""
+    def lower(self, end: float, inflight: int, estimate: float, baseline: float) -> float:
+        """An overload error ended at ``end`` with ``inflight`` calls in flight, itself included,
+        while the limit's estimate was ``estimate``: the ceiling now in force (the lower of
+        ``inflight - 1`` and one still holding). Infinite for a call that failed alone: no
+        capacity to learn, and no cut below one call."""
+        if inflight <= 1:
+            self.down = True
+            return math.inf
+        ceiling = int(inflight) - 1
         if self._restore != self._restore:  # NaN: the first of a run of overload errors
             self._restore = estimate
         hold = self._hold
@@ -53,16 +62,18 @@ class OverloadCeiling:
         elif ceiling < self._value:
             self._value = ceiling
         self._until = end + hold
-        return self._value
+        return float(self._value)
 
-    def lift(self, max_limit: int) -> float:
-        """A call served after calls failed alone: no ceiling any more. Returns the estimate to
-        go back to (NaN: none)."""
+    def lift(self, max_limit: int, estimate: float) -> float:
+        """A call served after calls failed alone (``down``): the tool is up, no ceiling any
+        more. Returns the estimate held before the overload errors, to go back to if above
+        ``estimate`` (NaN: none, or not above)."""
         restore = self._restore
+        self.down = False
         self._restore = math.nan
         self._value = max_limit
         self._until = -math.inf
-        return restore
+        return restore if restore > estimate else math.nan  # (NaN > estimate: False)
 
     def served(self) -> None:
         """A window of calls served: the estimate before the overload errors is history now."""
