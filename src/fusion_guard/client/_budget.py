@@ -28,6 +28,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 __all__ = [
@@ -421,6 +422,69 @@ def shared_throttle(
         with _shared_lock:
             throttle = _throttles.setdefault(server, factory())
     return throttle
+
+
+class Counting:
+    """What a retrying client (``Retrying``) counts for its ``budget`` and ``throttle`` (either
+    may be None) on the path of every call that succeeds at once, chosen once as the fewest
+    Python calls for the pair (each is a measurable part of the wrapper's overhead,
+    docs/client-measured.md): None when there is nothing to count.
+
+    - ``admit_first``: counts a first attempt sent with no ``RetryCall``; False: held back.
+    - ``on_accepted``: counts an attempt answered with no refusal.
+    - ``answers``: the budget, unless it ignores answers (a ``RetryBudget`` counts what is
+      sent): told of each answer, one call fewer on the path of every call when it is None.
+    """
+
+    __slots__ = ("admit_first", "answers", "budget", "on_accepted", "throttle")
+
+    def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
+        self.budget, self.throttle = budget, throttle
+        self.answers = (
+            None
+            if budget is None or getattr(type(budget), "answered", None) is RetryBudget.answered
+            else budget
+        )
+        # The default pair (exactly: a subclass may count otherwise), a RetryBudget on the
+        # throttle's clock, lets the throttle count the budget's first attempts.
+        first_attempts = (
+            budget.first_attempts_on(throttle.clock)
+            if type(budget) is RetryBudget and type(throttle) is AdaptiveThrottle
+            else None
+        )
+        self.admit_first: Callable[[], bool] | None
+        if throttle is None:
+            self.admit_first = None if budget is None else self._first_sent
+        elif first_attempts is not None:  # the defaults: both at one clock reading
+            self.admit_first = partial(throttle.admit_first, first_attempts)
+        else:
+            self.admit_first = throttle.admit if budget is None else self._first_sent
+        self.on_accepted: Callable[[], object] | None
+        if self.answers is None:
+            self.on_accepted = None if throttle is None else throttle.accepted
+        else:
+            self.on_accepted = (
+                partial(self.answers.answered, refused=False)
+                if throttle is None
+                else self._accepted
+            )
+
+    def _first_sent(self) -> bool:
+        """``admit_first`` for the pairs it has no shorter form for: True when the throttle
+        lets the first attempt go (then counted by the budget)."""
+        throttle = self.throttle
+        if throttle is not None and not throttle.admit():
+            return False
+        if self.budget is not None:
+            self.budget.sent(retry=False)
+        return True
+
+    def _accepted(self) -> None:
+        """``on_accepted`` for a budget told of answers, and a throttle."""
+        if self.answers is not None:
+            self.answers.answered(refused=False)
+        if self.throttle is not None:
+            self.throttle.accepted()
 
 
 class Pushback:

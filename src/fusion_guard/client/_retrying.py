@@ -13,7 +13,6 @@ import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
@@ -24,8 +23,8 @@ from ._advice import FLAGGED, RETRYABLE_CODES, is_error, refusal_of
 from ._budget import (
     AdaptiveThrottle,
     Budget,
+    Counting,
     Pushback,
-    RetryBudget,
     shared_budget,
     shared_pushback,
     shared_throttle,
@@ -280,7 +279,6 @@ class Retrying:
         "_backoff",
         "_budget",
         "_budget_answers",
-        "_first_attempts",
         "_jitter",
         "_max_attempts",
         "_max_backoff",
@@ -323,23 +321,7 @@ class Retrying:
             self._budget, self._pushback = shared_budget(server), shared_pushback(server)
         else:
             self._budget, self._pushback = budget, Pushback()
-        # Told of answers unless it ignores them (a ``RetryBudget`` counts what is sent): one
-        # call fewer on the path of every call.
-        self._budget_answers = (
-            None
-            if self._budget is None
-            or getattr(type(self._budget), "answered", None) is RetryBudget.answered
-            else self._budget
-        )
         self._throttle = shared_throttle(server) if isinstance(throttle, Shared) else throttle
-        # The default pair (exactly: a subclass may count otherwise), a RetryBudget on the
-        # throttle's clock, lets the throttle count the budget's first attempts.
-        budget_, throttle_ = self._budget, self._throttle
-        self._first_attempts = (
-            budget_.first_attempts_on(throttle_.clock)
-            if type(budget_) is RetryBudget and type(throttle_) is AdaptiveThrottle
-            else None
-        )
         self._timeout = None if timeout is None else _seconds("timeout", timeout)
         self._max_wait = _seconds("max_wait", max_wait, zero=True)
         self._jitter = _seconds("jitter", jitter, zero=True)
@@ -350,27 +332,15 @@ class Retrying:
         self.plain = observer is None and self._timeout is None
         """No timeout or observer of its own: a call with no deadline or read timeout needs
         neither the clock nor a notification until it is refused."""
-        # The counting on the path of every call that succeeds at once, chosen here as the
-        # fewest Python calls for the options (each is a measurable part of the wrapper's
-        # overhead, docs/client-measured.md): None when there is nothing to count.
-        self._admit_first: Callable[[], bool] | None
+        # The counting on the path of every call that succeeds at once (``Counting``), its
+        # parts kept here: each call reads them with no look-up more.
+        counting = Counting(self._budget, self._throttle)
+        self._admit_first = counting.admit_first
         """Counts a first attempt sent with no ``RetryCall`` (``plain``); False: held back."""
-        if throttle_ is None:
-            self._admit_first = None if budget_ is None else self._first_sent
-        elif self._first_attempts is not None:  # the defaults: both at one clock reading
-            self._admit_first = partial(throttle_.admit_first, self._first_attempts)
-        else:
-            self._admit_first = throttle_.admit if budget_ is None else self._first_sent
-        self._on_accepted: Callable[[], object] | None
+        self._on_accepted = counting.on_accepted
         """Counts an attempt answered with no refusal."""
-        if self._budget_answers is None:
-            self._on_accepted = None if throttle_ is None else throttle_.accepted
-        else:
-            self._on_accepted = (
-                partial(self._budget_answers.answered, refused=False)
-                if throttle_ is None
-                else self._accepted
-            )
+        self._budget_answers = counting.answers
+        """The budget when it is told of answers."""
 
     @property
     def budget(self) -> Budget | None:
@@ -474,28 +444,11 @@ class Retrying:
             return True
         return False
 
-    def _first_sent(self) -> bool:
-        """``_admit_first`` for the options it has no shorter form for: True when the throttle
-        lets the first attempt go (then counted by the budget)."""
-        throttle = self._throttle
-        if throttle is not None and not throttle.admit():
-            return False
-        if self._budget is not None:
-            self._budget.sent(retry=False)
-        return True
-
     def _held_back(self) -> ThrottledLocally:
         return ThrottledLocally(
             "THROTTLED_LOCALLY",
             f"not sent: {self.server!r} has been refusing most calls from this process",
         )
-
-    def _accepted(self) -> None:
-        """An attempt was answered with no refusal."""
-        if self._budget_answers is not None:
-            self._budget_answers.answered(refused=False)
-        if self._throttle is not None:
-            self._throttle.accepted()
 
     def _sent(self, call: RetryCall[Any]) -> None:
         if self._observer is not None:
