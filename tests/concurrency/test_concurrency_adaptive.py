@@ -23,6 +23,8 @@ from fusion_guard.admission._adaptive_tuning import (
     SLACK_FROM_AT_ONCE,
     SLOW_WINDOW_SAMPLES,
 )
+from fusion_guard.admission._latency_estimates import QuietBaseline, ServedAtOnce
+from fusion_guard.admission._overload_ceiling import OverloadCeiling
 
 
 def _drive(
@@ -434,3 +436,56 @@ def test_a_slow_tool_seen_serving_every_slot_grows_by_a_share(at_once: int, grow
         limit.on_sample(now, 5.0, 4, False)
     assert limit.limit == grown
     assert grown in (4, round(SIGHTED_GROWTH * 4))
+
+
+# The parts ``GradientLimit`` keeps its samples in (issue 40), each against a plain model.
+
+
+@given(
+    st.lists(
+        st.one_of(st.just(0), st.integers(min_value=0, max_value=12)),
+        max_size=3 * OVERTAKING_MEMORY,
+    ),
+    st.integers(min_value=0, max_value=2 * OVERTAKING_MEMORY),
+)
+def test_served_at_once_needs_not_be_told_of_samples_while_it_remembers_none(
+    overtaking: list[int], last: int
+) -> None:
+    # ``GradientLimit.on_sample`` tells its record only of samples that overtook a call, or come
+    # while it remembers one: it answers as one told of every sample, and as the plain maximum
+    # of the sightings within the last OVERTAKING_MEMORY samples.
+    every, skipping = ServedAtOnce(), ServedAtOnce()
+    for number, overtook in enumerate(overtaking):
+        every.see(overtook)
+        if overtook > 0 or skipping.sightings:
+            skipping.see(overtook)
+        recent = overtaking[max(0, number + 1 - OVERTAKING_MEMORY) : number + 1]
+        assert every.most() == skipping.most() == max([1] + [k + 1 for k in recent if k > 0])
+        if last:
+            within = recent[max(0, len(recent) - last) :]
+            expected = max([1] + [k + 1 for k in within if k > 0])
+            assert every.most(last) == skipping.most(last) == expected
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e6), min_size=1, max_size=3 * QUIET_SAMPLES))
+def test_the_quiet_baseline_is_the_median_of_the_last_quiet_calls(durations: list[float]) -> None:
+    quiet = QuietBaseline()
+    for count, duration in enumerate(durations, 1):
+        last = durations[max(0, count - QUIET_SAMPLES) : count]
+        assert quiet.add(duration) == statistics.median(last)
+        assert quiet.ordered == sorted(last)
+
+
+def test_a_call_that_failed_alone_sets_no_ceiling_and_marks_the_tool_down() -> None:
+    ceiling = OverloadCeiling(max_limit=50)
+    assert ceiling.lower(1.0, 1, 8.0, 0.01) == math.inf
+    assert ceiling.down
+    assert math.isnan(ceiling.lift(50, 8.0))  # no overload errors before: nothing to go back to
+    assert not ceiling.down
+    assert ceiling.lower(2.0, 5, 8.0, 0.01) == 4.0  # the estimate before them, 8, is kept
+    assert ceiling.lower(2.5, 1, 4.0, 0.01) == math.inf
+    assert math.isnan(ceiling.lift(50, 9.0))  # not above the estimate now: nothing to go back to
+    assert ceiling.lower(3.0, 5, 8.0, 0.01) == 4.0
+    assert ceiling.lower(3.5, 1, 4.0, 0.01) == math.inf
+    assert ceiling.lift(50, 4.0) == 8.0
+    assert ceiling.allows(49.0, 3.6, 50)  # no ceiling in force any more
