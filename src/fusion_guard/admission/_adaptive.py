@@ -78,11 +78,12 @@ Gradient2-style increase was tried and wandered too much at steady load): docs/a
 The limit stays within [``min_limit``, ``max_limit``] and is never NaN. It learns only from the
 samples it is fed (no clock of its own, no I/O), so it is tested with plain numbers.
 
-The limit decides here, over the samples of its hot path (the quiet calls, the window, the calls
-seen served at once); its parts keep their own state and answer it with values: the warm-up and
-the probes (``_adaptive_probe.py``), the ceilings of overload errors (``_overload_ceiling.py``),
-what is read off the samples (``_latency_estimates.py``), and the tuned constants, each with its
-reason (``_adaptive_tuning.py``).
+The limit decides here, over the window of its hot path; its parts keep their own state and
+answer it with values: the warm-up and the probes (``_adaptive_probe.py``), the ceilings of
+overload errors and the recovery from calls that failed alone (``_overload_ceiling.py``), the
+quiet calls' median, the calls seen served at once and what else is read off the samples
+(``_latency_estimates.py``), and the tuned constants, each with its reason
+(``_adaptive_tuning.py``).
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class GradientLimit:
             return True
         if self._ceiling.down:  # the first call served since calls failed alone
             restore = self._ceiling.lift(self.max_limit, self._estimate)
-            if restore == restore:  # (not NaN) back to the estimate before the overload errors
+            if restore == restore:  # back to the estimate before the errors (NaN: learn as any)
                 self._set(restore)
                 return True  # this call was served under the limit before
         if seen:
@@ -342,7 +343,7 @@ class GradientLimit:
         if end - end or not duration >= 0.0:
             return False
         # (Infinite for a call that failed alone: it tells no capacity, and marks the tool down.)
-        ceiling = self._ceiling.lower(end, int(inflight), self._estimate, self._baseline)
+        ceiling = self._ceiling.lower(end, inflight, self._estimate, self._baseline)
         if self._estimate > ceiling:
             self._set(ceiling)
             return True
