@@ -7,6 +7,7 @@ tool model behind a guard, Poisson arrivals at a multiple of its capacity, in vi
     python benchmarks/light_load_shed.py --models heavy --loads 0.8 --policies issue
     python benchmarks/light_load_shed.py --seeds 1-3 --seconds 60 --json figures.json
     python benchmarks/light_load_shed.py --replay tight cache arg_cost --loads 0.8 --seeds 1-3
+    python benchmarks/light_load_shed.py --replay cache --loads 0.8 --seeds 1-3 --max-queue 100000
 
 Per model, load and policy: the share of calls refused (``shed``), split by rule (``predicted``
 at arrival or in the queue, ``expired`` after waiting ``queue_timeout``, ``full`` / ``standing``),
@@ -55,7 +56,7 @@ from typing import Any
 import anyio
 
 from fusion_guard import ConcurrencyGuard, Guard, ServerBusy
-from fusion_guard.admission import _discipline, _refusal
+from fusion_guard.admission import _assembly, _discipline, _learning, _refusal
 from fusion_guard.demo import _zoo
 from fusion_guard.demo._virtual_time import run_in_virtual_time
 from fusion_guard.demo._zoo_models import model_named
@@ -317,6 +318,85 @@ def replay(cell: str, load: float, policy: str, seed: int, predictive: bool) -> 
     }
 
 
+@contextlib.contextmanager
+def _default_queue(calls: int) -> Iterator[None]:
+    """While in force: every default queue ``calls`` long (a given ``max_queue`` is kept)."""
+    made, followed = _assembly.default_max_queue, _learning.default_max_queue
+
+    def fixed(parallel: float, *, adaptive: bool = False) -> int:
+        return calls
+
+    _assembly.default_max_queue = _learning.default_max_queue = fixed
+    try:
+        yield
+    finally:
+        _assembly.default_max_queue, _learning.default_max_queue = made, followed
+
+
+def _timed_replay(cell: str, load: float, policy: str, seed: int,
+                  queue: int | None) -> dict[int, tuple[str, float]]:  # fmt: skip
+    """``replay`` (predictive shedding on) with each call's latency, under a default queue of
+    ``queue`` calls (None: the guard's own)."""
+    model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
+    refused: dict[float, str] = {}
+
+    async def run() -> tuple[float, Any]:
+        return await _zoo._simulate(model, load, seed, (policy,))
+
+    with (
+        _watching(True, refused),
+        _default_queue(queue) if queue is not None else contextlib.nullcontext(),
+    ):
+        begin, runs = run_in_virtual_time(run)
+    calls = runs[policy]
+    lo, hi = begin + model.settle_s, begin + model.total_s
+    return {
+        calls.index_of[r.intended]: (
+            refused.get(round(r.intended + r.latency, 9), "full")
+            if r.outcome == "shed"
+            else r.outcome,
+            r.latency,
+        )
+        for r in calls.records
+        if lo <= r.intended < hi
+    }
+
+
+def _counterfactual_main(cells: Sequence[str], loads: Sequence[float],
+                         policies: Sequence[str], seeds: range, queue: int) -> None:  # fmt: skip
+    """What the calls refused by the queue's count (``full``) or the standing limit became
+    with a default queue of ``queue`` calls: served within the model's SLO, served later than
+    it (but within queue_timeout), or refused still."""
+    for cell in cells:
+        slo = (_zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)).slo_s
+        for policy in policies:
+            for load in loads:
+                for seed in seeds:
+                    own = _timed_replay(cell, load, policy, seed, None)
+                    long = _timed_replay(cell, load, policy, seed, queue)
+                    became: Counter[str] = Counter()
+                    for i, (rule, _) in own.items():
+                        if rule in ("full", "standing"):
+                            outcome, latency = long[i]
+                            if outcome == "ok":
+                                outcome = "ok in SLO" if latency <= slo else "ok late"
+                            became[f"{rule}->{outcome}"] += 1
+                    shed = [
+                        sum(o in RULES for o, _ in run.values()) / len(run) for run in (own, long)
+                    ]
+                    p99 = [_p99([t for o, t in run.values() if o == "ok"]) for run in (own, long)]
+                    print(
+                        f"{cell:8} {policy:8} {load:4.1f}x seed {seed}: shed {shed[0]:6.2%}"
+                        f" -> {shed[1]:6.2%} (queue {queue}), p99 {p99[0] * 1000:4.0f} ->"
+                        f" {p99[1] * 1000:4.0f} ms; refused became {dict(became) or '-'}",
+                        flush=True,
+                    )
+
+
+def _p99(latencies: list[float]) -> float:
+    return sorted(latencies)[int(0.99 * len(latencies))] if latencies else 0.0
+
+
 def _replay_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
                  seeds: range) -> None:  # fmt: skip
     for cell in cells:
@@ -366,11 +446,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="CELL",
         help="zoo cells call by call: tight (issue 41's), or a zoo model",
     )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        metavar="N",
+        help="with --replay: what the calls refused by the count or the standing limit became"
+        " with every default queue N calls long",
+    )
     args = parser.parse_args(argv)
+    if args.max_queue is not None and not args.replay:
+        parser.error("--max-queue goes with --replay")
     if args.replay:
         logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
         for cell in args.replay:
             default = ["oracle_tight"] if cell == "tight" else ["oracle", "auto"]
+            if args.max_queue is not None:
+                _counterfactual_main(
+                    [cell], args.loads, args.policies or default, args.seeds, args.max_queue
+                )
+                continue
             _replay_main([cell], args.loads, args.policies or default, args.seeds)
         return
     args.policies = args.policies or ["issue", "fixed", "auto"]
