@@ -69,12 +69,12 @@ class LimitLearning:
         "_overtaking",
         "_paced_queue",
         "_pacer",
-        "_timer",
         "_parallel_calls",
         "_queue_floor",
         "_queue_follows",
         "_refusals",
         "_standing",
+        "_timer",
     )
 
     def __init__(

@@ -310,8 +310,10 @@ class PaceTimer:
         import trio
 
         try:
-            while (delay := self._next()) is not None:
+            delay = self._next()
+            while delay is not None:  # a timer, not a wait for something to happen
                 await trio.sleep(delay)
+                delay = self._next()
         finally:  # cancelled with the run
             self.running = False
             self._tick = None
