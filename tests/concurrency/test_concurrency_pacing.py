@@ -23,6 +23,7 @@ from fusion_guard.admission._pacing import (
     SERVED_CALLS,
     SERVED_WINDOW,
     STEP_DOWN,
+    PaceTimer,
     RatePacer,
 )
 from virtual_time import virtual_time_backends
@@ -422,3 +423,9 @@ async def test_a_tool_never_paced_starts_no_timer() -> None:
     )
     await _offer(guard, 40.0, 2.0)  # under the upstream's rate: never a 429
     assert not guard._core.learn.__self__._timer.running  # type: ignore[union-attr]
+
+
+def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> None:
+    timer = PaceTimer("search")
+    timer.start(lambda: 0.01)
+    assert not timer.running  # no loop to tick on: nothing runs, nothing raised

@@ -285,9 +285,13 @@ class PaceTimer:
         if loop is not None:
             loop.call_soon(self._fire, loop)
             return
-        import trio  # the only other runtime a guard runs on (anyio's backends)
+        try:  # trio: the only other runtime a guard runs on (anyio's backends)
+            import trio
 
-        trio.lowlevel.spawn_system_task(self._run_trio, name=f"fusion_guard pace {self._tool}")
+            trio.lowlevel.spawn_system_task(self._run_trio, name=f"fusion_guard pace {self._tool}")
+        except (ImportError, RuntimeError):  # no event loop: the calls' ends alone pace
+            self.running = False
+            self._tick = None
 
     def _next(self) -> float | None:
         """Run the tick once: the seconds until the next, or None (the timer stops)."""
