@@ -429,3 +429,25 @@ def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> Non
     timer = PaceTimer("search")
     timer.start(lambda: 0.01)
     assert not timer.running  # no loop to tick on: nothing runs, nothing raised
+
+
+@pytest.mark.anyio
+async def test_a_failing_tick_stops_the_timer_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ticks: list[float] = []
+
+    def tick() -> float | None:
+        ticks.append(anyio.current_time())
+        if len(ticks) == 3:
+            raise ValueError("a bug")
+        return 0.01
+
+    timer = PaceTimer("search")
+    timer.start(tick)
+    timer.start(tick)  # one timer at most: a second start while it runs does nothing
+    await anyio.sleep(0.1)
+    assert len(ticks) == 3
+    assert ticks[1] - ticks[0] == pytest.approx(0.01)
+    assert not timer.running
+    assert "pace_timer_failed" in caplog.text
