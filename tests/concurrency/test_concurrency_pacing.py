@@ -23,6 +23,7 @@ from fusion_guard.admission._pacing import (
     SERVED_CALLS,
     SERVED_WINDOW,
     STEP_DOWN,
+    PaceTimer,
     RatePacer,
 )
 from virtual_time import virtual_time_backends
@@ -188,20 +189,62 @@ def test_the_rate_is_measured_over_enough_calls() -> None:
     assert pacer.slots(SERVED_WINDOW + 0.2, 3, 0) is None  # not pacing before it has a rate
 
 
-def test_slots_open_at_the_pace_at_most_a_clump_at_once() -> None:
+def test_an_end_opens_one_slot_for_a_token_at_most() -> None:
     pacer, _, now = _measured(50.0, 0.08)  # a pace of 60 a second, 4.8 calls in flight
     admitted = 100
     assert pacer.slots(now, 5, admitted) == 4  # the first reading: tokens from now on
-    # 50 ms later 3 tokens are earned, but one end opens CLUMP slots at most.
-    assert pacer.slots(now + 0.05, 5, admitted) == 4 + CLUMP
-    # The calls admitted spend the tokens: 3 earned, 2 and then 2 more admitted.
-    assert pacer.slots(now + 0.0501, 5, admitted + 2) == 4 + 1
-    assert pacer.slots(now + 0.0502, 5, admitted + 4) == 4  # in debt: none opened
-    assert pacer.slots(now + 0.0503, 1, admitted + 4) == 1  # never fewer than one
-    # A lull keeps no more tokens than the pace has calls in flight (4.8): after 4 admitted,
-    # less than one is left.
-    assert pacer.slots(now + 1.0, 5, admitted + 4) == 4 + CLUMP
-    assert pacer.slots(now + 1.0, 5, admitted + 8) == 4
+    # 50 ms later 3 tokens are earned, but they are kept up to CLUMP (one): one slot opens.
+    assert CLUMP == 1
+    assert pacer.slots(now + 0.05, 5, admitted) == 4 + 1
+    assert pacer.slots(now + 0.0501, 5, admitted + 1) == 4  # spent
+    assert pacer.slots(now + 0.0502, 5, admitted + 3) == 4  # in debt: none opened
+    assert pacer.slots(now + 0.0503, 1, admitted + 3) == 1  # never fewer than one
+    # The debt (1 + 0.0003 * 60 - 3 tokens) is earned back at the pace, then one token more.
+    wait = pacer.until_token(now + 0.0503, admitted + 3)
+    assert wait == pytest.approx((1 - (1 + 0.0003 * 60 - 3)) / 60)
+    assert wait is not None
+    assert pacer.until_token(now + 0.0503 + wait, admitted + 3) == 0.0
+    assert pacer.until_token(now + 0.0503 + wait, admitted + 4) == pytest.approx(1 / 60)
+
+
+def test_no_token_is_waited_for_unless_paced_at_a_rate() -> None:
+    served = Served()
+    pacer = RatePacer(served)
+    assert pacer.until_token(0.0, 0) is None  # never paced
+    pacer.rate_shaped(0.0)
+    assert pacer.until_token(0.1, 0) is None  # measuring
+    pacer, _, now = _measured(50.0, 0.08)
+    assert pacer.until_token(now, 0) is None  # no tokens counted before an end
+    pacer.slots(now, 3, 0)
+    assert pacer.until_token(now + 0.01, 0) is not None
+    assert pacer.until_token(now + RATE_HOLD + 0.01, 0) is None  # let go
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rate=st.floats(1.0, 500.0),
+    steps=st.lists(st.tuples(st.floats(0.0, 0.05), st.booleans()), min_size=1, max_size=200),
+)
+def test_calls_taken_at_each_token_are_spaced_at_the_pace(
+    rate: float, steps: list[tuple[float, bool]]
+) -> None:
+    # Calls admitted whenever a token is there (the timer's or an end's) number at most one
+    # plus the pace's calls over any stretch: never a clump.
+    pacer, _, now = _measured(rate / (1 + HEADROOM), 0.05)
+    pace = pacer.rate
+    admitted = 0
+    pacer.slots(now, 3, admitted)
+    times: list[float] = []
+    for dt, refused in steps:
+        now += dt
+        if refused:
+            pacer.rate_shaped(now)
+        if pacer.until_token(now, admitted) == 0.0:
+            admitted += 1
+            times.append(now)
+    for i, first in enumerate(times):
+        for j in range(i + 1, len(times)):
+            assert j - i + 1 <= 1 + pace * (times[j] - first) + 1e-6 * (j - i + 1)
 
 
 def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None:
@@ -283,7 +326,9 @@ class Bucket:
     burst: float = 10.0
     service: float = 0.080
     tokens: float = 10.0
+    sigma: float = 0.0  # of its calls' log-normal spread (0: every call ``service`` long)
     at: float | None = None
+    rng: random.Random = field(default_factory=lambda: random.Random(3))
 
     async def call(self) -> None:
         now = anyio.current_time()
@@ -294,7 +339,8 @@ class Bucket:
             await anyio.sleep(0.005)
             raise RateLimited
         self.tokens -= 1.0
-        await anyio.sleep(self.service)
+        spread = self.rng.lognormvariate(0.0, self.sigma) if self.sigma else 1.0
+        await anyio.sleep(self.service * spread)
 
 
 @dataclass
@@ -305,8 +351,11 @@ class Figures:
     advised: int = 0
 
 
-async def _offer(guard: ConcurrencyGuard, rate: float, seconds: float) -> Figures:
-    upstream, figures, rng = Bucket(), Figures(), random.Random(7)
+async def _offer(
+    guard: ConcurrencyGuard, rate: float, seconds: float, upstream: Bucket | None = None
+) -> Figures:
+    upstream = Bucket() if upstream is None else upstream
+    figures, rng = Figures(), random.Random(7)
 
     async def one() -> None:
         try:
@@ -342,3 +391,63 @@ async def test_an_upstream_rate_limit_is_paced_not_cut_to_a_ceiling() -> None:
     assert served >= 0.95 * sum(1 for t in fixed.ok_at if t >= 4.0)
     assert paced.busy > 0.5 * (paced.busy + paced.errors + len(paced.ok_at))  # refused, mostly
     assert paced.advised == paced.busy  # every refusal says when to come back
+
+
+@pytest.mark.anyio
+async def test_a_small_burst_is_paced_by_the_timer_which_stops_with_the_queue() -> None:
+    # 4x an upstream of 100 calls a second in bursts of 2 (30 ms calls), after a warm-up under
+    # its rate: released only at other calls' ends the paced calls came in clumps the bucket
+    # refused (0.75x a fixed 10 in the zoo's upstream_fast); spaced by the timer, the guard
+    # serves what a fixed 10 does.
+    async def run(guard: ConcurrencyGuard) -> int:
+        upstream = Bucket(rate=100.0, burst=2.0, service=0.030, tokens=2.0, sigma=0.3)
+        await _offer(guard, 70.0, 3.0, upstream)
+        figures = await _offer(guard, 400.0, 6.0, upstream)
+        return sum(1 for t in figures.ok_at if t >= 2.0)
+
+    fixed = await run(ConcurrencyGuard(10, clock=anyio.current_time))
+    guard = ConcurrencyGuard(
+        limit=GradientLimit(), clock=anyio.current_time, overload_errors=(RateLimited,)
+    )
+    timer = guard._core.learn.__self__._timer  # type: ignore[union-attr]  # the one way in
+    assert await run(guard) >= 0.95 * fixed
+    # The queue drained: the timer stopped, nothing of the guard's is left running.
+    await anyio.sleep(1.0)
+    assert not timer.running
+
+
+@pytest.mark.anyio
+async def test_a_tool_never_paced_starts_no_timer() -> None:
+    guard = ConcurrencyGuard(
+        limit=GradientLimit(), clock=anyio.current_time, overload_errors=(RateLimited,)
+    )
+    await _offer(guard, 40.0, 2.0)  # under the upstream's rate: never a 429
+    assert not guard._core.learn.__self__._timer.running  # type: ignore[union-attr]
+
+
+def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> None:
+    timer = PaceTimer("search")
+    timer.start(lambda: 0.01)
+    assert not timer.running  # no loop to tick on: nothing runs, nothing raised
+
+
+@pytest.mark.anyio
+async def test_a_failing_tick_stops_the_timer_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ticks: list[float] = []
+
+    def tick() -> float | None:
+        ticks.append(anyio.current_time())
+        if len(ticks) == 3:
+            raise ValueError("a bug")
+        return 0.01
+
+    timer = PaceTimer("search")
+    timer.start(tick)
+    timer.start(tick)  # one timer at most: a second start while it runs does nothing
+    await anyio.sleep(0.1)
+    assert len(ticks) == 3
+    assert ticks[1] - ticks[0] == pytest.approx(0.01)
+    assert not timer.running
+    assert "pace_timer_failed" in caplog.text

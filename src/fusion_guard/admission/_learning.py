@@ -21,7 +21,7 @@ from ._core import Core
 from ._discipline import whole_calls
 from ._feedback import ALONE, RATE, CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
-from ._pacing import RatePacer
+from ._pacing import PaceTimer, RatePacer
 from ._refusal import Refusals
 from ._service_time import EWMA_ALPHA, ServiceTimeEstimator
 
@@ -74,6 +74,7 @@ class LimitLearning:
         "_queue_follows",
         "_refusals",
         "_standing",
+        "_timer",
     )
 
     def __init__(
@@ -97,6 +98,7 @@ class LimitLearning:
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others, at_once)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
         self._pacer = RatePacer(self._feedback)
+        self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
         # The time between slot openings at saturation, learnt from each call's hold over the
         # calls it shared the tool with. The mean hold over the slots in force is wrong for as
@@ -205,6 +207,8 @@ class LimitLearning:
                     limit = paced
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
+                if waiters and not self._timer.running:
+                    self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
                 self._follow_parallelism(parallelism or 1.0)
@@ -244,6 +248,23 @@ class LimitLearning:
         if self._overtaking:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
+
+    def _pace_tick(self) -> float | None:
+        """The pace timer's tick (``_pacing.PaceTimer``): a slot for a token earned, handed to
+        the next waiter (or kept free for the next arrival); the seconds until the next token,
+        or None once the pacer let go or no call waits."""
+        core = self._core
+        pacer = self._pacer
+        wait = pacer.until_token(core.clock(), core.admitted)
+        if wait is None:
+            return None
+        if wait > 0.0:
+            return wait
+        if core.active >= core.max_active and core.active < self._adaptive.limit:
+            self._set_limit(core.active + 1)  # hands it to the next waiter, if one waits
+        # The call handed the slot counts as admitted once its task runs: the next token is
+        # looked for one token's time on, not at once.
+        return 1.0 / pacer.rate if core.waiters else None
 
     def _pace_queue(self, queue: int) -> None:
         """A default queue while paced (``RatePacer.queue``): a call that would wait longer for

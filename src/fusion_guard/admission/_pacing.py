@@ -26,15 +26,23 @@ by the ceilings before), and not lowered by a stretch in which the tool refused 
 calls served then were all there were to serve). A pace a little above the measured rate keeps
 a few refusals coming, which tell the rate, and follows an upstream that grants more.
 
-It paces through the slots in force: at each call's end they are the calls still in flight and
-one per token its rate earned since (spent by every call admitted, kept up to the calls the pace
-holds in flight), at most ``CLUMP`` more at once, and never fewer than one. The calls beyond are
-refused as any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate,
-and the advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
+It paces through the slots in force, and spaces them with a timer. Its tokens (earned at the
+pace, spent by every call admitted, hand-offs included) are kept up to one: a slot opens for a
+token, never two at once, so calls are admitted ``1 / pace`` apart at the closest. At each call's
+end the slots are the calls still in flight, and one more when a token is there (never fewer
+than one); between ends, ``PaceTimer`` opens a slot for the next waiter as each token is earned.
+Released only at other calls' ends, up to ``CLUMP`` at once, the calls came in clumps, and an
+upstream bucket of 2 refused that stream from about 0.85-0.9 of its rate on (the zoo's
+``upstream_fast`` read 0.75-0.78 of a fixed 10 at 4x). The calls beyond the slots are refused as
+any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate, and the
+advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
 measurements, if longer) after the last rate-shaped error: a load back under the rate, or an
 upstream that raised its rate, is then run without it, and the first 429 brings it back.
 
-The pacer acts only at calls' ends (no timer, no clock of its own: the ends carry the time).
+The timer runs only while the tool is paced, its rate known and calls wait (or until the token
+that gives the next arrival a free slot): a tool not paced pays nothing for it, a queue drained
+(as a closed guard's drains) stops it. On asyncio it is a loop timer (a callback, no task); on
+trio a system task that ends when the timer stops, and is cancelled with the run.
 
 Its tokens are not the rate limiter's GCRA (``_rate.py``, ``backends/_base.py``), though both
 are a token bucket. GCRA decides each call as it comes, against a rate configured once, with a
@@ -47,14 +55,20 @@ GCRA keeps a time, which a new rate would have to rescale.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+from collections.abc import Callable
 from typing import Protocol
+
+from .._log import log_event
 
 __all__ = [
     "AT_ONCE_MEMORY",
     "CLUMP",
     "HEADROOM",
     "HOLD_MEASUREMENTS",
+    "PaceTimer",
     "QUEUE_SECONDS",
     "RATE_HOLD",
     "SERVED_CALLS",
@@ -82,10 +96,10 @@ HEADROOM = 0.2
 #: A measurement in which the tool refused calls and served fewer than the pace's rate brings
 #: the pace down by this factor at most.
 STEP_DOWN = 0.9
-#: The most slots opened at one call's end beyond the calls still in flight: the calls queued
-#: take the slots opened at once, and an upstream with a small burst of its own refuses a clump
-#: its rate would serve spread out (the tokens beyond wait for the next ends).
-CLUMP = 2
+#: The most slots opened at one call's end beyond the calls still in flight (the tokens are
+#: kept up to one, the timer spacing the rest): an upstream with a small burst of its own
+#: refuses a clump its rate would serve spread out.
+CLUMP = 1
 #: A default queue holds the calls the pace admits in this long (seconds), or in one served
 #: call's mean hold if longer: a call that would wait longer for its turn is refused at once.
 QUEUE_SECONDS = 0.1
@@ -220,18 +234,93 @@ class RatePacer:
         if at != at:  # the first reading of the tokens: none spent yet
             self._at, self._admitted = end, admitted
             return max(1, active - 1)
-        # Tokens are kept up to the calls the pace holds in flight: ends come at its rate when
-        # they are all in flight, and seldom when few are (the tokens earned meanwhile open
-        # slots at the next ends, CLUMP at a time, and are not lost).
-        burst = max(CLUMP + 1.0, rate * self._hold)
-        tokens = min(burst, self._tokens + (end - at) * rate - (admitted - self._admitted))
+        tokens = self._count(end, admitted)
+        # The calls still in flight once this one ends, and one more for a token: the timer
+        # opens the slots of the tokens earned later, each at its time.
+        return max(1, active - 1 + (CLUMP if tokens >= 1.0 else 0))
+
+    def _count(self, now: float, admitted: int) -> float:
+        """The tokens at ``now``, ``admitted`` calls admitted so far: earned at the pace since
+        the last count, less the calls admitted since, kept up to CLUMP (a token spent ahead
+        leaves them below zero, to be earned back)."""
+        tokens = self._tokens + (now - self._at) * self._rate - (admitted - self._admitted)
+        if tokens > CLUMP:
+            tokens = float(CLUMP)
         self._tokens = tokens
-        self._at, self._admitted = end, admitted
-        # The calls still in flight once this one ends, and one more per token earned, but
-        # not more than CLUMP at once: the calls queued take the slots opened at once, and an
-        # upstream with a small burst of its own refuses a clump its rate would serve spread.
-        opened = min(math.floor(tokens), CLUMP) if tokens > 0.0 else 0
-        return max(1, active - 1 + opened)
+        self._at, self._admitted = now, admitted
+        return tokens
+
+    def until_token(self, now: float, admitted: int) -> float | None:
+        """Seconds from ``now`` until a token is there (0.0: one is), ``admitted`` calls
+        admitted so far; None when not pacing at ``now`` (let go, or still measuring)."""
+        rate = self._rate
+        if not self.pacing or now >= self._until or rate != rate or self._at != self._at:
+            return None
+        tokens = self._count(now, admitted)
+        # A token short by a rounding error is one: a clock read as a float may never move by
+        # so little, and the timer would wait for it at the same instant for ever.
+        return 0.0 if tokens >= 1.0 - 1e-6 else (1.0 - tokens) / rate
+
+
+class PaceTimer:
+    """The timer that spaces a paced tool's admissions (see the module): ``start(tick)`` runs
+    ``tick()`` now, then again after the seconds each run answers, until one answers None (or
+    raises, which is logged). At most one runs per timer; ``running`` says whether it does.
+    ``tool``: the name its failures are logged under."""
+
+    __slots__ = ("_tick", "_tool", "running")
+
+    def __init__(self, tool: str) -> None:
+        self._tool = tool
+        self._tick: Callable[[], float | None] | None = None
+        self.running = False
+
+    def start(self, tick: Callable[[], float | None]) -> None:
+        """Run ``tick`` now and as it asks (see the class), unless the timer runs already."""
+        if self.running:
+            return
+        self.running = True
+        self._tick = tick
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            loop.call_soon(self._fire, loop)
+            return
+        try:  # trio: the only other runtime a guard runs on (anyio's backends)
+            import trio
+
+            trio.lowlevel.spawn_system_task(self._run_trio, name=f"fusion_guard pace {self._tool}")
+        except (ImportError, RuntimeError):  # no event loop: the calls' ends alone pace
+            self.running = False
+            self._tick = None
+
+    def _next(self) -> float | None:
+        """Run the tick once: the seconds until the next, or None (the timer stops)."""
+        try:
+            delay = self._tick() if self._tick is not None else None
+        except Exception as failure:  # a bug here must not take the event loop down
+            log_event(logging.ERROR, "pace_timer_failed", tool=self._tool, error=repr(failure))
+            delay = None
+        if delay is None:
+            self.running = False
+            self._tick = None
+        return delay
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        delay = self._next()
+        if delay is not None:
+            loop.call_later(delay, self._fire, loop)
+
+    async def _run_trio(self) -> None:
+        import trio
+
+        try:
+            delay = self._next()
+            while delay is not None:  # a timer, not a wait for something to happen
+                await trio.sleep(delay)
+                delay = self._next()
+        finally:  # cancelled with the run
+            self.running = False
+            self._tick = None
 
 
 class Served(Protocol):

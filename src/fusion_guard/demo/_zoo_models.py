@@ -529,6 +529,23 @@ class UpstreamLong(UpstreamApi):
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamTight(UpstreamApi):
+    """A variant of the upstream API held out from the timed pacing's work (issue 41): a token
+    bucket of no burst at all (one token), a lower rate of mid-length calls, 429 in 2 ms."""
+
+    name: ClassVar[str] = "upstream_tight"
+    title: ClassVar[str] = "upstream API, no burst"
+    rate: float = 30.0
+    burst: int = 1
+    mean_s: float = 0.100
+    sigma: float = 0.5
+    reject_s: float = 0.002
+    workers: int = 3
+    slo_s: float = 0.5
+    client_timeout_s: float = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class BimodalCache(_QueueingModel):
     """A cache: most calls hit (uniform 1-2 ms), some miss (uniform 100-300 ms); both hold one
     of its connections, calls beyond them queue."""
@@ -715,6 +732,7 @@ MODELS: tuple[ZooModel, ...] = (
     UpstreamWindow(),
     UpstreamSliding(),
     UpstreamLong(),
+    UpstreamTight(),
     BimodalCache(),
     ArgumentCost(),
     CpuThreads(),
