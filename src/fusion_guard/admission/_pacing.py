@@ -281,8 +281,11 @@ class PaceTimer:
             return
         self.running = True
         self._tick = tick
-        loop = asyncio._get_running_loop()
-        if loop is not None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in asyncio's loop: trio, or no event loop at all
+            pass
+        else:
             loop.call_soon(self._fire, loop)
             return
         try:  # trio: the only other runtime a guard runs on (anyio's backends)
@@ -298,7 +301,7 @@ class PaceTimer:
         try:
             delay = self._tick() if self._tick is not None else None
         except Exception as failure:  # a bug here must not take the event loop down
-            log_event(logging.ERROR, "pace_timer_failed", tool=self._tool, error=repr(failure))
+            log_event(logging.ERROR, "pace_timer_failed", failure, tool=self._tool)
             delay = None
         if delay is None:
             self.running = False
