@@ -203,7 +203,13 @@ class Refusals:
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = core.max_active + core.max_queue
-            retry_after = promises.promise(now, ahead, hold / core.max_active, crowd, caller)
+            # The drain step: under an adaptive limit as measured at a full guard (its holds
+            # over the calls in flight beside them, ``ServiceTimeEstimator.observe_full``),
+            # raised as the hold is by a call in flight older than the mean; otherwise, or
+            # until measured, the hold over the slots.
+            step = service.step
+            step = step * hold / mean if step and mean > 0.0 else hold / core.max_active
+            retry_after = promises.promise(now, ahead, step, crowd, caller)
             if reason == "queue_full":
                 core.shed_full += 1
                 core.shed_standing += counted is self._standing
