@@ -203,12 +203,16 @@ class Refusals:
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = core.max_active + core.max_queue
-            # The drain step: under an adaptive limit as measured at a full guard (its holds
-            # over the calls in flight beside them, ``ServiceTimeEstimator.observe_full``),
-            # raised as the hold is by a call in flight older than the mean; otherwise, or
-            # until measured, the hold over the slots.
-            step = service.step
-            step = step * hold / mean if step and mean > 0.0 else hold / core.max_active
+            # The drain step. Under an adaptive limit, the time between openings its lessons
+            # teach (``Core.openings``, the overload detector's figure), raised as the hold is
+            # by a call in flight older than the mean: the mean hold over the slots in force
+            # mixes holds measured at one limit with the slots of another (past the tool's
+            # parallelism the holds grow with the calls in flight, which wait inside it).
+            openings = core.openings
+            if openings is not None and openings.samples and mean > 0.0:
+                step = openings.mean * hold / mean
+            else:
+                step = hold / core.max_active
             retry_after = promises.promise(now, ahead, step, crowd, caller)
             if reason == "queue_full":
                 core.shed_full += 1

@@ -75,7 +75,7 @@ class ServiceTimeEstimator:
     it measures the next (see the module); the release path counts them down.
     """
 
-    __slots__ = ("_full", "_seen", "_seen_mean", "mean", "samples", "skip", "step", "variance")
+    __slots__ = ("_seen", "_seen_mean", "mean", "samples", "skip", "variance")
 
     def __init__(self, prior: float) -> None:
         self.mean = prior
@@ -85,11 +85,6 @@ class ServiceTimeEstimator:
         self._seen = 0  # samples as of the last read
         self._seen_mean = prior
         self.skip = 0
-        self.step = 0.0
-        self._full = 0  # holds ``step`` rests on
-        """Under an adaptive limit, the drain step measured: the moving average of each hold
-        over the calls in flight as it began, of the calls that began with every slot taken
-        (``observe_full``); 0.0 until one has ended."""
 
     def observe(self, duration: float, alone: bool = False) -> None:
         """Take in a hold of ``duration`` seconds; ``alone``: of a call of a fixed limit that
@@ -103,22 +98,6 @@ class ServiceTimeEstimator:
         self.samples = samples + 1
         if alone and samples >= SAMPLED_FROM - 1:
             self.skip = SAMPLE_EVERY - 1
-
-    def observe_full(self, duration: float, inflight: int) -> None:
-        """Take in the hold of ``duration`` seconds of a call of an adaptive limit that began
-        with every slot taken, ``inflight`` calls in flight (itself included): one opening
-        every ``duration / inflight`` seconds while the guard stays full (Little's law over
-        the calls it ran beside). Read per call, this step holds whatever the limit: past the
-        tool's own parallelism, holds grow with the calls in flight (they wait inside the
-        tool) and the step stays the tool's, where ``mean / max_active`` mixes holds measured
-        at one limit with the slots of another (see the module)."""
-        # The plain mean of the first ``1 / EWMA_ALPHA`` of them, then the moving one: the
-        # holds at a full guard alternate with the tool's rounds (two workers, three calls in
-        # flight: 0.4 s, then 0.2 s), and a first one taken as the whole mean stayed 7 % off
-        # for the rest of a burst of 40 calls (1.09x its ideal drain).
-        full = self._full = self._full + 1
-        weight = 1.0 / full if full * EWMA_ALPHA < 1.0 else EWMA_ALPHA
-        self.step += weight * (duration / inflight - self.step)
 
     def spread(self) -> float:
         """The squared coefficient of variation of the holds (variance over the squared mean):

@@ -243,8 +243,6 @@ class Slot:
                 if reached_tool:
                     service.observe(held, learn is None and self._alone)
                 if learn is not None:
-                    if reached_tool and self._inflight >= core.max_active:
-                        service.observe_full(held, self._inflight)  # the drain step, measured
                     # Of the calls that took a slot before this one, at least this many still
                     # hold one (even if every call ended so far was among them): it overtook
                     # them.
