@@ -8,8 +8,9 @@ counters.
 
 The advice is decided here too. Each refusal is a small promise (``RetryPromises``): the k-th
 refused caller is told when the k-th coming opening is expected, so callers who follow the
-advice come back spread out at the drain rate (one opening every ``hold / max_active``), not
-all at once into a second refusal. A *promise cursor* holds the time of the last opening
+advice come back spread out at the drain rate (one opening every ``hold / max_active``, or
+under an adaptive limit the time between openings its lessons teach), not all at once into a
+second refusal. A *promise cursor* holds the time of the last opening
 promised; every refusal advances it by one step, and it never lags behind
 ``now + (queued + 1) * step`` (the queue ahead drains first).
 """
@@ -203,7 +204,17 @@ class Refusals:
             # An anonymous promise runs at most a full guard's worth of openings (every slot
             # and every queue place) past the drain and the known callers' promises.
             crowd = core.max_active + core.max_queue
-            retry_after = promises.promise(now, ahead, hold / core.max_active, crowd, caller)
+            # The drain step. Under an adaptive limit, the time between openings its lessons
+            # teach (``Core.openings``, the overload detector's figure), raised as the hold is
+            # by a call in flight older than the mean: the mean hold over the slots in force
+            # mixes holds measured at one limit with the slots of another (past the tool's
+            # parallelism the holds grow with the calls in flight, which wait inside it).
+            openings = core.openings
+            if openings is not None and openings.samples and mean > 0.0:
+                step = openings.mean * hold / mean
+            else:
+                step = hold / core.max_active
+            retry_after = promises.promise(now, ahead, step, crowd, caller)
             if reason == "queue_full":
                 core.shed_full += 1
                 core.shed_standing += counted is self._standing
@@ -267,7 +278,7 @@ class RetryPromises:
     ) -> float:
         """retry_after (seconds) for the caller refused at ``now`` with ``queued`` ahead.
 
-        ``step`` is the drain step (mean hold time / slots); ``crowd``: how many openings past
+        ``step`` is the drain step (the time between openings); ``crowd``: how many openings past
         the drain an anonymous promise may run (see the class); ``caller``: who is asking, when
         known. The result is at least one step (the next opening cannot be sooner than that),
         at most ``max_retry_after``.
