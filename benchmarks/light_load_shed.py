@@ -297,24 +297,11 @@ def _watching(predictive: bool, refused: dict[float, str]) -> Iterator[None]:
 def replay(cell: str, load: float, policy: str, seed: int, predictive: bool) -> dict[int, str]:
     """A zoo cell (``tight``: issue 41's configuration) under ``policy``: each call of the
     measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index."""
-    model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
-    refused: dict[float, str] = {}
-
-    async def run() -> tuple[float, Any]:
-        return await _zoo._simulate(model, load, seed, (policy,))
-
-    with _watching(predictive, refused):
-        begin, runs = run_in_virtual_time(run)
-    calls = runs[policy]
-    lo, hi = begin + model.settle_s, begin + model.total_s
     return {
-        calls.index_of[r.intended]: (
-            refused.get(round(r.intended + r.latency, 9), "full")
-            if r.outcome == "shed"
-            else r.outcome
-        )
-        for r in calls.records
-        if lo <= r.intended < hi
+        index: outcome
+        for index, (outcome, _latency) in _timed_replay(
+            cell, load, policy, seed, None, predictive
+        ).items()
     }
 
 
@@ -333,10 +320,10 @@ def _default_queue(calls: int) -> Iterator[None]:
         _assembly.default_max_queue, _learning.default_max_queue = made, followed
 
 
-def _timed_replay(cell: str, load: float, policy: str, seed: int,
-                  queue: int | None) -> dict[int, tuple[str, float]]:  # fmt: skip
-    """``replay`` (predictive shedding on) with each call's latency, under a default queue of
-    ``queue`` calls (None: the guard's own)."""
+def _timed_replay(cell: str, load: float, policy: str, seed: int, queue: int | None,
+                  predictive: bool = True) -> dict[int, tuple[str, float]]:  # fmt: skip
+    """``replay`` with each call's latency, under a default queue of ``queue`` calls (None:
+    the guard's own)."""
     model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
     refused: dict[float, str] = {}
 
@@ -344,7 +331,7 @@ def _timed_replay(cell: str, load: float, policy: str, seed: int,
         return await _zoo._simulate(model, load, seed, (policy,))
 
     with (
-        _watching(True, refused),
+        _watching(predictive, refused),
         _default_queue(queue) if queue is not None else contextlib.nullcontext(),
     ):
         begin, runs = run_in_virtual_time(run)
