@@ -124,7 +124,6 @@ def test_the_default_pair_decides_as_the_reference(
     budget = RetryBudget(RATIO, min_per_second=PER_SECOND, window=BUDGET_WINDOW, clock=clock)
     throttle = AdaptiveThrottle(K, window=THROTTLE_WINDOW, clock=clock, rng=random.Random(seed))
     counting = Counting(budget, throttle)
-    assert counting.admit_first is not None and counting.on_accepted is not None
     reference = _Reference(clock, random.Random(seed))
     shut = False
     for gap, step, times in steps:
@@ -138,8 +137,10 @@ def test_the_default_pair_decides_as_the_reference(
 def _step(step: str, counting: Counting, reference: _Reference) -> bool:
     """One step on both sides; True when the gate was shut."""
     budget, throttle = counting.budget, counting.throttle
-    assert isinstance(budget, RetryBudget) and throttle is not None
-    assert counting.admit_first is not None and counting.on_accepted is not None
+    assert isinstance(budget, RetryBudget)
+    assert throttle is not None
+    assert counting.admit_first is not None
+    assert counting.on_accepted is not None
     clock = reference.clock
     if step == "first":
         assert counting.admit_first() == reference.admit_first()
