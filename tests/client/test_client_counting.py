@@ -14,7 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from fusion_guard.client import AdaptiveThrottle, RetryBudget
-from fusion_guard.client._budget import Counting
+from fusion_guard.client._budget import Counting, _Window
 
 K, RATIO, PER_SECOND, BUDGET_WINDOW, SLICES = 1.8, 0.25, 0.1, 30.0, 10
 # The throttle's 4 s would make slices of 0.4 s, which no float holds: at a clock reading of
@@ -160,3 +160,14 @@ def _step(step: str, counting: Counting, reference: _Reference) -> bool:
     else:
         assert budget.balance == reference.balance()
     return reference.shut_until > clock()
+
+
+def test_a_window_moves_on_at_a_slice_edge_its_division_rounds_down() -> None:
+    # 100.0 // 0.4 is 249.0 while 250 * 0.4 is 100.0: at that reading the newest slice has
+    # ended, and the window must move on by one slice, not keep a slice more than it holds.
+    window = _Window(4.0)
+    window.add(99.9)
+    window.add(100.0)
+    for step in range(1, 30):
+        window.add(100.0 + 0.4 * step)
+    assert window.total(100.0 + 0.4 * 29) == 10  # the last 10 slices of 0.4 s, one call each
