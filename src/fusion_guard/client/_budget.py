@@ -129,10 +129,13 @@ class _Window:
     def _advance(self, now: float) -> None:
         """Make the slice of ``now`` the newest: the slices passed over leave the window."""
         counts = self._counts
-        # At least the next slice: ``now`` is past the newest's end, but a floor division can
-        # round to the slice that ends at ``now`` (100.0 // 0.4 is 249, and 250 * 0.4 is 100.0),
-        # and a shift of none would grow the window by a slice.
-        index = max(now // self._slice, self._index + 1)
+        index = now // self._slice
+        if (index + 1) * self._slice <= now:
+            # A floor division can round down to the slice that ends at ``now`` (100.0 // 0.4
+            # is 249, and 250 * 0.4 is 100.0): the slice of ``now`` is the next one. Without
+            # this a shift of none grew the window by a slice, and a slice ending at ``now``
+            # left the next reading at ``now`` to move it on (two readings, two totals).
+            index += 1
         passed = index - self._index  # >= 1
         if passed > len(counts):
             counts[:] = [0.0] * len(counts)
