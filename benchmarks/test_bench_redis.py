@@ -27,7 +27,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 
 from bench_support import Figures, async_batch
 from fusion_guard import RateLimiter, RedisRateLimitBackend
-from fusion_guard.backends._redis import FleetSemaphore
+from fusion_guard.backends._redis_lease import FleetSemaphore
 from fusion_guard.testing import RedisServer
 
 CLIENTS = [f"client-{i}" for i in range(1_000)]

@@ -37,7 +37,7 @@ from .wire._response import ToolResponse, success, tool_error
 from .wire._validation import format_validation_error
 
 if TYPE_CHECKING:
-    from .backends._redis import RedisRateLimitBackend
+    from .backends._redis_rate import RedisRateLimitBackend
     from .config import GuardSettings, InvalidSettings, ToolPolicy
     from .contract._awareness import ContractAwareness
     from .contract._diff import ChangeSeverity, ContractChange, ContractDiff, diff_contracts
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 #: Public names whose modules load on first use: name -> module (relative to this package).
 _LAZY = {
-    "RedisRateLimitBackend": ".backends._redis",
+    "RedisRateLimitBackend": ".backends._redis_rate",
     "GuardSettings": ".config",
     "InvalidSettings": ".config",
     "ToolPolicy": ".config",

@@ -199,7 +199,7 @@ class GateAssembly:
         # Fleet-wide slots: Redis leases, on the rate backend's connection when it is Redis.
         # Under "auto" the fleet's hard cap is the automatic limit's ceiling, and this
         # process's slots follow its own adaptive limit inside it.
-        from .backends._redis import RedisRateLimitBackend
+        from .backends._redis_rate import RedisRateLimitBackend
 
         backend = self.rate_backend()
         redis: str | RedisRateLimitBackend = (
@@ -338,7 +338,7 @@ def _watch(observer: ToolObserver, slots: Slots) -> None:
 
 def _backend_for(settings: GuardSettings, clock: Clock) -> RateBackend:
     if settings.backend == "redis" and settings.redis_url is not None:
-        from .backends._redis import RedisRateLimitBackend
+        from .backends._redis_rate import RedisRateLimitBackend
 
         return RedisRateLimitBackend(
             settings.redis_url.get_secret_value(),

@@ -20,7 +20,8 @@ from fusion_guard import (
     RateLimiter,
     RedisRateLimitBackend,
 )
-from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
+from fusion_guard.backends._redis import RedisConnection
+from fusion_guard.backends._redis_lease import FleetSemaphore
 from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio

@@ -19,7 +19,7 @@ from fusion_guard import (
     ToolResponse,
     parse_tool_error,
 )
-from fusion_guard.backends._redis import RECOVERY_GRACE
+from fusion_guard.backends._redis_lease import RECOVERY_GRACE
 from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio

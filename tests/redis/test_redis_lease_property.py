@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fusion_guard.backends._redis import FleetSemaphore, RedisConnection
+from fusion_guard.backends._redis import RedisConnection
+from fusion_guard.backends._redis_lease import FleetSemaphore
 from redis_testserver import RedisServer
 
 T = TypeVar("T")

@@ -19,7 +19,8 @@ import redis.asyncio
 from redis_proxy import SlowStartProxy
 
 from fusion_guard import BackendError, DistributedConcurrencyGuard, ServerBusy
-from fusion_guard.backends._redis import RECOVERY_GRACE, FleetSemaphore, RedisConnection
+from fusion_guard.backends._redis import RedisConnection
+from fusion_guard.backends._redis_lease import RECOVERY_GRACE, FleetSemaphore
 from redis_testserver import RedisServer
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,7 @@ sheds it with SERVER_BUSY ``backend_unavailable``. The next call tries Redis aga
 needs no restart, and no lease outlives its call: an acquire given up on (timed out, failed,
 cancelled) and a release that failed are released in the background once Redis answers, and
 running calls whose leases Redis lost register them again, counted (see
-:class:`~fusion_guard.backends._redis.FleetSemaphore`). Needs asyncio (redis-py's client is
+:class:`~fusion_guard.backends._redis_lease.FleetSemaphore`). Needs asyncio (redis-py's client is
 asyncio-only).
 
 With an adaptive ``limit=`` the leases keep ``max_active`` as the fleet's hard cap, and the local
@@ -47,16 +47,16 @@ from .._exceptions import BackendError, ConfigurationError
 from .._log import log_event
 from .._observer import ToolObserver
 from .._priority import DEFAULT_RANK, Priority
-from ..backends._redis import (
+from .._setting_names import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LEASE,
     DEFAULT_PREFIX,
     DEFAULT_TIMEOUT,
     FailurePolicy,
-    FleetSemaphore,
-    RedisConnection,
-    RedisRateLimitBackend,
 )
+from ..backends._redis import RedisConnection
+from ..backends._redis_lease import FleetSemaphore
+from ..backends._redis_rate import RedisRateLimitBackend
 from ._concurrency import ConcurrencyGuard, ConcurrencyStatistics
 from ._failure import BACKEND_RETRY_AFTER, BackendFailure, Figures, backend_failure
 from ._limit import Limit

@@ -18,7 +18,8 @@ from .._checks import check_failure_policy
 from .._exceptions import BackendError, ServerBusy
 from .._observer import ToolObserver, ToolObservers, bind_priorities
 from .._priority import DEFAULT_RANK
-from ..backends._redis import FailurePolicy, Outage
+from .._setting_names import FailurePolicy
+from ..backends._redis import Outage
 from ..wire._shedding import BackendUnavailableTemplate, ServerBusyTemplate
 
 if TYPE_CHECKING:
