@@ -23,7 +23,7 @@ from fusion_guard import Guard
 from fusion_guard.integrations.fastmcp import GuardMiddleware
 from fusion_guard.integrations.mcp import install
 from fusion_guard.observability import add_metrics_route
-from fusion_guard.observability._metrics import metric_names
+from fusion_guard.observability._metric_definitions import metric_names
 from http_serving import served
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from fusion_guard import PrometheusObserver
-from fusion_guard.observability._metrics import METRICS
+from fusion_guard.observability._metric_definitions import METRICS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 ROW = re.compile(r"^\| `fusion_guard_(\w+)` \| (\w+) \| ([^|]+) \|", re.MULTILINE)

@@ -28,7 +28,7 @@ from observability_support import (
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fusion_guard import PrometheusObserver
-from fusion_guard.observability._metrics import metric_names
+from fusion_guard.observability._metric_definitions import metric_names
 
 # A metric name in PromQL: fusion_guard_ followed by name characters (recording rules use ':').
 METRIC = re.compile(r"\bfusion_guard_[a-z_]+\b")

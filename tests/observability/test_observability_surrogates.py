@@ -12,7 +12,7 @@ from observability_support import samples, value
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fusion_guard import ErrorCode, Guard, LogEventObserver, RateLimited, serve_metrics
-from fusion_guard.observability._metrics import label_value
+from fusion_guard.observability._metric_definitions import label_value
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from .._observer import ToolObservers, observer_failed
 from .._priority import Priority
 from ._events import LogEventObserver, _PriorityEvents, _ToolEvents
-from ._metrics import PrometheusObserver, _ClientTool, _LeanTool
+from ._metrics import PrometheusObserver
+from ._metrics_client import ClientTool
+from ._metrics_lean import LeanTool
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -70,7 +72,7 @@ class _ToolDefaults(ToolObservers):
     __slots__ = ("_events", "_metrics")
 
     def __init__(
-        self, metrics: _LeanTool | _ClientTool | None, events: _ToolEvents | _PriorityEvents
+        self, metrics: LeanTool | ClientTool | None, events: _ToolEvents | _PriorityEvents
     ) -> None:
         super().__init__((events,) if metrics is None else (metrics, events))
         self._metrics = metrics

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from .._checks import check_number
 from .._log import is_enabled, log_event
 from .._observer import Outcome, ShedReason
-from ._metrics import DEFAULT_PRIORITY, LiveFigures
+from ._metric_definitions import DEFAULT_PRIORITY, LiveFigures
 
 __all__ = ["LogEventObserver"]
 
