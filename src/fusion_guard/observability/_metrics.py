@@ -3,16 +3,18 @@ themselves, as the docs' metric table lists them, are defined in ``_metric_defin
 
 Two ways to keep the figures, chosen once when the observer is made:
 
-* One process (the usual case, ``_metrics_lean.py``): plain Python counters and bucket arrays per tool, turned into
-  metric families only when Prometheus scrapes (a custom collector). Recording a call is an
-  attribute increment and a ``bisect``, several times cheaper than prometheus-client's
-  ``Histogram.observe`` (about 0.6 us here, mostly its lock), which keeps a guarded call with
-  metrics on within 3x a bare semaphore. ``inflight`` and ``queue_depth`` are read from the
-  guard's live figures at scrape time when the guard registered them (``watch``).
-* Multiprocess mode (``_metrics_client.py``; ``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is first
-  imported): prometheus-client metric objects, whose values live in the mmap files that
-  ``MultiProcessCollector`` adds up; the gauges declare ``livesum`` (a worker's figures drop
-  out once ``mark_process_dead(pid)`` is called for it). Children are bound once per tool here too.
+* One process (the usual case, ``_metrics_lean.py``): plain Python counters and bucket
+  arrays per tool, turned into metric families only when Prometheus scrapes (a custom
+  collector). Recording a call is an attribute increment and a ``bisect``, several times
+  cheaper than prometheus-client's ``Histogram.observe`` (about 0.6 us here, mostly its lock),
+  which keeps a guarded call with metrics on within 3x a bare semaphore. ``inflight`` and
+  ``queue_depth`` are read from the guard's live figures at scrape time when the guard
+  registered them (``watch``).
+* Multiprocess mode (``_metrics_client.py``; ``PROMETHEUS_MULTIPROC_DIR`` set before
+  ``prometheus_client`` is first imported): prometheus-client metric objects, whose values live
+  in the mmap files that ``MultiProcessCollector`` adds up; the gauges declare ``livesum`` (a
+  worker's figures drop out once ``mark_process_dead(pid)`` is called for it). Children are
+  bound once per tool here too.
 
 Counters are exact for a guard driven from one thread (one event loop), as guards are.
 prometheus_client itself is imported only when an observer is made, so that ``import
