@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fusion_guard import ChangeSeverity, ContractChange, Lockfile, ToolContract, diff_contracts
-from fusion_guard.contract._diff import description_meaning_changed
+from fusion_guard.contract._descriptions import description_meaning_changed
 
 BREAKING, RISKY, SAFE, COSMETIC = (
     ChangeSeverity.BREAKING,

@@ -12,39 +12,31 @@ Severities, from the caller's side (a model that learnt the locked contract):
 - ``SAFE``: an optional field (or a tool) added, a field made optional.
 - ``COSMETIC``: a description reworded.
 
-Schemas are compared field by field: properties are walked through ``$ref``/``$defs``, nullable
-``anyOf`` members and array ``items`` (written ``items[]``), so ``items[].sku`` names the ``sku``
-of each element of ``items``.
-
-A description "changed in meaning" (RISKY) rather than "in wording" (COSMETIC) when any of these
-differs between the normalised token lists (lower case, ``n't`` read as ``not``, a plural ``s``
-dropped): the numbers; the negation words (``not``, ``no``, ``never``, ``without``, ``except``...);
-the requirement words (``must``, ``required``, ``optional``, ``only``, ``deprecated``...); the units
-(``seconds``, ``ms``, ``bytes``, ``cents``, ``utc``...); or when fewer than half of the content
-words (stop words left out) are shared (Jaccard similarity below 0.5).
+Schemas are compared field by field, as ``_schema_fields.py`` flattens them; a description
+"changed in meaning" (RISKY) rather than "in wording" (COSMETIC) as ``_descriptions.py``
+decides.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ._descriptions import description_meaning_changed
 from ._lockfile import ToolContract, tool_contracts
+from ._schema_fields import LOWER_BOUNDS, UPPER_BOUNDS, Field, fields
 
 __all__ = [
     "ChangeSeverity",
     "ContractChange",
     "ContractDiff",
-    "description_meaning_changed",
     "diff_contracts",
 ]
 
 TOOL_FIELD = "(tool)"
-ROOT_FIELD = "(root)"  # the arguments object itself (additionalProperties at the top level)
 
 
 class ChangeSeverity(StrEnum):
@@ -121,225 +113,6 @@ def _show(value: object) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
-# -- flattening a schema into fields ---------------------------------------------------------------
-
-_LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
-_UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
-_MAX_DEPTH = 16
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    """What the diff compares for one field (a flattened schema node)."""
-
-    required: bool
-    types: frozenset[str]
-    enum: frozenset[str] | None  # canonical JSON of each option
-    facets: Mapping[str, Any]  # bounds, multipleOf, pattern, format, closed
-    default: tuple[Any, ...]  # () when there is no default, else (value,)
-    description: str
-
-
-def _resolve(
-    node: object, defs: Mapping[str, Any], seen: frozenset[str]
-) -> tuple[dict[str, Any], frozenset[str]]:
-    """Follow ``$ref`` into ``$defs``; a cycle stops at the node that closes it."""
-    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
-        ref = node["$ref"]
-        name = ref.rsplit("/", 1)[-1]
-        if ref in seen or name not in defs:
-            break
-        seen = seen | {ref}
-        extra = {k: v for k, v in node.items() if k != "$ref"}
-        node = {**defs[name], **extra}
-    return (dict(node) if isinstance(node, Mapping) else {}), seen
-
-
-def _members(node: Mapping[str, Any]) -> list[Any]:
-    return list(node.get("anyOf") or node.get("oneOf") or [])
-
-
-_JSON_TYPES = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    type(None): "null",
-    list: "array",
-}
-
-
-def _types(
-    node: Mapping[str, Any], defs: Mapping[str, Any], seen: frozenset[str]
-) -> frozenset[str]:
-    declared = node.get("type")
-    if isinstance(declared, str):
-        return frozenset({declared})
-    if isinstance(declared, list):
-        return frozenset(str(t) for t in declared)
-    members = _members(node)
-    if members:
-        return frozenset().union(*(_types(_resolve(m, defs, seen)[0], defs, seen) for m in members))
-    if "properties" in node:
-        return frozenset({"object"})
-    if "const" in node:
-        return frozenset({_JSON_TYPES.get(type(node["const"]), "object")})
-    return frozenset()
-
-
-def _main_member(
-    node: dict[str, Any], defs: Mapping[str, Any], seen: frozenset[str]
-) -> tuple[dict[str, Any], frozenset[str]]:
-    """For ``anyOf: [X, {"type": "null"}]`` (an Optional), X merged with the outer keywords."""
-    members = [_resolve(m, defs, seen) for m in _members(node)]
-    real = [(m, s) for m, s in members if m.get("type") != "null"]
-    if len(real) != 1:
-        return node, seen
-    inner, inner_seen = real[0]
-    outer = {k: v for k, v in node.items() if k not in ("anyOf", "oneOf")}
-    return {**inner, **outer}, inner_seen
-
-
-def _enum(node: Mapping[str, Any]) -> frozenset[str] | None:
-    if "const" in node:
-        return frozenset({_canonical(node["const"])})
-    options = node.get("enum")
-    return None if not isinstance(options, list) else frozenset(_canonical(o) for o in options)
-
-
-def _field(node: dict[str, Any], required: bool, types: frozenset[str]) -> _Field:
-    facets = {
-        k: node[k]
-        for k in (*_LOWER_BOUNDS, *_UPPER_BOUNDS, "multipleOf", "pattern", "format")
-        if k in node
-    }
-    if node.get("additionalProperties") is False:
-        facets["closed"] = True
-    default = (node["default"],) if "default" in node else ()
-    description = node.get("description")
-    return _Field(
-        required,
-        types,
-        _enum(node),
-        facets,
-        default,
-        description if isinstance(description, str) else "",
-    )
-
-
-def _walk(
-    node: object,
-    path: str,
-    required: bool,
-    defs: Mapping[str, Any],
-    seen: frozenset[str],
-    depth: int,
-) -> Iterator[tuple[str, _Field]]:
-    resolved, seen = _resolve(node, defs, seen)
-    types = _types(resolved, defs, seen)
-    resolved, seen = _main_member(resolved, defs, seen)
-    yield path or ROOT_FIELD, _field(resolved, required, types)
-    if depth >= _MAX_DEPTH:
-        return
-    needed = set(resolved.get("required") or ())
-    for name, child in (resolved.get("properties") or {}).items():
-        child_path = f"{path}.{name}" if path else str(name)
-        yield from _walk(child, child_path, name in needed, defs, seen, depth + 1)
-    items = resolved.get("items")
-    if isinstance(items, Mapping):
-        yield from _walk(items, f"{path}[]", True, defs, seen, depth + 1)
-
-
-def _fields(schema: Mapping[str, Any]) -> dict[str, _Field]:
-    defs = schema.get("$defs") or schema.get("definitions") or {}
-    return dict(_walk(schema, "", True, defs, frozenset(), 0))
-
-
-# -- descriptions ----------------------------------------------------------------------------------
-
-_NEGATIONS = frozenset(
-    {"not", "no", "never", "none", "nor", "neither", "without", "except", "unless", "cannot"}
-)
-_REQUIREMENTS = frozenset(
-    {
-        "must",
-        "required",
-        "require",
-        "optional",
-        "only",
-        "always",
-        "deprecated",
-        "mandatory",
-        "forbidden",
-        "should",
-        "exactly",
-        "least",
-        "most",
-    }
-)
-_UNITS = frozenset(
-    {
-        "ms",
-        "millisecond",
-        "second",
-        "sec",
-        "minute",
-        "min",
-        "hour",
-        "day",
-        "week",
-        "month",
-        "year",
-        "byte",
-        "kb",
-        "mb",
-        "gb",
-        "percent",
-        "cent",
-        "dollar",
-        "euro",
-        "utc",
-        "local",
-        "character",
-        "item",
-        "page",
-    }
-)
-_STOP_WORDS = frozenset(
-    {
-        "a", "an", "the", "of", "to", "for", "in", "on", "and", "or", "is", "are", "be", "this",
-        "that", "with", "by", "as", "at", "it", "its", "from", "which", "will", "can", "use",
-        "used", "value", "field", "parameter",
-    }
-)  # fmt: skip
-_TOKEN = re.compile(r"\d+(?:\.\d+)?|[a-z_][a-z0-9_]*")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?$")
-
-
-def _tokens(text: str) -> list[str]:
-    lowered = text.lower().replace("n't", " not").replace("can not", "cannot")
-    words = _TOKEN.findall(lowered)
-    return [w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words]
-
-
-def description_meaning_changed(before: str, after: str) -> bool:
-    """True when a description changed in meaning, False when only in wording (see module doc)."""
-    old, new = _tokens(before), _tokens(after)
-    for words in (_NEGATIONS, _REQUIREMENTS, _UNITS):
-        if {w for w in old if w in words} != {w for w in new if w in words}:
-            return True
-    if [w for w in old if _NUMBER.match(w)] != [w for w in new if _NUMBER.match(w)]:
-        return True
-    old_content = {w for w in old if w not in _STOP_WORDS}
-    new_content = {w for w in new if w not in _STOP_WORDS}
-    union = old_content | new_content
-    return bool(union) and len(old_content & new_content) / len(union) < 0.5
-
-
 def _description_change(tool: str, field: str, before: str, after: str) -> ContractChange | None:
     if before == after:
         return None
@@ -354,11 +127,11 @@ def _description_change(tool: str, field: str, before: str, after: str) -> Contr
 def _bound_changes(
     tool: str, path: str, old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> Iterator[ContractChange]:
-    for key in (*_LOWER_BOUNDS, *_UPPER_BOUNDS):
+    for key in (*LOWER_BOUNDS, *UPPER_BOUNDS):
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
-        lower = key in _LOWER_BOUNDS
+        lower = key in LOWER_BOUNDS
         if before is None or after is None:
             tightened = before is None
         elif _is_number(before) and _is_number(after):
@@ -402,7 +175,7 @@ def _rule_changes(
         )
 
 
-def _enum_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChange | None:
+def _enum_change(tool: str, path: str, old: Field, new: Field) -> ContractChange | None:
     if old.enum == new.enum:
         return None
     before, after = _show(old.enum), _show(new.enum)
@@ -421,7 +194,7 @@ def _accepting(types: frozenset[str]) -> frozenset[str]:
     return types | {"integer"} if "number" in types else types
 
 
-def _type_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChange | None:
+def _type_change(tool: str, path: str, old: Field, new: Field) -> ContractChange | None:
     if old.types == new.types:
         return None
     before, after = _kind(old), _kind(new)
@@ -431,7 +204,7 @@ def _type_change(tool: str, path: str, old: _Field, new: _Field) -> ContractChan
     return ContractChange(tool, path, BREAKING, "type changed", before, after)
 
 
-def _field_changes(tool: str, path: str, old: _Field, new: _Field) -> Iterator[ContractChange]:
+def _field_changes(tool: str, path: str, old: Field, new: Field) -> Iterator[ContractChange]:
     if old.required != new.required:
         if new.required:
             yield ContractChange(
@@ -461,7 +234,7 @@ def _under(path: str, parents: set[str]) -> bool:
 def _schema_changes(
     tool: str, old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> Iterator[ContractChange]:
-    before, after = _fields(old), _fields(new)
+    before, after = fields(old), fields(new)
     removed = {p for p in before if p not in after}
     added = {p for p in after if p not in before}
     for path in before:
@@ -481,7 +254,7 @@ def _schema_changes(
                 yield ContractChange(tool, path, SAFE, "optional field added", None, _kind(field))
 
 
-def _kind(field: _Field) -> str:
+def _kind(field: Field) -> str:
     return "|".join(sorted(field.types)) or "any"
 
 
