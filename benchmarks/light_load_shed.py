@@ -8,8 +8,8 @@ tool model behind a guard, Poisson arrivals at a multiple of its capacity, in vi
     python benchmarks/light_load_shed.py --seeds 1-3 --seconds 60 --json figures.json
     python benchmarks/light_load_shed.py --replay tight cache arg_cost --loads 0.8 --seeds 1-3
     python benchmarks/light_load_shed.py --replay cache --loads 0.8 --seeds 1-3 --max-queue 100000
-    python benchmarks/light_load_shed.py --replay cache arg_cost --loads 0.8 --seeds 4-9 --queue-alone
-    python benchmarks/light_load_shed.py --replay cache --loads 0.8 --seeds 1-3 --queue-alone --at-slo
+    python benchmarks/light_load_shed.py --replay cache arg_cost --loads 0.8 --queue-alone
+    python benchmarks/light_load_shed.py --replay cache --loads 0.8 --queue-alone --at-slo
 
 Per model, load and policy: the share of calls refused (``shed``), split by rule (``predicted``
 at arrival or in the queue, ``expired`` after waiting ``queue_timeout``, ``full`` / ``standing``),
