@@ -301,13 +301,15 @@ def _watching(predictive: bool, refused: dict[float, str]) -> Iterator[None]:
         _refusal.Refusals.refuse = refuse  # type: ignore[method-assign]
 
 
-def replay(cell: str, load: float, policy: str, seed: int, predictive: bool) -> dict[int, str]:
+def replay(cell: str, load: float, policy: str, seed: int, predictive: bool,
+           queue_timeout: float | None = None) -> dict[int, str]:  # fmt: skip
     """A zoo cell (``tight``: issue 41's configuration) under ``policy``: each call of the
-    measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index."""
+    measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index;
+    ``queue_timeout``: every guard's, in place of its own."""
     return {
         index: outcome
         for index, (outcome, _latency) in _timed_replay(
-            cell, load, policy, seed, None, predictive
+            cell, load, policy, seed, None, predictive, queue_timeout=queue_timeout
         ).items()
     }
 
@@ -547,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if (args.max_queue is not None or args.queue_alone) and not args.replay:
         parser.error("--max-queue and --queue-alone go with --replay")
+    if args.at_slo and not args.queue_alone:
+        parser.error("--at-slo goes with --queue-alone")
     if args.replay:
         logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
         for cell in args.replay:

@@ -236,6 +236,20 @@ def test_the_argument_dependent_tools_refusals_at_0_8x_would_have_been_served_in
     assert at_slo["refused_in_slo"] >= 0.9 * at_slo["refused"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 41: with queue_timeout at the model's SLO (0.5 s), predictive shedding on the"
+    " bimodal cache at 0.8x (true count, seed 2) refuses 2.14 % of the calls, the same calls"
+    " without it 0.82 %: one re-judgement shed 21 tail waiters on a mean hold read at 79 ms"
+    " (true 31 ms); docs/concurrency-internals.md, issue 41's bar, measured",
+)
+def test_predictive_shedding_at_a_short_timeout_is_honest_on_a_bimodal_cache() -> None:
+    slo = model_named("cache").slo_s
+    on = replay("cache", 0.8, "oracle", 2, predictive=True, queue_timeout=slo)
+    off = replay("cache", 0.8, "oracle", 2, predictive=False, queue_timeout=slo)
+    assert _refused(on) <= _refused(off) + HONEST_MARGIN * len(on)
+
+
 def test_predictive_shedding_is_honest_on_a_tight_queue() -> None:
     result = _virtual(functools.partial(run_cell, TIGHT_MODEL, TIGHT_LOAD, SEED, ("oracle_tight",)))
     figures = result.policies["oracle_tight"]
