@@ -42,6 +42,8 @@ caller's own timeout end a wait), so what *that* run refuses or times out is wha
 really time out; beside it, what the calls the guard refused became there, and the goodput within
 the model's SLO both ways; with ``--at-slo``, the queue alone waits at most the model's SLO (a
 call that waited that long is served late anyway), the bar were ``queue_timeout`` set to it.
+``--replay CELL --at-slo`` (without ``--queue-alone``) runs the guard itself with its
+``queue_timeout`` at the model's SLO, predictive shedding on and off.
 
 Runs on asyncio in virtual time (``fusion_guard.demo._virtual_time``): time passes only in the
 tool's sleeps and the gaps between arrivals, so the figures are the guard's alone, and repeat.
@@ -480,13 +482,15 @@ def _p99(latencies: list[float]) -> float:
 
 
 def _replay_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
-                 seeds: range) -> None:  # fmt: skip
+                 seeds: range, at_slo: bool = False) -> None:  # fmt: skip
     for cell in cells:
+        timeout = (_zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)).slo_s
+        timeout_or_none = timeout if at_slo else None
         for policy in policies:
             for load in loads:
                 for seed in seeds:
-                    on = replay(cell, load, policy, seed, True)
-                    off = replay(cell, load, policy, seed, False)
+                    on = replay(cell, load, policy, seed, True, timeout_or_none)
+                    off = replay(cell, load, policy, seed, False, timeout_or_none)
                     counts = [Counter(run.values()) for run in (on, off)]
                     shed = [sum(v for k, v in c.items() if k in RULES) / len(on) for c in counts]
                     became = Counter(off[i] for i, rule in on.items() if rule == "predicted")
@@ -544,13 +548,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--at-slo",
         action="store_true",
-        help="with --queue-alone: the queue alone waits at most the model's SLO",
+        help="with --queue-alone: the queue alone waits at most the model's SLO; with --replay"
+        " alone: every guard's queue_timeout is the model's SLO",
     )
     args = parser.parse_args(argv)
     if (args.max_queue is not None or args.queue_alone) and not args.replay:
         parser.error("--max-queue and --queue-alone go with --replay")
-    if args.at_slo and not args.queue_alone:
-        parser.error("--at-slo goes with --queue-alone")
+    if args.at_slo and not args.replay:
+        parser.error("--at-slo goes with --replay")
     if args.replay:
         logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
         for cell in args.replay:
@@ -563,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     [cell], args.loads, args.policies or default, args.seeds, args.max_queue
                 )
                 continue
-            _replay_main([cell], args.loads, args.policies or default, args.seeds)
+            _replay_main([cell], args.loads, args.policies or default, args.seeds, args.at_slo)
         return
     args.policies = args.policies or ["issue", "fixed", "auto"]
     if not {"issue", "fixed", "auto"} >= set(args.policies):
