@@ -8,6 +8,8 @@ tool model behind a guard, Poisson arrivals at a multiple of its capacity, in vi
     python benchmarks/light_load_shed.py --seeds 1-3 --seconds 60 --json figures.json
     python benchmarks/light_load_shed.py --replay tight cache arg_cost --loads 0.8 --seeds 1-3
     python benchmarks/light_load_shed.py --replay cache --loads 0.8 --seeds 1-3 --max-queue 100000
+    python benchmarks/light_load_shed.py --replay cache arg_cost --loads 0.8 --queue-alone
+    python benchmarks/light_load_shed.py --replay cache --loads 0.8 --queue-alone --at-slo
 
 Per model, load and policy: the share of calls refused (``shed``), split by rule (``predicted``
 at arrival or in the queue, ``expired`` after waiting ``queue_timeout``, ``full`` / ``standing``),
@@ -34,7 +36,14 @@ issue 41's configuration) call by call instead: each call's work is drawn with i
 the same call can be followed with predictive shedding on and off. Per seed, the calls refused
 by rule, and what became of the calls refused as ``predicted`` in the run without it (served,
 expired, refused by the queue's count): whether the guard refused calls the queue would have
-served in time.
+served in time. ``--queue-alone`` sets issue 41's bar for each cell: the same calls through the
+queue alone (no count, no standing limit, no predictive shedding: only ``queue_timeout`` and the
+caller's own timeout end a wait), so what *that* run refuses or times out is what the queue would
+really time out; beside it, what the calls the guard refused became there, and the goodput within
+the model's SLO both ways; with ``--at-slo``, the queue alone waits at most the model's SLO (a
+call that waited that long is served late anyway), the bar were ``queue_timeout`` set to it.
+``--replay CELL --at-slo`` (without ``--queue-alone``) runs the guard itself with its
+``queue_timeout`` at the model's SLO, predictive shedding on and off.
 
 Runs on asyncio in virtual time (``fusion_guard.demo._virtual_time``): time passes only in the
 tool's sleeps and the gaps between arrivals, so the figures are the guard's alone, and repeat.
@@ -56,7 +65,7 @@ from typing import Any
 import anyio
 
 from fusion_guard import ConcurrencyGuard, Guard, ServerBusy
-from fusion_guard.admission import _assembly, _discipline, _learning, _refusal
+from fusion_guard.admission import _assembly, _concurrency, _discipline, _learning, _refusal
 from fusion_guard.demo import _zoo
 from fusion_guard.demo._virtual_time import run_in_virtual_time
 from fusion_guard.demo._zoo_models import model_named
@@ -294,13 +303,15 @@ def _watching(predictive: bool, refused: dict[float, str]) -> Iterator[None]:
         _refusal.Refusals.refuse = refuse  # type: ignore[method-assign]
 
 
-def replay(cell: str, load: float, policy: str, seed: int, predictive: bool) -> dict[int, str]:
+def replay(cell: str, load: float, policy: str, seed: int, predictive: bool,
+           queue_timeout: float | None = None) -> dict[int, str]:  # fmt: skip
     """A zoo cell (``tight``: issue 41's configuration) under ``policy``: each call of the
-    measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index."""
+    measured window's outcome (``ok``, ``timeout``, ``error``) or refusal rule, by its index;
+    ``queue_timeout``: every guard's, in place of its own."""
     return {
         index: outcome
         for index, (outcome, _latency) in _timed_replay(
-            cell, load, policy, seed, None, predictive
+            cell, load, policy, seed, None, predictive, queue_timeout=queue_timeout
         ).items()
     }
 
@@ -320,9 +331,47 @@ def _default_queue(calls: int) -> Iterator[None]:
         _assembly.default_max_queue, _learning.default_max_queue = made, followed
 
 
+@contextlib.contextmanager
+def _no_standing_limit() -> Iterator[None]:
+    """While in force: no queue is ever held to its standing limit."""
+    holds = _discipline.QueueDiscipline.holds_standing
+
+    def never(self: _discipline.QueueDiscipline, now: float, queued: int,
+              hold: float = 0.0) -> bool:  # fmt: skip
+        return False
+
+    _discipline.QueueDiscipline.holds_standing = never  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _discipline.QueueDiscipline.holds_standing = holds  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _queue_timeout(seconds: float) -> Iterator[None]:
+    """While in force: every guard made waits ``seconds`` at most in its queue."""
+    assemble = _concurrency.assemble
+
+    def timed(max_active: Any, max_queue: Any, queue_timeout: float, **options: Any) -> Any:
+        return assemble(max_active, max_queue, seconds, **options)
+
+    _concurrency.assemble = timed  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _concurrency.assemble = assemble
+
+
+#: The queue alone's length: no zoo cell at 0.8x comes near it.
+ALONE = 100_000
+
+
 def _timed_replay(cell: str, load: float, policy: str, seed: int, queue: int | None,
-                  predictive: bool = True) -> dict[int, tuple[str, float]]:  # fmt: skip
+                  predictive: bool = True, standing: bool = True,
+                  queue_timeout: float | None = None,
+                  ) -> dict[int, tuple[str, float]]:  # fmt: skip
     """``replay`` with each call's latency, under a default queue of ``queue`` calls (None:
+    the guard's own), the standing limit on or off, every ``queue_timeout`` as given (None:
     the guard's own)."""
     model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
     refused: dict[float, str] = {}
@@ -333,6 +382,8 @@ def _timed_replay(cell: str, load: float, policy: str, seed: int, queue: int | N
     with (
         _watching(predictive, refused),
         _default_queue(queue) if queue is not None else contextlib.nullcontext(),
+        contextlib.nullcontext() if standing else _no_standing_limit(),
+        contextlib.nullcontext() if queue_timeout is None else _queue_timeout(queue_timeout),
     ):
         begin, runs = run_in_virtual_time(run)
     calls = runs[policy]
@@ -380,18 +431,66 @@ def _counterfactual_main(cells: Sequence[str], loads: Sequence[float],
                     )
 
 
+def queue_alone(cell: str, load: float, policy: str, seed: int,
+                at_slo: bool = False) -> dict[str, float]:  # fmt: skip
+    """Issue 41's bar for one cell: the same calls as the guard gets them (``refused``: the
+    share it refuses) and through its queue alone (``alone_refused``, ``alone_timeout``: what
+    that refuses after ``queue_timeout`` or the caller gives up on, the share the queue would
+    really time out); of the calls the guard refused, the share that the queue alone served
+    within the model's SLO (``refused_in_slo``) and later (``refused_late``); and the goodput
+    within the SLO, over the calls sent, both ways (``slo``, ``alone_slo``). Shares of the
+    calls sent in the measured window. ``at_slo``: the queue alone waits at most the model's
+    SLO (a wait past it is a call served late), not the guard's ``queue_timeout``."""
+    slo = (_zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)).slo_s
+    own = _timed_replay(cell, load, policy, seed, None)
+    alone = _timed_replay(cell, load, policy, seed, ALONE, predictive=False, standing=False,
+                          queue_timeout=slo if at_slo else None)  # fmt: skip
+    sent = len(own)
+    refused = [i for i, (outcome, _) in own.items() if outcome in RULES]
+    served = [alone[i][1] for i in refused if alone[i][0] == "ok"]
+    return {
+        "refused": len(refused) / sent,
+        "alone_refused": sum(o in RULES for o, _ in alone.values()) / sent,
+        "alone_timeout": sum(o == "timeout" for o, _ in alone.values()) / sent,
+        "refused_in_slo": sum(t <= slo for t in served) / sent,
+        "refused_late": sum(t > slo for t in served) / sent,
+        "slo": sum(o == "ok" and t <= slo for o, t in own.values()) / sent,
+        "alone_slo": sum(o == "ok" and t <= slo for o, t in alone.values()) / sent,
+    }
+
+
+def _alone_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
+                seeds: range, at_slo: bool) -> None:  # fmt: skip
+    for cell in cells:
+        for policy in policies:
+            for load in loads:
+                for seed in seeds:
+                    f = queue_alone(cell, load, policy, seed, at_slo)
+                    print(
+                        f"{cell:8} {policy:12} {load:4.1f}x seed {seed}: refused"
+                        f" {f['refused']:6.2%} | the queue alone: refused"
+                        f" {f['alone_refused']:6.2%}, timed out {f['alone_timeout']:6.2%};"
+                        f" the refused served there in SLO {f['refused_in_slo']:6.2%},"
+                        f" late {f['refused_late']:6.2%} | within SLO {f['slo']:6.2%}"
+                        f" -> {f['alone_slo']:6.2%}",
+                        flush=True,
+                    )
+
+
 def _p99(latencies: list[float]) -> float:
     return sorted(latencies)[int(0.99 * len(latencies))] if latencies else 0.0
 
 
 def _replay_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
-                 seeds: range) -> None:  # fmt: skip
+                 seeds: range, at_slo: bool = False) -> None:  # fmt: skip
     for cell in cells:
+        timeout = (_zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)).slo_s
+        timeout_or_none = timeout if at_slo else None
         for policy in policies:
             for load in loads:
                 for seed in seeds:
-                    on = replay(cell, load, policy, seed, True)
-                    off = replay(cell, load, policy, seed, False)
+                    on = replay(cell, load, policy, seed, True, timeout_or_none)
+                    off = replay(cell, load, policy, seed, False, timeout_or_none)
                     counts = [Counter(run.values()) for run in (on, off)]
                     shed = [sum(v for k, v in c.items() if k in RULES) / len(on) for c in counts]
                     became = Counter(off[i] for i, rule in on.items() if rule == "predicted")
@@ -440,19 +539,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="with --replay: what the calls refused by the count or the standing limit became"
         " with every default queue N calls long",
     )
+    parser.add_argument(
+        "--queue-alone",
+        action="store_true",
+        help="with --replay: issue 41's bar, the same calls through the queue alone (no count,"
+        " no standing limit, no predictive shedding): what it would really time out",
+    )
+    parser.add_argument(
+        "--at-slo",
+        action="store_true",
+        help="with --queue-alone: the queue alone waits at most the model's SLO; with --replay"
+        " alone: every guard's queue_timeout is the model's SLO",
+    )
     args = parser.parse_args(argv)
-    if args.max_queue is not None and not args.replay:
-        parser.error("--max-queue goes with --replay")
+    if (args.max_queue is not None or args.queue_alone) and not args.replay:
+        parser.error("--max-queue and --queue-alone go with --replay")
+    if args.at_slo and not args.replay:
+        parser.error("--at-slo goes with --replay")
     if args.replay:
         logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
         for cell in args.replay:
             default = ["oracle_tight"] if cell == "tight" else ["oracle", "auto"]
+            if args.queue_alone:
+                _alone_main([cell], args.loads, args.policies or default, args.seeds, args.at_slo)
+                continue
             if args.max_queue is not None:
                 _counterfactual_main(
                     [cell], args.loads, args.policies or default, args.seeds, args.max_queue
                 )
                 continue
-            _replay_main([cell], args.loads, args.policies or default, args.seeds)
+            _replay_main([cell], args.loads, args.policies or default, args.seeds, args.at_slo)
         return
     args.policies = args.policies or ["issue", "fixed", "auto"]
     if not {"issue", "fixed", "auto"} >= set(args.policies):

@@ -56,7 +56,7 @@ from fusion_guard.demo._zoo_report import (
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).parent))
 from light_load_shed import RULES as REFUSAL_RULES
-from light_load_shed import replay
+from light_load_shed import queue_alone, replay
 from virtual_time import run_virtual
 
 T = TypeVar("T")
@@ -200,13 +200,54 @@ def test_little_is_shed_below_capacity_on_a_slow_tool(load: float) -> None:
     " (oracle; 43 of 45 refusals a full default queue of 40), 6.7 % under auto (54 standing,"
     " 27 full); with no standing limit at all 3.6 % and 4.4 %, the default queue's count"
     " (docs/concurrency-internals.md, a bimodal tool at 0.8x); none predicted late"
-    " (light_load_shed.py --replay cache)",
+    " (light_load_shed.py --replay cache); a queue that waits at most the model's own SLO"
+    " refuses 2.7 % and 2.4 % of the same calls (--replay cache --queue-alone --at-slo)",
 )
 @pytest.mark.parametrize("policy", ["oracle", "auto"])
 def test_little_is_shed_below_capacity_on_a_bimodal_cache(policy: str) -> None:
     figures = cell("cache", 0.8, ("oracle", "auto")).policies[policy]
     assert figures is not None
     assert figures.shed <= SHED_AT[0.8]
+
+
+@pytest.mark.parametrize("policy", ["oracle", "auto"])
+def test_the_bimodal_caches_refusals_at_0_8x_are_no_timeouts_of_its_queue(policy: str) -> None:
+    # Issue 41's bar, "no more than the queue would really time out": the same calls through
+    # the queue alone (no count, no standing limit, no predictive shedding, queue_timeout 5 s)
+    # time out and refuse nothing, so the xfail's refusals are the count's and the standing
+    # limit's. Nor does the 1.5 % target hold at the model's own SLO on this seed: a queue that
+    # refuses only the calls that waited the whole SLO (served late whatever the guard does)
+    # refuses more than that.
+    figures = queue_alone("cache", 0.8, policy, SEED)
+    assert figures["refused"] > SHED_AT[0.8]  # the cell the xfail above is about
+    assert figures["alone_refused"] == figures["alone_timeout"] == 0.0
+    at_slo = queue_alone("cache", 0.8, policy, SEED, at_slo=True)
+    assert at_slo["alone_refused"] > SHED_AT[0.8]
+
+
+def test_the_argument_dependent_tools_refusals_at_0_8x_would_have_been_served_in_time() -> None:
+    # The argument-dependent tool at 0.8x, seed 5 under auto (at the 1.5 % bound): its queue
+    # alone refuses nothing even when it waits at most the model's SLO, and serves within the
+    # SLO nearly every call the guard refused (the count's and the standing limit's refusals,
+    # docs/concurrency-internals.md).
+    at_slo = queue_alone("arg_cost", 0.8, "auto", 5, at_slo=True)
+    assert at_slo["refused"] > 0.01
+    assert at_slo["alone_refused"] == 0.0
+    assert at_slo["refused_in_slo"] >= 0.9 * at_slo["refused"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 41: with queue_timeout at the model's SLO (0.5 s), predictive shedding on the"
+    " bimodal cache at 0.8x (true count, seed 2) refuses 2.14 % of the calls, the same calls"
+    " without it 0.82 %: one re-judgement shed 21 tail waiters on a mean hold read at 79 ms"
+    " (true 31 ms); docs/concurrency-internals.md, issue 41's bar, measured",
+)
+def test_predictive_shedding_at_a_short_timeout_is_honest_on_a_bimodal_cache() -> None:
+    slo = model_named("cache").slo_s
+    on = replay("cache", 0.8, "oracle", 2, predictive=True, queue_timeout=slo)
+    off = replay("cache", 0.8, "oracle", 2, predictive=False, queue_timeout=slo)
+    assert _refused(on) <= _refused(off) + HONEST_MARGIN * len(on)
 
 
 def test_predictive_shedding_is_honest_on_a_tight_queue() -> None:
