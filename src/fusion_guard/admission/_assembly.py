@@ -117,7 +117,6 @@ def assemble(
         standing_limit=standing_limit,
         predictive=predictive,
         now=clock(),
-        default_queue=max_queue is None,
     )
     core = Core(
         name=name,

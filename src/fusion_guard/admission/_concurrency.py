@@ -243,9 +243,7 @@ class ConcurrencyGuard:
             return _PermitSlot(core, timeout, client, self._permit, self._refusals)
         if core.active >= core.max_active:
             queued = len(core.waiters)
-            if queued >= core.max_queue and not core.discipline.takes_beyond(
-                queued, core.clock(), core.max_active, core.service
-            ):
+            if queued >= core.max_queue:
                 # A full guard refuses at the call, before a slot object or a coroutine exists:
                 # under overload most calls take this path, so it costs little beyond the envelope.
                 refusals = self._refusals

@@ -19,10 +19,6 @@ of the youngest call in flight. What it decides (see the guard's module for the 
 - **Predictive shedding**: a newcomer whose expected start is past its ``queue_timeout`` is
   refused at arrival (``would_time_out``); waiters are re-judged from the tail as they wait
   (``is_late``, and ``judge_delay`` for when the tail would become late).
-- **A default queue bounded by its wait**: a queue of the default length, full by its count,
-  still takes a call while its backlog is expected to drain within ``DRAIN_SHARE`` of
-  ``queue_timeout`` and no sustained overload stands, up to ``DEFAULT_QUEUE_CAP`` times its
-  count (``takes_beyond``).
 """
 
 from __future__ import annotations
@@ -77,12 +73,6 @@ IDLE_SHARE = 0.01
 #: 15 of 30 seeds of the shifting demo met every target, not 30 (``python
 #: benchmarks/virtual_demo.py --scenario shifting --seeds 1-30``).
 OVERLOAD_HEADROOM = 1
-#: A default queue full by its count takes a call beyond it while the queue is expected to drain
-#: within this share of ``queue_timeout`` (``takes_beyond``): the other half is the margin for
-#: holds longer than the mean.
-DRAIN_SHARE = 0.5
-#: ... and never beyond this many times its count: the memory cap against a hostile burst.
-DEFAULT_QUEUE_CAP = 4
 
 
 def whole_calls(parallelism: float) -> int:
@@ -134,7 +124,6 @@ class QueueDiscipline:
 
     __slots__ = (
         "_standing_derived",
-        "default_queue",
         "handoffs",
         "last_empty",
         "lifo",
@@ -159,12 +148,8 @@ class QueueDiscipline:
         standing_limit: int | None,
         predictive: bool,
         now: float,
-        default_queue: bool = False,
     ) -> None:
         self.queue_timeout = queue_timeout
-        #: ``max_queue`` was not given: its count is a default, bounded by its wait as well
-        #: (``takes_beyond``).
-        self.default_queue = default_queue
         self.max_queue = max_queue
         self.lifo = lifo
         self.predictive = predictive
@@ -247,27 +232,6 @@ class QueueDiscipline:
             bool(queued)
             and now - self.last_empty > max(self.standing_after, SUSTAINED_HOLDS * hold)
             and self.overload.overloaded()
-        )
-
-    def takes_beyond(
-        self, queued: int, now: float, slots: int, service: ServiceTimeEstimator
-    ) -> bool:
-        """Whether a default queue full by its count (``queued`` >= ``max_queue``) still takes a
-        newcomer: the count stands for a wait, and a few slow calls holding every slot pile up
-        fast calls behind them whose backlog drains well within ``queue_timeout`` (issue 41: at
-        0.8x the cache tool's refusals by the count would all have been served within 0.9 s of
-        a 5 s timeout). So the call is taken while the queue with it is expected to drain
-        within ``DRAIN_SHARE`` of the timeout on the holds measured (Little's law: about that
-        share of the timeout times the rate the slots serve), while no sustained overload
-        stands (there the standing limit is the bound), and below ``DEFAULT_QUEUE_CAP`` times
-        the count. A ``max_queue`` given is a bound kept as given. Asked only of a full queue:
-        O(1), off the path of a call that finds room."""
-        return (
-            self.default_queue
-            and queued < DEFAULT_QUEUE_CAP * self.max_queue
-            and service.samples > 0
-            and (queued + 1) * service.mean <= DRAIN_SHARE * self.queue_timeout * slots
-            and not self.sustained(now, queued, service.mean)
         )
 
     def serves_newest(self, now: float, queued: int) -> bool:

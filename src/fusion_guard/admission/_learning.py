@@ -211,7 +211,6 @@ class LimitLearning:
                     self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
-                core.discipline.default_queue = True
                 self._follow_parallelism(parallelism or 1.0)
             elif waiters:  # (without waiters no queue stands: the limit is in force as it is)
                 # Under sustained overload, not above what the tool serves in parallel (and one).
@@ -272,7 +271,6 @@ class LimitLearning:
         its turn at the pace is refused at once, with the advice of when to come back."""
         core = self._core
         self._paced_queue = True
-        core.discipline.default_queue = False  # the pace's queue is a bound, not a default
         if queue != core.max_queue:
             core.max_queue = core.discipline.max_queue = queue
             self._refusals.on_queue()

@@ -61,9 +61,7 @@ class Waiting:
         refusals = self._refusals
         queued = len(core.waiters)
         displaced = False
-        if queued >= core.max_queue and not core.discipline.takes_beyond(
-            queued, core.clock(), core.max_active, core.service
-        ):
+        if queued >= core.max_queue:
             if not self._displace_for(tenant):
                 raise refusals.refuse(
                     "queue_full",
