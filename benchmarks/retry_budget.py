@@ -233,6 +233,36 @@ POLICIES = {
             max_attempts=5,
         ),
         Policy("helper timing, no budget", lambda: None, max_attempts=5),
+        *(
+            Policy(
+                f"helper, patience {w:g} s",
+                lambda: default_budget(clock=_now),
+                lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for w in (0.5, 1.0, 1.5)
+        ),
+        Policy(
+            "helper, refund",
+            lambda: RetryBudget(refund=True, clock=_now),
+            lambda rng: default_throttle(clock=_now, rng=rng),
+            max_attempts=5,
+        ),
+        *(
+            Policy(
+                f"helper, patience {w:g} s, refund",
+                lambda: RetryBudget(refund=True, clock=_now),
+                lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for w in (0.5, 1.0)
+        ),
+        Policy(
+            "helper, throttle only",
+            lambda: None,
+            lambda rng: default_throttle(clock=_now, rng=rng),
+            max_attempts=5,
+        ),
     )
 }
 HELPER = "helper (default)"

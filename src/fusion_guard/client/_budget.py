@@ -169,7 +169,7 @@ class RetryBudget:
     ``default_budget``); ``RetryBudget(0.2, min_per_second=10, window=10)`` is Finagle's and
     Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's."""
 
-    __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries")
+    __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries", "retry_accepted")
 
     def __init__(
         self,
@@ -177,8 +177,10 @@ class RetryBudget:
         *,
         min_per_second: float = 0.1,
         window: float = 30.0,
+        refund: bool = False,
         clock: Clock = time.monotonic,
     ) -> None:
+        self.retry_accepted: Callable[[], None] | None = self._refund if refund else None
         self._ratio = _positive("ratio", ratio, zero=True)
         self._floor = _positive("min_per_second", min_per_second, zero=True) * _positive(
             "window", window
@@ -210,6 +212,9 @@ class RetryBudget:
             return False
         self._retries.add(now)
         return True
+
+    def _refund(self) -> None:
+        self._retries.add(self._clock(), -1.0)
 
     def _balance(self, now: float) -> float:
         allowed = self._ratio * self._first.total(now) + self._floor
@@ -253,18 +258,22 @@ class AdaptiveThrottle:
     ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 4 s; see
     ``default_throttle``)."""
 
-    __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_random", "_refusals",
-                 "_requests", "_share", "_shut_until", "_span")  # fmt: skip
+    __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_over_since",
+                 "_patience", "_random", "_refusals", "_requests", "_share", "_shut_until",
+                 "_span")  # fmt: skip
 
     def __init__(
         self,
         k: float = 1.8,
         *,
         window: float = 4.0,
+        patience: float = 0.0,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._k = _positive("k", k)
+        self._patience = _positive("patience", patience, zero=True)
+        self._over_since = math.inf
         if self._k < 1:
             raise ValueError(
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
@@ -295,9 +304,15 @@ class AdaptiveThrottle:
             shut = refusals > self._gate * accepts
         else:
             shut = refusals > max(self._share * accepts, _EVIDENCE)
+            if shut and self._patience:
+                if self._over_since == math.inf:
+                    self._over_since = now
+                if now - self._over_since < self._patience:
+                    return True
         if shut:
             self._shut_until = now + self._span
             return False
+        self._over_since = math.inf
         self._open_until = self._accepts.end
         return True
 
@@ -442,10 +457,11 @@ class Counting:
       sent): told of each answer, one call fewer on the path of every call when it is None.
     """
 
-    __slots__ = ("admit_first", "answers", "budget", "on_accepted", "throttle")
+    __slots__ = ("admit_first", "answers", "budget", "on_accepted", "retry_accepted", "throttle")
 
     def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
         self.budget, self.throttle = budget, throttle
+        self.retry_accepted: Callable[[], object] | None = getattr(budget, "retry_accepted", None)
         self.answers = (
             None
             if budget is None or getattr(type(budget), "answered", None) is RetryBudget.answered
