@@ -257,6 +257,15 @@ POLICIES = {
             )
             for w in (0.5, 1.0)
         ),
+        *(
+            Policy(
+                f"helper, k={k:g}, patience 0.5 s, refund",
+                lambda: RetryBudget(refund=True, clock=_now),
+                lambda rng, k=k: AdaptiveThrottle(k, patience=0.5, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for k in (1.5, 1.6, 1.7)
+        ),
         Policy(
             "helper, throttle only",
             lambda: None,

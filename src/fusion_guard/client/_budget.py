@@ -316,6 +316,10 @@ class AdaptiveThrottle:
         self._open_until = self._accepts.end
         return True
 
+    def shut_lately(self) -> bool:
+        """Whether the gate has been shut within the last window."""
+        return self._clock() < self._shut_until
+
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
         now = self._clock()
@@ -462,6 +466,8 @@ class Counting:
     def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
         self.budget, self.throttle = budget, throttle
         self.retry_accepted: Callable[[], object] | None = getattr(budget, "retry_accepted", None)
+        if self.retry_accepted is not None and throttle is not None:
+            self.retry_accepted = self._refund_unless_shut
         self.answers = (
             None
             if budget is None or getattr(type(budget), "answered", None) is RetryBudget.answered
@@ -490,6 +496,12 @@ class Counting:
                 if throttle is None
                 else self._accepted
             )
+
+    def _refund_unless_shut(self) -> None:
+        throttle, budget = self.throttle, self.budget
+        assert throttle is not None and budget is not None
+        if not throttle.shut_lately():
+            budget.retry_accepted()  # type: ignore[attr-defined]
 
     def _first_sent(self) -> bool:
         """``admit_first`` for the pairs it has no shorter form for: True when the throttle
