@@ -167,7 +167,14 @@ class RetryBudget:
 
     ``RetryBudget()`` is the default every server gets (25 %, 0.1 a second, 30 s; see
     ``default_budget``); ``RetryBudget(0.2, min_per_second=10, window=10)`` is Finagle's and
-    Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's."""
+    Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's.
+
+    ``refund=True``: a retry the server answered without a refusal gives its withdrawal back
+    (with a throttle, unless the throttle's gate was shut within its window), so the budget
+    bounds the retries that were refused, not those that found an opening. Off by default: it
+    lets a blip's calls, refused again and again, all be retried, but more retries of a
+    sustained overload through at 16 client processes (docs/client-measured.md, "The server's
+    advice and a patient gate")."""
 
     __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries", "retry_accepted")
 
@@ -181,6 +188,8 @@ class RetryBudget:
         clock: Clock = time.monotonic,
     ) -> None:
         self.retry_accepted: Callable[[], None] | None = self._refund if refund else None
+        """Called by a retrying client when a retry was answered with no refusal (None: the
+        budget keeps no such count, and the client calls nothing)."""
         self._ratio = _positive("ratio", ratio, zero=True)
         self._floor = _positive("min_per_second", min_per_second, zero=True) * _positive(
             "window", window
@@ -218,7 +227,9 @@ class RetryBudget:
 
     def _balance(self, now: float) -> float:
         allowed = self._ratio * self._first.total(now) + self._floor
-        return max(0.0, allowed - self._retries.total(now))
+        # A refund counts in a later slice than its withdrawal, so it may outstay it: the
+        # window's retries are never counted below none.
+        return max(0.0, allowed - max(0.0, self._retries.total(now)))
 
     @property
     def balance(self) -> float:
@@ -255,6 +266,12 @@ class AdaptiveThrottle:
     refusing gets everything at once, and under sustained overload the refusals stay near
     ``k - 1`` per acceptance.
 
+    ``patience``: seconds the refusals must stay past the full share before the gate first
+    shuts (once shut, it shuts again at once for a window): a burst shorter than that is sent
+    whole. 0 (the default): a blip in batches shut the gate at 4 client processes, a patience
+    of 1 s let 16 processes' sustained overload through at more than one refusal per
+    acceptance (docs/client-measured.md, "The server's advice and a patient gate").
+
     ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 4 s; see
     ``default_throttle``)."""
 
@@ -273,7 +290,7 @@ class AdaptiveThrottle:
     ) -> None:
         self._k = _positive("k", k)
         self._patience = _positive("patience", patience, zero=True)
-        self._over_since = math.inf
+        self._over_since = math.inf  # since when the refusals are past the full share
         if self._k < 1:
             raise ValueError(
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
@@ -317,7 +334,8 @@ class AdaptiveThrottle:
         return True
 
     def shut_lately(self) -> bool:
-        """Whether the gate has been shut within the last window."""
+        """Whether the gate has been shut within the last window (the server's refusals were
+        judged an overload)."""
         return self._clock() < self._shut_until
 
     def rejection_probability(self) -> float:
@@ -459,6 +477,9 @@ class Counting:
     - ``on_accepted``: counts an attempt answered with no refusal.
     - ``answers``: the budget, unless it ignores answers (a ``RetryBudget`` counts what is
       sent): told of each answer, one call fewer on the path of every call when it is None.
+    - ``retry_accepted``: tells the budget a retry was answered with no refusal (its
+      ``retry_accepted``, with a throttle only while the throttle has not shut lately); None
+      when the budget has none.
     """
 
     __slots__ = ("admit_first", "answers", "budget", "on_accepted", "retry_accepted", "throttle")
@@ -498,6 +519,9 @@ class Counting:
             )
 
     def _refund_unless_shut(self) -> None:
+        """``retry_accepted`` with a throttle: a retry accepted while the throttle judges the
+        refusals an overload is no evidence of a passing burst, and keeps its withdrawal (each
+        refund in a sustained overload sends one more retry to be refused)."""
         throttle, budget = self.throttle, self.budget
         assert throttle is not None and budget is not None
         if not throttle.shut_lately():

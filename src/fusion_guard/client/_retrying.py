@@ -145,7 +145,7 @@ class RetryCall(Generic[R]):
             accepted = retrying._on_accepted
             if accepted is not None:
                 accepted()
-            if self.number > 1 and retrying._retry_accepted is not None:
+            if retrying._retry_accepted is not None and self.number > 1:
                 retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
@@ -161,7 +161,7 @@ class RetryCall(Generic[R]):
                 throttle.refused()
         self._error = error
         if final:
-            if self.number > 1 and retrying._retry_accepted is not None:
+            if retrying._retry_accepted is not None and self.number > 1:
                 retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok" if error is None else "error"
             return True
@@ -347,8 +347,8 @@ class Retrying:
         self._budget_answers = counting.answers
         """The budget when it is told of answers."""
         self._retry_accepted = counting.retry_accepted
-        """Tells the budget a retry was answered with no refusal (None: it keeps no such
-        count)."""
+        """Tells the budget a retry was answered with no refusal (``RetryBudget(refund=True)``;
+        None for the others: nothing more on a call's path)."""
 
     @property
     def budget(self) -> Budget | None:
