@@ -246,11 +246,14 @@ POLICIES = {
             )
             for w in (0.5, 1.0)
         ),
-        Policy(
-            "helper, patience 1 s, refund",
-            lambda: RetryBudget(refund=True, clock=_now),
-            lambda rng: AdaptiveThrottle(patience=1.0, clock=_now, rng=rng),
-            max_attempts=5,
+        *(
+            Policy(
+                f"helper, patience {w:g} s, refund",
+                lambda: RetryBudget(refund=True, clock=_now),
+                lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for w in (0.5, 1.0)
         ),
         Policy(
             "helper, throttle only",

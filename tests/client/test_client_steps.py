@@ -259,7 +259,8 @@ async def test_a_throttle_shut_lately_keeps_a_refunding_budgets_withdrawals() ->
     for _ in range(20):  # refusals past the share: the gate shuts (and is shut for a window)
         throttle.admit()
         throttle.refused()
-    assert throttle.rejection_probability() > 0 and throttle.shut_lately()
+    assert throttle.rejection_probability() > 0
+    assert throttle.shut_lately()
     for _ in range(40):  # accepted again: the gate opens, but was shut within the window
         throttle.admit()
         throttle.accepted()

@@ -482,11 +482,20 @@ class Counting:
       when the budget has none.
     """
 
-    __slots__ = ("admit_first", "answers", "budget", "on_accepted", "retry_accepted", "throttle")
+    __slots__ = (
+        "_refund",
+        "admit_first",
+        "answers",
+        "budget",
+        "on_accepted",
+        "retry_accepted",
+        "throttle",
+    )
 
     def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
         self.budget, self.throttle = budget, throttle
         self.retry_accepted: Callable[[], object] | None = getattr(budget, "retry_accepted", None)
+        self._refund = self.retry_accepted
         if self.retry_accepted is not None and throttle is not None:
             self.retry_accepted = self._refund_unless_shut
         self.answers = (
@@ -522,10 +531,9 @@ class Counting:
         """``retry_accepted`` with a throttle: a retry accepted while the throttle judges the
         refusals an overload is no evidence of a passing burst, and keeps its withdrawal (each
         refund in a sustained overload sends one more retry to be refused)."""
-        throttle, budget = self.throttle, self.budget
-        assert throttle is not None and budget is not None
-        if not throttle.shut_lately():
-            budget.retry_accepted()  # type: ignore[attr-defined]
+        throttle, refund = self.throttle, self._refund
+        if throttle is not None and refund is not None and not throttle.shut_lately():
+            refund()
 
     def _first_sent(self) -> bool:
         """``admit_first`` for the pairs it has no shorter form for: True when the throttle
