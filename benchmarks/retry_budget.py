@@ -524,6 +524,10 @@ def trace(
     carried in the blip and under sustained overload (the median and the 90th percentile):
     whether a retry's advice tells a blip from an overload."""
     chosen = POLICIES[policy]
+    # In the order ``measure`` runs them: a run in a process that ran another first can differ
+    # (by a few refusals of 600 at 3x; some state outlives a run), and the tables' figures are
+    # those of the sustained run first.
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, arrivals=arrivals)
     blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes, arrivals=arrivals)
     lost: dict[tuple[str, int], int] = {}
     for c in blip.window(11.5, 14.0):
@@ -531,7 +535,6 @@ def trace(
             lost[(c.stopped, c.attempts)] = lost.get((c.stopped, c.attempts), 0) + 1
     stops = ", ".join(f"{n} {why} after {sent}" for (why, sent), n in sorted(lost.items()))
     yield f"  {policy}, seed {seed}: blip calls lost: {stops or 'none'}"
-    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, arrivals=arrivals)
     for name, run, start, end in (("blip", blip, 12.0, 14.0), ("3x", sustained, 2.0, 18.0)):
         advice = [a for c in run.calls for at, a in c.sent if a is not None and start <= at < end]
         yield (
