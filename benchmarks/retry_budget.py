@@ -233,6 +233,34 @@ POLICIES = {
             max_attempts=5,
         ),
         Policy("helper timing, no budget", lambda: None, max_attempts=5),
+        # Issue 43's blip: a gate patient for a burst, and a budget refunding the retries the
+        # server accepted; and the throttle alone, which is what admitting every retry whose
+        # advice fits its deadline comes to here (docs/client-measured.md, "The server's advice
+        # and a patient gate"). Not adopted.
+        *(
+            Policy(
+                f"helper, patience {w:g} s",
+                lambda: default_budget(clock=_now),
+                lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for w in (0.5, 1.0)
+        ),
+        *(
+            Policy(
+                f"helper, patience {w:g} s, refund",
+                lambda: RetryBudget(refund=True, clock=_now),
+                lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
+                max_attempts=5,
+            )
+            for w in (0.5, 1.0)
+        ),
+        Policy(
+            "helper, throttle only",
+            lambda: None,
+            lambda rng: default_throttle(clock=_now, rng=rng),
+            max_attempts=5,
+        ),
     )
 }
 HELPER = "helper (default)"
@@ -483,6 +511,38 @@ def measure(
     )
 
 
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))] if ordered else math.nan
+
+
+def trace(
+    model: str, seed: int, policy: str, processes: int = PROCESSES, *, arrivals: str = "poisson"
+) -> Iterator[str]:
+    """What stopped each call of the blip that was not done in time (its stop reason and the
+    attempts it sent: 0 for a first attempt held back), and the advice the server's refusals
+    carried in the blip and under sustained overload (the median and the 90th percentile):
+    whether a retry's advice tells a blip from an overload."""
+    chosen = POLICIES[policy]
+    # In the order ``measure`` runs them: a run in a process that ran another first can differ
+    # (by a few refusals of 600 at 3x; some state outlives a run), and the tables' figures are
+    # those of the sustained run first.
+    sustained = simulate(model, SCENARIOS["sustained"], chosen, seed, processes, arrivals=arrivals)
+    blip = simulate(model, SCENARIOS["blip"], chosen, seed, processes, arrivals=arrivals)
+    lost: dict[tuple[str, int], int] = {}
+    for c in blip.window(11.5, 14.0):
+        if not (c.ok and c.finished - c.arrived <= DEADLINE_S):
+            lost[(c.stopped, c.attempts)] = lost.get((c.stopped, c.attempts), 0) + 1
+    stops = ", ".join(f"{n} {why} after {sent}" for (why, sent), n in sorted(lost.items()))
+    yield f"  {policy}, seed {seed}: blip calls lost: {stops or 'none'}"
+    for name, run, start, end in (("blip", blip, 12.0, 14.0), ("3x", sustained, 2.0, 18.0)):
+        advice = [a for c in run.calls for at, a in c.sent if a is not None and start <= at < end]
+        yield (
+            f"    advice in the {name} ({start:g}-{end:g} s): {len(advice)} refusals, median"
+            f" {_quantile(advice, 0.5):.2f} s, 90th percentile {_quantile(advice, 0.9):.2f} s"
+        )
+
+
 def spread(seed: int, policy: str = TIMING, model: str = "rate") -> float:
     """RATE_LIMITED retries after a crowd: the busiest 100 ms window over the mean."""
     return simulate(model, SCENARIOS["crowd"], POLICIES[policy], seed).retry_peak_ratio()
@@ -536,9 +596,25 @@ def main(argv: list[str] | None = None) -> int:
         help="the server applies the adapters' retry-storm rule (retry_now=false); the last"
         " column counts those refusals in the sustained, blip and recovery runs",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="instead of the tables: what stopped each blip call not done in time, and the"
+        " advice refusals carried in the blip and at 3x (the busy models)",
+    )
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, got {args.processes}")
+    if args.trace:
+        for model in args.models:
+            if model.startswith("rate"):
+                continue  # a rate limit's capacity does not move: no blip
+            print(f"model {model} ({args.processes} processes, arrivals {args.arrivals})")
+            for seed in args.seeds:
+                for policy in args.policies:
+                    for line in trace(model, seed, policy, args.processes, arrivals=args.arrivals):
+                        print(line)
+        return 0
     for model in args.models:
         for seed in args.seeds:
             lines = table(

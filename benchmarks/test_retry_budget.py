@@ -96,3 +96,19 @@ def test_the_untuned_models_run(capsys: pytest.CaptureFixture[str]) -> None:
         out[0] == "model busy-lognormal, seed 3 (capacity 50/s, 4 processes, arrivals in batches)"
     )
     assert out[2].startswith(HELPER)
+
+
+def test_the_trace_names_what_stopped_each_lost_blip_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Seed 6 in batches, 4 processes: the defaults' blip is lost to the throttle, the budget
+    # alone's to the budget (docs/client-measured.md, "The server's advice and a patient gate").
+    args = ["--trace", "--seeds", "6", "--models", "busy", "rate", "--arrivals", "batches"]
+    assert main([*args, "--policies", HELPER, "helper, budget only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "model busy (4 processes, arrivals batches)"  # no blip for a rate limit
+    assert out[1].startswith(f"  {HELPER}, seed 6: blip calls lost: 11 throttled after 0, ")
+    assert out[2].startswith("    advice in the blip (12-14 s): ")
+    assert out[3].startswith("    advice in the 3x (2-18 s): ")
+    assert out[4] == "  helper, budget only, seed 6: blip calls lost: 4 budget after 2"
+    assert len(out) == 7

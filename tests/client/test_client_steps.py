@@ -232,3 +232,81 @@ async def test_a_session_of_ones_own_driven_through_the_steps() -> None:
             )
     assert (call.outcome.stopped, call.outcome.attempts) == ("ok", 2)
     assert call.outcome.result.content[0].text == "2"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("refund", [False, True])
+async def test_a_refunding_budget_gives_back_the_retries_the_server_accepted(refund: bool) -> None:
+    # One retry in the budget (0.1 a second over 10 s, no ratio).
+    budget = RetryBudget(
+        0.0, min_per_second=0.1, window=10, refund=refund, clock=anyio.current_time
+    )
+    policy = retrying(budget=budget)
+    first = await policy.run(Script(refusal(retry_after=0.1), success()))
+    assert (first.stopped, first.attempts) == ("ok", 2)
+    # Accepted, the retry's withdrawal came back: the next call may retry too.
+    second = await policy.run(Script(refusal(retry_after=0.1), success()))
+    assert second.stopped == ("ok" if refund else "budget")
+    # A retry refused again keeps its withdrawal: the budget is spent either way.
+    third = await policy.run(Script(refusal(retry_after=0.1), refusal(retry_after=0.1)))
+    assert third.stopped == "budget"
+
+
+@pytest.mark.anyio
+async def test_a_throttle_shut_lately_keeps_a_refunding_budgets_withdrawals() -> None:
+    budget = RetryBudget(0.0, min_per_second=0.1, window=10, refund=True, clock=anyio.current_time)
+    throttle = AdaptiveThrottle(window=4, clock=anyio.current_time, rng=random.Random(1))
+    for _ in range(20):  # refusals past the share: the gate shuts (and is shut for a window)
+        throttle.admit()
+        throttle.refused()
+    assert throttle.rejection_probability() > 0
+    assert throttle.shut_lately()
+    for _ in range(40):  # accepted again: the gate opens, but was shut within the window
+        throttle.admit()
+        throttle.accepted()
+    assert throttle.rejection_probability() == 0
+    policy = retrying(budget=budget, throttle=throttle)
+    first = await policy.run(Script(refusal(retry_after=0.1), success()))
+    assert (first.stopped, first.attempts) == ("ok", 2)
+    assert budget.balance < 1  # an overload's retry accepted: no evidence of a passing burst
+
+
+def test_a_patient_throttle_sends_a_burst_and_shuts_once_it_lasts() -> None:
+    t = [0.0]
+
+    def throttle(patience: float) -> AdaptiveThrottle:
+        made = AdaptiveThrottle(1.8, window=4, patience=patience, clock=lambda: t[0])
+        t[0] = 0.0
+        for _ in range(60):
+            made.admit()
+        for _ in range(20):
+            made.accepted()
+        t[0] = 0.1
+        for _ in range(30):  # past the full share (0.8 x 20) and the floor (10)
+            made.refused()
+        return made
+
+    impatient = throttle(0.0)
+    t[0] = 0.2
+    assert impatient.rejection_probability() > 0
+    patient = throttle(1.0)
+    for at in (0.2, 0.6, 1.05):  # the refusals are past the share since 0.2 s
+        t[0] = at
+        assert patient.rejection_probability() == 0.0
+    t[0] = 1.2
+    assert patient.rejection_probability() > 0
+    # Past the patience once, the gate shuts again at once while it was shut within a window.
+    t[0] = 1.3
+    for _ in range(60):
+        patient.accepted()
+    assert patient.rejection_probability() == 0.0  # 30 refusals, 80 acceptances: open
+    for _ in range(200):
+        patient.admit()
+    for _ in range(10):  # past half the share: shut, with no patience
+        patient.refused()
+    assert patient.rejection_probability() > 0
+
+
+def test_a_negative_patience_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="patience must be >= 0, got -1"):
+        AdaptiveThrottle(patience=-1)

@@ -167,9 +167,16 @@ class RetryBudget:
 
     ``RetryBudget()`` is the default every server gets (25 %, 0.1 a second, 30 s; see
     ``default_budget``); ``RetryBudget(0.2, min_per_second=10, window=10)`` is Finagle's and
-    Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's."""
+    Linkerd's, ``RetryBudget(0.1, min_per_second=0)`` .NET's.
 
-    __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries")
+    ``refund=True``: a retry the server answered without a refusal gives its withdrawal back
+    (with a throttle, unless the throttle's gate was shut within its window), so the budget
+    bounds the retries that were refused, not those that found an opening. Off by default: it
+    lets a blip's calls, refused again and again, all be retried, but more retries of a
+    sustained overload through at 16 client processes (docs/client-measured.md, "The server's
+    advice and a patient gate")."""
+
+    __slots__ = ("_clock", "_first", "_floor", "_ratio", "_retries", "retry_accepted")
 
     def __init__(
         self,
@@ -177,8 +184,12 @@ class RetryBudget:
         *,
         min_per_second: float = 0.1,
         window: float = 30.0,
+        refund: bool = False,
         clock: Clock = time.monotonic,
     ) -> None:
+        self.retry_accepted: Callable[[], None] | None = self._refund if refund else None
+        """Called by a retrying client when a retry was answered with no refusal (None: the
+        budget keeps no such count, and the client calls nothing)."""
         self._ratio = _positive("ratio", ratio, zero=True)
         self._floor = _positive("min_per_second", min_per_second, zero=True) * _positive(
             "window", window
@@ -211,9 +222,14 @@ class RetryBudget:
         self._retries.add(now)
         return True
 
+    def _refund(self) -> None:
+        self._retries.add(self._clock(), -1.0)
+
     def _balance(self, now: float) -> float:
         allowed = self._ratio * self._first.total(now) + self._floor
-        return max(0.0, allowed - self._retries.total(now))
+        # A refund counts in a later slice than its withdrawal, so it may outstay it: the
+        # window's retries are never counted below none.
+        return max(0.0, allowed - max(0.0, self._retries.total(now)))
 
     @property
     def balance(self) -> float:
@@ -250,21 +266,31 @@ class AdaptiveThrottle:
     refusing gets everything at once, and under sustained overload the refusals stay near
     ``k - 1`` per acceptance.
 
+    ``patience``: seconds the refusals must stay past the full share before the gate first
+    shuts (once shut, it shuts again at once for a window): a burst shorter than that is sent
+    whole. 0 (the default): a blip in batches shut the gate at 4 client processes, a patience
+    of 1 s let 16 processes' sustained overload through at more than one refusal per
+    acceptance (docs/client-measured.md, "The server's advice and a patient gate").
+
     ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 4 s; see
     ``default_throttle``)."""
 
-    __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_random", "_refusals",
-                 "_requests", "_share", "_shut_until", "_span")  # fmt: skip
+    __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_over_since",
+                 "_patience", "_random", "_refusals", "_requests", "_share", "_shut_until",
+                 "_span")  # fmt: skip
 
     def __init__(
         self,
         k: float = 1.8,
         *,
         window: float = 4.0,
+        patience: float = 0.0,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._k = _positive("k", k)
+        self._patience = _positive("patience", patience, zero=True)
+        self._over_since = math.inf  # since when the refusals are past the full share
         if self._k < 1:
             raise ValueError(
                 f"k must be >= 1 (below 1 the client refuses what would pass), got {k!r}"
@@ -295,11 +321,22 @@ class AdaptiveThrottle:
             shut = refusals > self._gate * accepts
         else:
             shut = refusals > max(self._share * accepts, _EVIDENCE)
+            if shut and self._patience:
+                if self._over_since == math.inf:
+                    self._over_since = now
+                if now - self._over_since < self._patience:
+                    return True
         if shut:
             self._shut_until = now + self._span
             return False
+        self._over_since = math.inf
         self._open_until = self._accepts.end
         return True
+
+    def shut_lately(self) -> bool:
+        """Whether the gate has been shut within the last window (the server's refusals were
+        judged an overload)."""
+        return self._clock() < self._shut_until
 
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
@@ -440,12 +477,27 @@ class Counting:
     - ``on_accepted``: counts an attempt answered with no refusal.
     - ``answers``: the budget, unless it ignores answers (a ``RetryBudget`` counts what is
       sent): told of each answer, one call fewer on the path of every call when it is None.
+    - ``retry_accepted``: tells the budget a retry was answered with no refusal (its
+      ``retry_accepted``, with a throttle only while the throttle has not shut lately); None
+      when the budget has none.
     """
 
-    __slots__ = ("admit_first", "answers", "budget", "on_accepted", "throttle")
+    __slots__ = (
+        "_refund",
+        "admit_first",
+        "answers",
+        "budget",
+        "on_accepted",
+        "retry_accepted",
+        "throttle",
+    )
 
     def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
         self.budget, self.throttle = budget, throttle
+        self.retry_accepted: Callable[[], object] | None = getattr(budget, "retry_accepted", None)
+        self._refund = self.retry_accepted
+        if self.retry_accepted is not None and throttle is not None:
+            self.retry_accepted = self._refund_unless_shut
         self.answers = (
             None
             if budget is None or getattr(type(budget), "answered", None) is RetryBudget.answered
@@ -474,6 +526,14 @@ class Counting:
                 if throttle is None
                 else self._accepted
             )
+
+    def _refund_unless_shut(self) -> None:
+        """``retry_accepted`` with a throttle: a retry accepted while the throttle judges the
+        refusals an overload is no evidence of a passing burst, and keeps its withdrawal (each
+        refund in a sustained overload sends one more retry to be refused)."""
+        throttle, refund = self.throttle, self._refund
+        if throttle is not None and refund is not None and not throttle.shut_lately():
+            refund()
 
     def _first_sent(self) -> bool:
         """``admit_first`` for the pairs it has no shorter form for: True when the throttle

@@ -145,6 +145,8 @@ class RetryCall(Generic[R]):
             accepted = retrying._on_accepted
             if accepted is not None:
                 accepted()
+            if retrying._retry_accepted is not None and self.number > 1:
+                retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
         error = refusal_of(result)
@@ -159,6 +161,8 @@ class RetryCall(Generic[R]):
                 throttle.refused()
         self._error = error
         if final:
+            if retrying._retry_accepted is not None and self.number > 1:
+                retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok" if error is None else "error"
             return True
         self._state = _REFUSED
@@ -287,6 +291,7 @@ class Retrying:
         "_on_accepted",
         "_pushback",
         "_random",
+        "_retry_accepted",
         "_throttle",
         "_timeout",
         "plain",
@@ -341,6 +346,9 @@ class Retrying:
         """Counts an attempt answered with no refusal."""
         self._budget_answers = counting.answers
         """The budget when it is told of answers."""
+        self._retry_accepted = counting.retry_accepted
+        """Tells the budget a retry was answered with no refusal (``RetryBudget(refund=True)``;
+        None for the others: nothing more on a call's path)."""
 
     @property
     def budget(self) -> Budget | None:
