@@ -22,22 +22,24 @@ from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
 from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
 
 #: ``async with guard.slot():`` with a free slot and no client key, per call over a run of
-#: calls: slot(), the Slot, its __aenter__ and _hold, its __aexit__ and _end; the service-time
-#: sample on one call of ``SAMPLE_EVERY`` (7 while every hold was measured).
-FREE_PATH = 6
+#: calls: slot(), the Slot, its __aenter__ and __aexit__; the service-time sample on one call
+#: of ``SAMPLE_EVERY`` (7 while every hold was measured; 6 until the free slot's hold and end
+#: were written out in __aenter__ and __aexit__).
+FREE_PATH = 4
 #: ... with a client key: the client's arrival counted (``Waiting.arrive``); its end is a
 #: decrement of its record, kept past its last call, in the slot's end. 8 while the record went
 #: with the client's last call and ``FairQueue.ended`` was called to count the end; 10 before the
 #: admission core was split: a short key is no longer passed through a function to bound it;
-#: 9 while every hold was measured.
-FREE_PATH_KEYED = 7
+#: 9 while every hold was measured; 7 until the end was written out in __aexit__.
+FREE_PATH_KEYED = 6
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
 #: 26 before the admission core was split; 22 since (the sample's method bound once, the
 #: parallelism read inline, no overload test of a queue that is empty); 11 since the sample's
 #: own steps were written out and the standing limit is put anew only when its inputs move; 12
-#: since the quiet calls' median is kept by a part of its own (``QuietBaseline.add``, issue 40).
-FREE_PATH_ADAPTIVE = 12
+#: since the quiet calls' median is kept by a part of its own (``QuietBaseline.add``, issue 40);
+#: 11 since the free slot's hold is written out in __aenter__.
+FREE_PATH_ADAPTIVE = 11
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
 #: built (no observer). 10 before the admission core was split: the hold to advise with, whether
 #: it is a guess, and the exception are no longer made by functions of their own; 7 until the

@@ -97,7 +97,14 @@ class ServerBusyTemplate:
         # advice: under overload most refusals repeat them (the guard's slots and queue full),
         # so the text is joined once, not per call.
         self._last: tuple[str, int, int, float, float, str, FactsRecord, str] = (
-            "", -1, -1, _NAN, _NAN, "", (), ""
+            "",
+            -1,
+            -1,
+            _NAN,
+            _NAN,
+            "",
+            (),
+            "",
         )
         # ... and the facts of that refusal and their details, which the adapters' _meta copies
         # (kept apart from the text's: made only when a _meta asks for them).
