@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -18,8 +19,12 @@ from operator import getitem
 from types import FrameType
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
 from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
+from fusion_guard.wire._shedding import ServerBusyTemplate
 
 #: ``async with guard.slot():`` with a free slot and no client key, per call over a run of
 #: calls: slot(), the Slot, its __aenter__ and __aexit__; the service-time sample on one call
@@ -165,3 +170,34 @@ def test_free_path_through_the_guard() -> None:
             pass
 
     assert _calls(admitted) <= GUARD_FREE_PATH
+
+
+_EDGES = [0.0, -1.0, math.nan, math.inf, 0.0005, 0.001, 0.0010000000000000002, 0.29, 0.2900001,
+          0.999, 0.9990000000000001, 1.0, 1.0000000000000002, 86_400.0, 86_401.0]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["queue_full", "queue_timeout"]),
+            st.integers(1, 3),
+            st.integers(0, 2),
+            st.one_of(st.sampled_from(_EDGES), st.floats(0.0, 100.0)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_shed_paths_kept_envelope_is_the_one_rendered_afresh(
+    refusals: list[tuple[str, int, int, float]],
+) -> None:
+    """A SERVER_BUSY template keeps its last envelope for the millisecond its advice rounded to
+    (the shed path's repeat): every refusal reads as the same refusal rendered by a new one."""
+    kept = ServerBusyTemplate("billing.process_invoice", 3, 2)
+    for reason, active, queued, retry_after in refusals:
+        again = kept.render(reason, active, queued, retry_after)
+        fresh = ServerBusyTemplate("billing.process_invoice", 3, 2).render(
+            reason, active, queued, retry_after
+        )
+        assert (again.text, again.facts) == (fresh.text, fresh.facts)
