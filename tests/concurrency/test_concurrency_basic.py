@@ -221,10 +221,10 @@ def test_every_slot_with_an_end_of_its_own_leaves_through_it() -> None:
 
 
 @pytest.mark.parametrize("client", [None, "tenant-1"])
-@pytest.mark.parametrize("timeout", [None, 30.0])
+@pytest.mark.parametrize("deadline", [None, 30.0])
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 async def test_the_written_out_free_path_is_the_generic_one(
-    client: str | None, timeout: float | None, adaptive: bool
+    client: str | None, deadline: float | None, adaptive: bool
 ) -> None:
     """``async with guard.slot()`` (the hold and end written out) and ``take_free`` + ``leave``
     (``_hold`` and ``_end``) leave two guards on identical clocks with the same figures and
@@ -246,10 +246,10 @@ async def test_the_written_out_free_path_is_the_generic_one(
     generic, told, twin_clock = make()
     for n in range(SAMPLED_FROM + 3 * SAMPLE_EVERY):
         hold = 0.01 + (n % 7) / 100
-        async with written.slot(timeout, client) as slot:
+        async with written.slot(deadline, client) as slot:
             assert slot.queue_wait == 0.0
             clock.advance(hold)
-        other = generic.slot(timeout, client)
+        other = generic.slot(deadline, client)
         assert other.take_free()
         twin_clock.advance(hold)
         other.leave(None, None, None)

@@ -19,6 +19,7 @@ from operator import getitem
 from types import FrameType
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -176,6 +177,18 @@ _EDGES = [0.0, -1.0, math.nan, math.inf, 0.0005, 0.001, 0.0010000000000000002, 0
           0.999, 0.9990000000000001, 1.0, 1.0000000000000002, 86_400.0, 86_401.0]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "advice",
+    [
+        [0.2900001, 0.29, 0.29, 0.2899999, 0.2900001],  # each side of a millisecond's edge
+        [1.0000000000000002, 1.0, 0.9990000000000001, 0.999],
+        [0.0005, 0.001, 0.0011, 0.0, math.nan, 0.0011, 86_401.0, 86_400.0],  # and out of bounds
+    ],
+)
+def test_the_shed_paths_kept_envelope_at_the_edges(advice: list[float]) -> None:
+    _renders_as_afresh([("queue_full", 3, 2, retry_after) for retry_after in advice])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -192,6 +205,10 @@ _EDGES = [0.0, -1.0, math.nan, math.inf, 0.0005, 0.001, 0.0010000000000000002, 0
 def test_the_shed_paths_kept_envelope_is_the_one_rendered_afresh(
     refusals: list[tuple[str, int, int, float]],
 ) -> None:
+    _renders_as_afresh(refusals)
+
+
+def _renders_as_afresh(refusals: list[tuple[str, int, int, float]]) -> None:
     """A SERVER_BUSY template keeps its last envelope for the millisecond its advice rounded to
     (the shed path's repeat): every refusal reads as the same refusal rendered by a new one."""
     kept = ServerBusyTemplate("billing.process_invoice", 3, 2)
