@@ -6,9 +6,10 @@ once (``_end``), and its end is what the rest learns from: the service time, the
 also the one owner of the call's deadline and the one reporter of its end, with the outcome its
 leaver hands it (``leave(..., outcome)``: the Guard's ticket knows an error envelope from a
 success; a bare guard's caller gets ``ok``, or what its exception says). The free path
-(a slot free at arrival: ``__aenter__``, ``_hold``, ``__aexit__``, ``_end``) is written out in
-full, without a call it could spare: it is what nearly every call of a guard not overloaded
-costs.
+(a slot free at arrival, under a fixed limit: ``__aenter__`` then ``__aexit__``, which write
+out ``_hold`` and ``_end``) is written out in full, without a call it could spare: it is what
+nearly every call of a guard not overloaded costs. Every other way in and out goes through
+``_hold`` and ``_end``.
 
 Variants compose what a call holds besides a local slot: ``_ClientSlot`` a client's record
 (fair shares, the per-client cap), ``_LevelSlot`` a priority; ``_PermitSlot`` (``_permit.py``) a
