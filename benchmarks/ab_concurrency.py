@@ -111,6 +111,9 @@ def main() -> int:
     parser.add_argument(
         "--cpu", action="store_true", help="time on the thread's CPU time, not the wall clock"
     )
+    parser.add_argument(
+        "--only", default="", help="run only the figures whose name contains this text"
+    )
     args = parser.parse_args()
     clock = time.thread_time if args.cpu else time.perf_counter
     import fusion_guard as head
@@ -132,6 +135,8 @@ def main() -> int:
     print(f"{'figure':34} {'base/sem':>9} {'this/sem':>9} {'this/base':>10}")
     try:
         for name in before:
+            if args.only not in name:
+                continue
             baseline = circulating[2].batch(clock) if name.startswith("hand-off") else semaphore
             runs = {"base": before[name], "this": after[name], "sem": baseline}
             best = dict.fromkeys(runs, float("inf"))

@@ -191,3 +191,68 @@ def test_a_refusal_is_the_server_busy_the_normal_construction_makes() -> None:
     assert (fast.args, str(fast)) == (normal.args, str(normal))
     assert fast.args == (fast.response.text,)
     assert (fast.reason, fast.retry_after) == ("queue_full", normal.retry_after)
+
+
+# -- the free path written out (``Slot.__aenter__`` / ``__aexit__``) -------------------------------
+
+
+def _slot_classes() -> list[type]:
+    import fusion_guard.admission._permit
+    import fusion_guard.admission._unbounded  # noqa: F401  (their Slot variants, made known)
+    from fusion_guard.admission._slot import Slot
+
+    found, todo = [], [Slot]
+    while todo:
+        kind = todo.pop()
+        found.append(kind)
+        todo += kind.__subclasses__()
+    return found
+
+
+def test_every_slot_with_an_end_of_its_own_leaves_through_it() -> None:
+    # Slot.__aexit__ writes Slot._end out: a variant that overrides _end must not inherit it.
+    from fusion_guard.admission._slot import Slot
+
+    variants = [kind for kind in _slot_classes() if kind is not Slot]
+    assert len(variants) >= 4  # client, level, permit, unbounded
+    for kind in variants:
+        if any("_end" in base.__dict__ for base in kind.__mro__[: kind.__mro__.index(Slot)]):
+            assert kind.__aexit__ is not Slot.__aexit__, kind  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("client", [None, "tenant-1"])
+@pytest.mark.parametrize("deadline", [None, 30.0])
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+async def test_the_written_out_free_path_is_the_generic_one(
+    client: str | None, deadline: float | None, adaptive: bool
+) -> None:
+    """``async with guard.slot()`` (the hold and end written out) and ``take_free`` + ``leave``
+    (``_hold`` and ``_end``) leave two guards on identical clocks with the same figures and
+    their observers with the same reports, over enough calls for the service time's sample."""
+    from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
+    from fusion_guard.testing import ToolRecorder
+
+    def make() -> tuple[ConcurrencyGuard, ToolRecorder, FakeClock]:
+        clock, recorder = FakeClock(), ToolRecorder()
+        if adaptive:
+            from fusion_guard import GradientLimit
+
+            guard = ConcurrencyGuard(limit=GradientLimit(), observer=recorder, clock=clock)
+        else:
+            guard = ConcurrencyGuard(2, observer=recorder, clock=clock)
+        return guard, recorder, clock
+
+    written, heard, clock = make()
+    generic, told, twin_clock = make()
+    for n in range(SAMPLED_FROM + 3 * SAMPLE_EVERY):
+        hold = 0.01 + (n % 7) / 100
+        async with written.slot(deadline, client) as slot:
+            assert slot.queue_wait == 0.0
+            clock.advance(hold)
+        other = generic.slot(deadline, client)
+        assert other.take_free()
+        twin_clock.advance(hold)
+        other.leave(None, None, None)
+    assert written.statistics() == generic.statistics()
+    assert heard.events == told.events
+    assert written.active == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -18,26 +19,33 @@ from operator import getitem
 from types import FrameType
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, ServerBusy
 from fusion_guard.admission._service_time import SAMPLE_EVERY, SAMPLED_FROM
+from fusion_guard.wire._shedding import ServerBusyTemplate
 
 #: ``async with guard.slot():`` with a free slot and no client key, per call over a run of
-#: calls: slot(), the Slot, its __aenter__ and _hold, its __aexit__ and _end; the service-time
-#: sample on one call of ``SAMPLE_EVERY`` (7 while every hold was measured).
-FREE_PATH = 6
+#: calls: slot(), the Slot, its __aenter__ and __aexit__; the service-time sample on one call
+#: of ``SAMPLE_EVERY`` (7 while every hold was measured; 6 until the free slot's hold and end
+#: were written out in __aenter__ and __aexit__).
+FREE_PATH = 4
 #: ... with a client key: the client's arrival counted (``Waiting.arrive``); its end is a
 #: decrement of its record, kept past its last call, in the slot's end. 8 while the record went
 #: with the client's last call and ``FairQueue.ended`` was called to count the end; 10 before the
 #: admission core was split: a short key is no longer passed through a function to bound it;
-#: 9 while every hold was measured.
-FREE_PATH_KEYED = 7
+#: 9 while every hold was measured; 7 until the end was written out in __aexit__.
+FREE_PATH_KEYED = 6
 #: ... under the adaptive limit of ``max_active="auto"``, per call over a run of calls: each
 #: finished call is a sample the limit learns from (its code in ``_adaptive.py`` included).
 #: 26 before the admission core was split; 22 since (the sample's method bound once, the
 #: parallelism read inline, no overload test of a queue that is empty); 11 since the sample's
 #: own steps were written out and the standing limit is put anew only when its inputs move; 12
-#: since the quiet calls' median is kept by a part of its own (``QuietBaseline.add``, issue 40).
-FREE_PATH_ADAPTIVE = 12
+#: since the quiet calls' median is kept by a part of its own (``QuietBaseline.add``, issue 40);
+#: 11 since the free slot's hold is written out in __aenter__.
+FREE_PATH_ADAPTIVE = 11
 #: A full guard refusing at ``slot()``: counted, advised, the envelope rendered, the exception
 #: built (no observer). 10 before the admission core was split: the hold to advise with, whether
 #: it is a guess, and the exception are no longer made by functions of their own; 7 until the
@@ -163,3 +171,50 @@ def test_free_path_through_the_guard() -> None:
             pass
 
     assert _calls(admitted) <= GUARD_FREE_PATH
+
+
+_EDGES = [0.0, -1.0, math.nan, math.inf, 0.0005, 0.001, 0.0010000000000000002, 0.29, 0.2900001,
+          0.999, 0.9990000000000001, 1.0, 1.0000000000000002, 86_400.0, 86_401.0]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "advice",
+    [
+        [0.2900001, 0.29, 0.29, 0.2899999, 0.2900001],  # each side of a millisecond's edge
+        [1.0000000000000002, 1.0, 0.9990000000000001, 0.999],
+        [0.0005, 0.001, 0.0011, 0.0, math.nan, 0.0011, 86_401.0, 86_400.0],  # and out of bounds
+    ],
+)
+def test_the_shed_paths_kept_envelope_at_the_edges(advice: list[float]) -> None:
+    _renders_as_afresh([("queue_full", 3, 2, retry_after) for retry_after in advice])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["queue_full", "queue_timeout"]),
+            st.integers(1, 3),
+            st.integers(0, 2),
+            st.one_of(st.sampled_from(_EDGES), st.floats(0.0, 100.0)),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_shed_paths_kept_envelope_is_the_one_rendered_afresh(
+    refusals: list[tuple[str, int, int, float]],
+) -> None:
+    _renders_as_afresh(refusals)
+
+
+def _renders_as_afresh(refusals: list[tuple[str, int, int, float]]) -> None:
+    """A SERVER_BUSY template keeps its last envelope for the millisecond its advice rounded to
+    (the shed path's repeat): every refusal reads as the same refusal rendered by a new one."""
+    kept = ServerBusyTemplate("billing.process_invoice", 3, 2)
+    for reason, active, queued, retry_after in refusals:
+        again = kept.render(reason, active, queued, retry_after)
+        fresh = ServerBusyTemplate("billing.process_invoice", 3, 2).render(
+            reason, active, queued, retry_after
+        )
+        assert (again.text, again.facts) == (fresh.text, fresh.facts)

@@ -121,3 +121,20 @@ async def test_observers_hear_every_hold_sampled_or_not(clock: FakeClock) -> Non
     assert ends == [("finished", "ok", pytest.approx(0.25))] * calls
     # The observer changes nothing of the sample: a guard without one samples the same calls.
     assert guard.statistics().service_samples == SAMPLED_FROM + 2
+
+
+async def test_a_hold_that_never_reached_the_tool_leaves_the_next_one_measured(
+    clock: FakeClock,
+) -> None:
+    # The countdown is the estimator's (``skips``): a hold due to be measured that tells nothing
+    # of the tool (its arguments failed validation) is not measured, and the next one is.
+    guard = ConcurrencyGuard(1, clock=clock)
+    await alone(guard, clock, 0.1, SAMPLED_FROM)  # the last one measured starts the countdown
+    await alone(guard, clock, 0.1, SAMPLE_EVERY - 1)  # ... which these use up
+    slot = guard.slot()
+    async with slot:
+        slot.invalid_arguments()
+        clock.advance(0.1)
+    assert guard.statistics().service_samples == SAMPLED_FROM
+    await alone(guard, clock, 0.1, 1)
+    assert guard.statistics().service_samples == SAMPLED_FROM + 1

@@ -282,11 +282,10 @@ class ConcurrencyGuard:
                 f"{type(self).__name__}.acquire_nowait() is not available with a permit to"
                 " await (a fleet lease): use `await guard.acquire()` or `async with guard.slot()`"
             )
-        core = self._core
-        if core.active >= core.max_active:
+        slot = Slot(self._core, None)
+        if not slot.take_free():
             raise anyio.WouldBlock
-        core.active += 1
-        return Slot(core, None)._hold(0.0, core.observer)
+        return slot
 
     # -- public figures -------------------------------------------------------------------------
 

@@ -158,8 +158,8 @@ class FairQueue(Generic[WaiterT]):
             self.keyed_active += 1
 
     def ended(self, key: str | None) -> None:
-        """A call of client ``key`` gave its slot back (``Slot._end`` inlines it: the keyed
-        hot path)."""
+        """A call of client ``key`` gave its slot back (``Slot._end`` and ``Slot.__aexit__``
+        inline it: the keyed hot path, where the call cost 5 %)."""
         if key is not None:
             self.records[key].running -= 1
             self.keyed_active -= 1

@@ -6,9 +6,10 @@ once (``_end``), and its end is what the rest learns from: the service time, the
 also the one owner of the call's deadline and the one reporter of its end, with the outcome its
 leaver hands it (``leave(..., outcome)``: the Guard's ticket knows an error envelope from a
 success; a bare guard's caller gets ``ok``, or what its exception says). The free path
-(a slot free at arrival: ``__aenter__``, ``_hold``, ``__aexit__``, ``_end``) is written out in
-full, without a call it could spare: it is what nearly every call of a guard not overloaded
-costs.
+(a slot free at arrival, under a fixed limit: ``__aenter__`` then ``__aexit__``, which write
+out ``_hold`` and ``_end``) is written out in full, without a call it could spare: it is what
+nearly every call of a guard not overloaded costs. Every other way in and out goes through
+``_hold`` and ``_end``.
 
 Variants compose what a call holds besides a local slot: ``_ClientSlot`` a client's record
 (fair shares, the per-client cap), ``_LevelSlot`` a priority; ``_PermitSlot`` (``_permit.py``) a
@@ -72,10 +73,34 @@ class Slot:
 
     async def __aenter__(self) -> Slot:
         core = self._core
-        if core.active < core.max_active:  # free slot: take it without yielding
-            core.active += 1
-            return self._hold(0.0, core.observer)
-        return self._hold(await core.wait(None), core.observer)
+        active = core.active
+        if active >= core.max_active:  # no free slot: queue (or be refused there)
+            return self._hold(await core.wait(None), core.observer)
+        # A free slot, taken without yielding: ``_hold(0.0, core.observer)`` written out, as
+        # ``_end`` writes out ``Core.release``. This is what nearly every call of a guard not
+        # overloaded costs, and the call spared is 4 % of it (``benchmarks/ab_concurrency.py``).
+        core.active = active = active + 1
+        core.admitted += 1
+        observer = core.observer
+        if observer is not None:
+            try:
+                observer.admitted(0.0)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(observer, "admitted", failure)
+        self._held = True
+        self._ends = core.ends
+        self._reached_tool = True
+        capacity = core.capacity
+        if capacity is not None:
+            self._seat = capacity.seat(self._client)
+            self._inflight = active
+            self._rank = core.admitted
+        else:
+            self._alone = active == 1
+        self._start = core.latest_start = core.clock()
+        if self._timeout is not None:
+            self._deadline = Deadline(self._timeout)
+        return self
 
     def take_free(self) -> bool:
         """Take a free slot without a coroutine: True when taken (held as after ``async with``),
@@ -123,13 +148,39 @@ class Slot:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if self._deadline is None:  # no deadline to tell apart: the hold simply ends
-            if exc is None:
-                self._end("ok")
-            else:
-                self._raised(exc)
+        if self._deadline is not None or exc is not None:
+            return self.leave(exc_type, exc, tb)  # a deadline to tell apart, or a raised body
+        core = self._core
+        if core.learn is not None or not self._held:
+            self._end("ok")
             return False
-        return self.leave(exc_type, exc, tb)
+        # ``_end("ok")`` of a call under a fixed limit, written out as ``_hold`` is in
+        # ``__aenter__``: the free path's end, the call spared 3-4 % of it (measured with
+        # ``benchmarks/ab_concurrency.py``). A variant with an end of its own (``_end``
+        # overridden) leaves through ``leave`` instead (``test_concurrency_basic.py`` pins it).
+        self._held = False
+        client = self._client
+        if client is not None:  # as in ``_end`` (see there)
+            fair = core.fair
+            fair.records[client].running -= 1  # type: ignore[union-attr]  # kept
+            fair.keyed_active -= 1  # type: ignore[union-attr]  # from the first key
+        ends = self._ends
+        if self._alone and next(core.service.skips, False):  # a hold not sampled
+            held = 0.0 if ends is None else core.clock() - self._start
+        else:
+            held = core.clock() - self._start
+            if self._reached_tool:
+                core.service.observe(held, self._alone)
+        if core.waiters and core.active <= core.max_active:  # Core.release, as in ``_end``
+            core.hand_off()
+        else:
+            core.active -= 1
+        if ends is not None:
+            try:
+                ends.finished("ok", held)
+            except Exception as failure:  # observers never change an outcome
+                observer_failed(ends, "finished", failure)
+        return False
 
     def leave(
         self,
@@ -225,23 +276,25 @@ class Slot:
             self._held = False
             core = self._core
             client = self._client
-            if client is not None:  # FairQueue.ended, inlined: the keyed hot path
+            if client is not None:
+                # FairQueue.ended, inlined (and in ``__aexit__``): the keyed hot path. Its two
+                # counters are public figures of the fair queue, written here and at arrival
+                # (``Waiting.arrive``, FairQueue.started inlined) rather than through its
+                # method: the call cost the keyed slot 5 % (1.049x), near its 2x target.
                 fair = core.fair
                 fair.records[client].running -= 1  # type: ignore[union-attr]  # kept
                 fair.keyed_active -= 1  # type: ignore[union-attr]  # from the first key
             ends = self._ends
             learn = core.learn
-            service = core.service
-            if learn is None and service.skip and self._alone:
-                # A hold the service time does not sample (``_service_time.py``): measured only
-                # for whoever hears the call's end.
-                service.skip -= 1
+            if learn is None and self._alone and next(core.service.skips, False):
+                # A hold the service time does not sample (``_service_time.py``, whose
+                # countdown this draws from): measured only for whoever hears the call's end.
                 held = 0.0 if ends is None else core.clock() - self._start
             else:
                 held = core.clock() - self._start
                 reached_tool = self._reached_tool
                 if reached_tool:
-                    service.observe(held, learn is None and self._alone)
+                    core.service.observe(held, learn is None and self._alone)
                 if learn is not None:
                     # Of the calls that took a slot before this one, at least this many still
                     # hold one (even if every call ended so far was among them): it overtook
@@ -318,6 +371,14 @@ class _LevelSlot(_ClientSlot):
             self._hold(0.0, core.ranked[self._level])
             return True
         return False
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        return self.leave(exc_type, exc, tb)  # its own end, not the one Slot's writes out
 
     def _end(self, outcome: Outcome) -> None:
         if self._held:

@@ -93,6 +93,8 @@ class UnboundedSlot(Slot):
     def _now(self) -> float:
         return self._slots.clock()
 
+    __aexit__ = Slot.aleave  # its own end (``_end``): not the one ``Slot.__aexit__`` writes out
+
     def _end(self, outcome: Outcome) -> None:
         if self._held:
             self.report(outcome)

@@ -21,7 +21,7 @@ from ._render import (
     plain,
     render_tool_error,
 )
-from ._response import ToolResponse, copy_facts, make_response
+from ._response import FactsRecord, ToolResponse, copy_facts, make_response
 
 __all__ = [
     "RETRY_NOW",
@@ -33,6 +33,7 @@ __all__ = [
 
 _MIN_RETRY_AFTER = 0.001
 _MAX_RETRY_AFTER = 86400.0
+_NAN = float("nan")  # bounds nothing compares within
 
 
 def _retry_after_text(seconds: float) -> str:
@@ -91,10 +92,20 @@ class ServerBusyTemplate:
         self.max_active = max_active
         self.max_queue = max_queue
         self.flag = flag
-        # The last refusal's (reason, active, queued) and its text up to the advice: under
-        # overload most refusals repeat them (the guard's slots and queue full), so the text is
-        # joined once, not per call. One tuple, replaced whole: safe to share between threads.
-        self._last: tuple[str, int, int, str] = ("", -1, -1, "")
+        # The last refusal's (reason, active, queued), the millisecond its advice rounded to (as
+        # the bounds of what rounds to it), its text and facts' record, and the text up to the
+        # advice: under overload most refusals repeat them (the guard's slots and queue full),
+        # so the text is joined once, not per call.
+        self._last: tuple[str, int, int, float, float, str, FactsRecord, str] = (
+            "",
+            -1,
+            -1,
+            _NAN,
+            _NAN,
+            "",
+            (),
+            "",
+        )
         # ... and the facts of that refusal and their details, which the adapters' _meta copies
         # (kept apart from the text's: made only when a _meta asks for them).
         self._last_facts: tuple[str, int, int, dict[str, Any], dict[str, str]] = (
@@ -150,6 +161,22 @@ class ServerBusyTemplate:
 
     def render(self, reason: str, active: int, queued: int, retry_after: float) -> ToolResponse:
         """The envelope; ``retry_after`` is clamped to at least one millisecond (always > 0)."""
+        last = self._last
+        if last[0] is reason and last[1] == active and last[2] == queued:
+            if last[3] < retry_after <= last[4]:
+                # The last refusal's envelope, to the millisecond of its advice (``retry_after``
+                # rounds up into the same one): under overload most refusals repeat it whole,
+                # the anonymous callers promised a full guard's worth of openings ahead.
+                return make_response(last[5], True, "SERVER_BUSY", last[6])
+            known = last[7]
+        else:
+            running, waiting = str(active), str(queued)  # each written twice: converted once
+            known = (
+                f"{self._head}{running} active, {waiting}{self._mid}{reason}</detail>\n"
+                f'    <detail key="active">{running}</detail>\n'
+                f'    <detail key="queued">{waiting}</detail>\n'
+                f"{self._tail}"
+            )
         # _retry_after_text, inlined: this runs for most calls under load, and a call of its own
         # (two, with ceil_millis) is a tenth of the whole refusal.
         if 0.001 <= retry_after <= _MAX_RETRY_AFTER:
@@ -164,26 +191,17 @@ class ServerBusyTemplate:
             else:
                 whole, frac = divmod(millis, 1000)
                 retry = f"{whole}.{MILLIS_TEXT[frac]}" if frac else str(whole)
-        else:  # out of bounds, or NaN
+            # What rounds up to the same millisecond: (millis - 1, millis] ms, as ceil_millis
+            # reads it (below 1 ms, clamped to 1 ms: the same text).
+            low, high = (millis - 1) / 1000.0, millis / 1000.0
+        else:  # out of bounds, or NaN: made each time
             retry = _retry_after_text(retry_after)
-        last = self._last
-        if last[0] is reason and last[1] == active and last[2] == queued:
-            known = last[3]
-        else:
-            running, waiting = str(active), str(queued)  # each written twice: converted once
-            known = (
-                f"{self._head}{running} active, {waiting}{self._mid}{reason}</detail>\n"
-                f'    <detail key="active">{running}</detail>\n'
-                f'    <detail key="queued">{waiting}</detail>\n'
-                f"{self._tail}"
-            )
-            self._last = (reason, active, queued, known)
-        return make_response(
-            f"{known}{retry} seconds</retry_after>\n</tool_error>",
-            True,
-            "SERVER_BUSY",
-            (_busy_facts, self, reason, active, queued, retry),
-        )
+            low = high = _NAN
+        text = f"{known}{retry} seconds</retry_after>\n</tool_error>"
+        record = (_busy_facts, self, reason, active, queued, retry)
+        # One tuple, replaced whole: safe to share between threads (the record is immutable).
+        self._last = (reason, active, queued, low, high, text, record, known)
+        return make_response(text, True, "SERVER_BUSY", record)
 
     def render_for_client(
         self,
