@@ -222,6 +222,71 @@ def _marked(part: str, calls: int) -> None:
     asyncio.run(run())
 
 
+def _other_copy(rev: str) -> Callable[[Any], Any]:
+    """``wrap`` of the package as it was at git revision ``rev``, imported beside this one under
+    another name (``fusion_guard_at_rev``: its imports within the package are relative), so
+    that both versions run in one process, on one session, in the same rounds."""
+    import importlib
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="fusion_guard_at_rev"))
+    archive = subprocess.run(
+        ["git", "archive", rev, "src/fusion_guard"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    (root / "src" / "fusion_guard").rename(root / "fusion_guard_at_rev")
+    sys.path.insert(0, str(root))
+    return importlib.import_module("fusion_guard_at_rev.client").wrap  # type: ignore[no-any-return]
+
+
+def _against(rev: str, rounds: int) -> None:
+    """``--against REV``: the wrapper now and at ``rev`` (the defaults), each against the direct
+    call, in the same rounds of one session: a round times a batch of each in the order now,
+    then, direct, direct, then, now (a load that rises or falls through the round weighs on
+    all three alike). Each round gives three paired ratios; printed: their quartiles over the
+    rounds, and the share of rounds in which now was the cheaper of the two versions."""
+    then_wrap = _other_copy(rev)
+
+    async def run() -> None:
+        async with Client(_mcpserver()) as client:
+            now, then = wrap(client), then_wrap(client)
+            for session in (client, now, then):
+                for _ in range(50):  # tool lookup, the shared budget's creation, warm caches
+                    await _ping(session)
+
+            async def batch(session: Any) -> float:
+                start = time.thread_time()
+                for _ in range(OPS):
+                    await _ping(session)
+                return time.thread_time() - start
+
+            ratios: dict[str, list[float]] = {"now": [], "then": [], "now / then": []}
+            directs: list[float] = []
+            for _ in range(rounds):
+                a1, b1, d1, d2, b2, a2 = (
+                    await batch(now),
+                    await batch(then),
+                    await batch(client),
+                    await batch(client),
+                    await batch(then),
+                    await batch(now),
+                )
+                ratios["now"].append((a1 + a2) / (d1 + d2))
+                ratios["then"].append((b1 + b2) / (d1 + d2))
+                ratios["now / then"].append((a1 + a2) / (b1 + b2))
+                directs.append((d1 + d2) / (2 * OPS))
+        print(f"MCP SDK, {rounds} rounds, direct call {statistics.median(directs) * 1e6:.0f} us")
+        for label, values in ratios.items():
+            q1, q2, q3 = statistics.quantiles(values, n=4)
+            print(f"  {label:<11} p25 {q1:.4f}  median {q2:.4f}  p75 {q3:.4f}")
+        cheaper = sum(r < 1 for r in ratios["now / then"]) / rounds
+        print(f"  now cheaper than {rev} in {cheaper:.0%} of the rounds")
+
+    asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="The wrapper's overhead on a call that succeeds, part by part, against the"
@@ -243,7 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         help="CALLS calls of PART ('direct' or a part's label) between two thread_time"
         " readings, for callgrind (see _marked)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="the wrapper now against the wrapper at git revision REV, in the same rounds",
+    )
     args = parser.parse_args(argv)
+    if args.against:
+        _against(args.against, args.rounds)
+        return 0
     if args.marked:
         part, calls = args.marked
         if part != "direct" and part not in PARTS:

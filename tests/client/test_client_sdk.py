@@ -373,7 +373,7 @@ async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) ->
     async with Client(mcp_app()) as client:
         session = wrap(client if target == "Client" else client.session)
         first = await session.call_tool("attempt", {}, progress_callback=on_progress)
-        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         second = await session.call_tool("attempt", {})  # refused once, then attempt 2
         third = await session.call_tool("attempt", {}, meta={"trace": "t"})
     assert (text(first), text(second), text(third)) == ("1", "2", "2")
@@ -385,7 +385,7 @@ async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) ->
 async def test_fastmcp_leaves_the_shared_first_meta_as_it_is() -> None:
     async with FastMCPClient(fastmcp_app()) as client:
         session = wrap(client)
-        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
     assert (first.data, second.data) == ("1", "2")
