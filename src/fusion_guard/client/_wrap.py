@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
+from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
-from ._advice import FLAGGED
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
 from ._sdk import fastmcp_read_timeout, mcp_read_timeout
 
