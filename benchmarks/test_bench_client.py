@@ -37,11 +37,11 @@ from bench_support import SMOKE_ROUNDS, Figures
 from fusion_guard.client import ATTEMPT_META_KEY, reset_shared_budgets, wrap
 
 OPS = 20
-ROUNDS = {"MCP SDK": 600, "FastMCP": 150}
-"""Rounds of each figure: at 150 the MCP SDK's median ratio moved by up to half a point from
-run to run on the shared machine (its rounds' ratios spread over +-3 to +-9 %); 600 rounds
-take 8 s, and hold it within about a fifth of a point (docs/client-measured.md). FastMCP's
-round trip is four to five times longer and its figure far from the target."""
+ROUNDS = {"MCP SDK": 600, "FastMCP": 300}
+"""Rounds of each figure. A round's ratio spreads over +-3 % (quartiles; a quiet hour) to +-9 %
+(load 16 on 2 cores), so the median of 150 moved by up to half a point from run to run; 600
+take 8 s (the MCP SDK) and hold it within about a quarter of a point. FastMCP's round trip
+is five times longer: 300 rounds, 25 s (docs/client-measured.md)."""
 #: The wrapper's overhead on a call that succeeds: within 2 % of the SDK's in-process round trip.
 TARGET = 1.02
 
