@@ -240,12 +240,15 @@ def _other_copy(rev: str) -> Callable[[Any], Any]:
     """``wrap`` of the package as it was at git revision ``rev``, imported beside this one under
     another name (``fusion_guard_at_rev``: its imports within the package are relative), so
     that both versions run in one process, on one session, in the same rounds."""
+    import atexit
     import importlib
+    import shutil
     import subprocess
     import tempfile
     from pathlib import Path
 
     root = Path(tempfile.mkdtemp(prefix="fusion_guard_at_rev"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     archive = subprocess.run(
         ["git", "archive", rev, "src/fusion_guard"], check=True, capture_output=True
     ).stdout
