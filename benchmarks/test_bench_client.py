@@ -37,7 +37,11 @@ from bench_support import SMOKE_ROUNDS, Figures
 from fusion_guard.client import ATTEMPT_META_KEY, reset_shared_budgets, wrap
 
 OPS = 20
-ROUNDS = 150
+ROUNDS = {"MCP SDK": 600, "FastMCP": 300}
+"""Rounds of each figure. A round's ratio spreads over +-3 % (quartiles; a quiet hour) to +-9 %
+(load 16 on 2 cores), so the median of 150 moved by up to half a point from run to run; 600
+take 8 s (the MCP SDK) and hold it within about a quarter of a point. FastMCP's round trip
+is five times longer: 300 rounds, 25 s (docs/client-measured.md)."""
 #: The wrapper's overhead on a call that succeeds: within 2 % of the SDK's in-process round trip.
 TARGET = 1.02
 
@@ -67,10 +71,10 @@ async def _interleaved(
     call: Callable[[Any], Awaitable[Any]],
     rounds: int,
     make: Callable[[Any], Any] = wrap,
-) -> tuple[float, float]:
+) -> tuple[float, float, list[float]]:
     """(wrapped, direct) seconds per call, their ratio the median of ``rounds`` paired rounds
     (see the module): the direct figure is the median direct batch, the wrapped one that times
-    the median ratio. ``make``: the wrapped session, from the client."""
+    the median ratio; and the rounds' ratios. ``make``: the wrapped session, from the client."""
     ratios: list[float] = []
     direct_batches: list[float] = []
     async with connect() as client:
@@ -95,19 +99,28 @@ async def _interleaved(
             ratios.append((first + last) / (direct + again))
             direct_batches.append((direct + again) / (2 * OPS))
     baseline = statistics.median(direct_batches)
-    return statistics.median(ratios) * baseline, baseline
+    return statistics.median(ratios) * baseline, baseline, ratios
+
+
+def _spread(ratios: list[float]) -> str:
+    if len(ratios) < 2:
+        return ""
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return f"rounds' ratios p25 {q1:.3f}, p75 {q3:.3f}; {len(ratios)} rounds"
 
 
 def _ping(client: Any) -> Awaitable[Any]:
     return client.call_tool("ping", {})
 
 
-def _mcp(rounds: int, make: Callable[[Any], Any] = wrap) -> tuple[float, float]:
+def _mcp(rounds: int, make: Callable[[Any], Any] = wrap) -> tuple[float, float, list[float]]:
     app = _mcpserver()
     return asyncio.run(_interleaved(lambda: Client(app), _ping, rounds, make))
 
 
-def _fastmcp_client(rounds: int, make: Callable[[Any], Any] = wrap) -> tuple[float, float]:
+def _fastmcp_client(
+    rounds: int, make: Callable[[Any], Any] = wrap
+) -> tuple[float, float, list[float]]:
     app = _fastmcp()
     return asyncio.run(_interleaved(lambda: FastMCPClient(app), _ping, rounds, make))
 
@@ -117,10 +130,11 @@ def test_wrapped_call_vs_direct(
     benchmark: pytest.FixtureRequest,
     figures: Figures,
     sdk: str,
-    measure: Callable[[int], tuple[float, float]],
+    measure: Callable[[int], tuple[float, float, list[float]]],
 ) -> None:
     reset_shared_budgets()
-    candidate, baseline = measure(ROUNDS if figures.strict else SMOKE_ROUNDS)
+    candidate, baseline, ratios = measure(ROUNDS[sdk] if figures.strict else SMOKE_ROUNDS)
+    print(f"\n{sdk}: {candidate / baseline:.4f}x ({_spread(ratios)})")
     name = f"wrap(client).call_tool vs client.call_tool ({sdk})"
     figures.at_most(name, candidate, baseline, TARGET)
     benchmark.pedantic(measure, args=(1,), rounds=1, iterations=1)
@@ -222,12 +236,82 @@ def _marked(part: str, calls: int) -> None:
     asyncio.run(run())
 
 
+def _other_copy(rev: str) -> Callable[[Any], Any]:
+    """``wrap`` of the package as it was at git revision ``rev``, imported beside this one under
+    another name (``fusion_guard_at_rev``: its imports within the package are relative), so
+    that both versions run in one process, on one session, in the same rounds."""
+    import atexit
+    import importlib
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="fusion_guard_at_rev"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    archive = subprocess.run(
+        ["git", "archive", rev, "src/fusion_guard"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    (root / "src" / "fusion_guard").rename(root / "fusion_guard_at_rev")
+    sys.path.insert(0, str(root))
+    return importlib.import_module("fusion_guard_at_rev.client").wrap  # type: ignore[no-any-return]
+
+
+def _against(rev: str, rounds: int, ops: int = OPS) -> None:
+    """``--against REV``: the wrapper now and at ``rev`` (the defaults), each against the direct
+    call, in the same rounds of one session: a round times a batch of each in the order now,
+    then, direct, direct, then, now (a load that rises or falls through the round weighs on
+    all three alike). Each round gives three paired ratios; printed: their quartiles over the
+    rounds, and the share of rounds in which now was the cheaper of the two versions."""
+    then_wrap = _other_copy(rev)
+
+    async def run() -> None:
+        async with Client(_mcpserver()) as client:
+            now, then = wrap(client), then_wrap(client)
+            for session in (client, now, then):
+                for _ in range(50):  # tool lookup, the shared budget's creation, warm caches
+                    await _ping(session)
+
+            async def batch(session: Any) -> float:
+                start = time.thread_time()
+                for _ in range(ops):
+                    await _ping(session)
+                return time.thread_time() - start
+
+            ratios: dict[str, list[float]] = {"now": [], "then": [], "now / then": []}
+            directs: list[float] = []
+            for _ in range(rounds):
+                a1, b1, d1, d2, b2, a2 = (
+                    await batch(now),
+                    await batch(then),
+                    await batch(client),
+                    await batch(client),
+                    await batch(then),
+                    await batch(now),
+                )
+                ratios["now"].append((a1 + a2) / (d1 + d2))
+                ratios["then"].append((b1 + b2) / (d1 + d2))
+                ratios["now / then"].append((a1 + a2) / (b1 + b2))
+                directs.append((d1 + d2) / (2 * ops))
+        direct = statistics.median(directs) * 1e6
+        print(f"MCP SDK, {rounds} rounds of {ops} calls, direct call {direct:.0f} us")
+        for label, values in ratios.items():
+            q1, q2, q3 = statistics.quantiles(values, n=4)
+            print(f"  {label:<11} p25 {q1:.4f}  median {q2:.4f}  p75 {q3:.4f}")
+        cheaper = sum(r < 1 for r in ratios["now / then"]) / rounds
+        print(f"  now cheaper than {rev} in {cheaper:.0%} of the rounds")
+
+    asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="The wrapper's overhead on a call that succeeds, part by part, against the"
         " direct call (median of paired rounds, thread CPU time; see the module)."
     )
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--rounds", type=int, help="(default: 600 for the MCP SDK, 150 FastMCP)")
+    parser.add_argument("--ops", type=int, default=OPS, help="calls in a batch")
     parser.add_argument("--sdk", nargs="+", default=["MCP SDK", "FastMCP"],
                         choices=["MCP SDK", "FastMCP"])  # fmt: skip
     parser.add_argument("--reverse", action="store_true", help="the parts in the reverse order")
@@ -243,7 +327,15 @@ def main(argv: list[str] | None = None) -> int:
         help="CALLS calls of PART ('direct' or a part's label) between two thread_time"
         " readings, for callgrind (see _marked)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="the wrapper now against the wrapper at git revision REV, in the same rounds",
+    )
     args = parser.parse_args(argv)
+    if args.against:
+        _against(args.against, args.rounds or 1500, args.ops)
+        return 0
     if args.marked:
         part, calls = args.marked
         if part != "direct" and part not in PARTS:
@@ -258,10 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         measure = _mcp if sdk == "MCP SDK" else _fastmcp_client
         for label, make in reversed(parts) if args.reverse else parts:
             reset_shared_budgets()
-            candidate, baseline = measure(args.rounds, make)
+            candidate, baseline, ratios = measure(args.rounds or ROUNDS[sdk], make)
             print(
                 f"{sdk:<8} {label:<44} {candidate / baseline:6.3f}x"
-                f"  (+{(candidate - baseline) * 1e6:4.1f} us on {baseline * 1e6:5.0f} us)"
+                f"  (+{(candidate - baseline) * 1e6:4.1f} us on {baseline * 1e6:5.0f} us;"
+                f" {_spread(ratios)})"
             )
     return 0
 

@@ -306,17 +306,26 @@ async def test_a_call_that_succeeds_at_once_is_counted_by_the_budget_and_the_thr
     assert throttle.rejection_probability() == pytest.approx(1 / 7)
 
 
+class _FastMCPAnswers(_Answers):
+    """The same, taken for FastMCP's ``Client`` by its module: ``wrap`` gives it FastMCP's
+    wrapper."""
+
+
+_FastMCPAnswers.__module__ = "fastmcp.client.client"
+
+
 @pytest.mark.anyio
+@pytest.mark.parametrize("session_class", [_Answers, _FastMCPAnswers])
 @pytest.mark.parametrize(
     ("budget", "throttle"),
     [("none", "none"), ("bucket", "none"), ("none", "throttle"), ("bucket", "throttle")],
 )
 async def test_each_pair_of_options_counts_a_call_that_succeeds_at_once(
-    budget: str, throttle: str
+    budget: str, throttle: str, session_class: type[_Answers]
 ) -> None:
-    # Each pair gets its own shortest form of the counting (``Retrying._admit_first``,
-    # ``_on_accepted``): a token bucket is told of each answer, a throttle of each request and
-    # acceptance, and a throttle that holds a call back sends nothing.
+    # Each pair gets its own shortest form of the counting (``Retrying.first_attempt_counting``,
+    # which both wrappers call themselves): a token bucket is told of each answer, a throttle
+    # of each request and acceptance, and a throttle that holds a call back sends nothing.
     clock = FakeClock()
     bucket = TokenBucket(max_tokens=10, token_ratio=0.5) if budget == "bucket" else None
     gate = (
@@ -324,8 +333,10 @@ async def test_each_pair_of_options_counts_a_call_that_succeeds_at_once(
     )
     if bucket is not None:
         bucket.tokens = 5.0
-    session = _Answers()
+    session = session_class()
     wrapped = wrap(session, server=f"pair-{budget}-{throttle}", budget=bucket, throttle=gate)
+    expected = RetryingSession if session_class is _Answers else RetryingFastMCPClient
+    assert type(wrapped) is expected
     for _ in range(4):
         await wrapped.call_tool("search", {})
     assert len(session.metas) == 4
@@ -373,7 +384,7 @@ async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) ->
     async with Client(mcp_app()) as client:
         session = wrap(client if target == "Client" else client.session)
         first = await session.call_tool("attempt", {}, progress_callback=on_progress)
-        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         second = await session.call_tool("attempt", {})  # refused once, then attempt 2
         third = await session.call_tool("attempt", {}, meta={"trace": "t"})
     assert (text(first), text(second), text(third)) == ("1", "2", "2")
@@ -385,7 +396,7 @@ async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) ->
 async def test_fastmcp_leaves_the_shared_first_meta_as_it_is() -> None:
     async with FastMCPClient(fastmcp_app()) as client:
         session = wrap(client)
-        assert session._plain[2] is _wrap._FIRST_META  # given to the SDK as is
+        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
     assert (first.data, second.data) == ("1", "2")

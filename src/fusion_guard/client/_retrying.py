@@ -418,7 +418,7 @@ class Retrying:
             return call
         throttle = self._throttle
         if throttle is not None and not throttle.admit():
-            raise self._held_back()
+            raise self.held_back()
         timeout = (
             self._timeout if deadline is None else _seconds("deadline (seconds from now)", deadline)
         )
@@ -439,7 +439,17 @@ class Retrying:
         no bound of its own). Raises ``ThrottledLocally`` when the throttle holds it back."""
         admit = self._admit_first
         if admit is not None and not admit():
-            raise self._held_back()
+            raise self.held_back()
+
+    @property
+    def first_attempt_counting(
+        self,
+    ) -> tuple[Callable[[], bool] | None, Callable[[], object] | None]:
+        """What ``send_first`` and ``answered_first`` call, for a caller that makes their checks
+        itself (the wrappers: two Python frames fewer on the path of every call): the counting
+        of a first attempt about to be sent (False: held back, raise ``held_back()``), and of
+        an answer that is no refusal; None where there is nothing to count."""
+        return self._admit_first, self._on_accepted
 
     def answered_first(self, result: object) -> bool:
         """True when ``result``, the answer to a first attempt sent with ``send_first``, is the
@@ -452,7 +462,8 @@ class Retrying:
             return True
         return False
 
-    def _held_back(self) -> ThrottledLocally:
+    def held_back(self) -> ThrottledLocally:
+        """The error a call held back by the throttle raises (nothing was sent)."""
         return ThrottledLocally(
             "THROTTLED_LOCALLY",
             f"not sent: {self.server!r} has been refusing most calls from this process",

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..wire._meta import ATTEMPT_META_KEY
+from ._advice import FLAGGED
 from ._budget import AdaptiveThrottle, Budget
 from ._observe import ClientObserver
 from ._retrying import SHARED, CallOutcome, RetryCall, Retrying, Shared
@@ -68,6 +69,11 @@ def _seconds_of(timeout: datetime.timedelta | float | None) -> float | None:
     return timeout
 
 
+_Plain = tuple[
+    Callable[[], bool] | None, Callable[[], object] | None, Any, dict[str, Any] | None, Retrying
+]
+
+
 class _Wrapper:
     __slots__ = ("_plain", "_session_timeout", "retrying", "wrapped")
 
@@ -78,11 +84,13 @@ class _Wrapper:
         self._session_timeout = self._own_timeout()
         # Nothing bounds a call unless it gives its own deadline or timeout. Then what its
         # first attempt needs is read in one access: each access to an attribute of this class
-        # passes through its ``__getattr__`` hook, which no specialised load skips. The third:
-        # the _meta of a first attempt when the call gives none (None: a new dict each time).
+        # passes through its ``__getattr__`` hook, which no specialised load skips. Its parts:
+        # ``Retrying.first_attempt_counting`` (called here, not through ``send_first`` and
+        # ``answered_first``: two frames fewer a call), the session, the _meta of a first
+        # attempt when the call gives none (None: a new dict each time), the ``Retrying``.
         known = type(wrapped).__module__.partition(".")[0] in _SDK_MODULES
-        self._plain: tuple[Retrying, Any, dict[str, Any] | None] | None = (
-            (retrying, wrapped, _FIRST_META if known else None)
+        self._plain: _Plain | None = (
+            (*retrying.first_attempt_counting, wrapped, _FIRST_META if known else None, retrying)
             if retrying.plain and self._session_timeout is None
             else None
         )
@@ -123,8 +131,9 @@ class RetryingSession(_Wrapper):
         # overhead target, docs/client-measured.md).
         plain = self._plain
         if plain is not None and deadline is None and read_timeout_seconds is None and not kwargs:
-            retrying, wrapped, first_meta = plain
-            retrying.send_first()
+            admit, accepted, wrapped, first_meta, retrying = plain
+            if admit is not None and not admit():  # (``Retrying.send_first``)
+                raise retrying.held_back()
             result = await wrapped.call_tool(
                 name,
                 arguments,
@@ -132,7 +141,11 @@ class RetryingSession(_Wrapper):
                 progress_callback,
                 meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            if retrying.answered_first(result):
+            # (``Retrying.answered_first``) a result of a class known to carry the flag (the
+            # SDK's) that is no error is the call's; anything else is settled below.
+            if type(result) in FLAGGED and not result.is_error:
+                if accepted is not None:
+                    accepted()
                 return result
             call: RetryCall[Any] = RetryCall(retrying, name)
         else:
@@ -220,15 +233,18 @@ class RetryingFastMCPClient(_Wrapper):
         per_call = None if timeout is None else _seconds_of(timeout)
         plain = self._plain
         if plain is not None and deadline is None and per_call is None and not kwargs:
-            retrying, wrapped, first_meta = plain
-            retrying.send_first()
+            admit, accepted, wrapped, first_meta, retrying = plain
+            if admit is not None and not admit():
+                raise retrying.held_back()
             result = await wrapped.call_tool(
                 name,
                 arguments,
                 raise_on_error=False,
                 meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
             )
-            if retrying.answered_first(result):
+            if type(result) in FLAGGED and not result.is_error:
+                if accepted is not None:
+                    accepted()
                 return result
             call: RetryCall[Any] = RetryCall(retrying, name)
         else:
