@@ -19,7 +19,7 @@ from .._log import log_event
 from .._observer import observer_failed
 from ._core import Core
 from ._discipline import whole_calls
-from ._feedback import ALONE, RATE, CapacityFeedback, Seat
+from ._feedback import ALONE, OVERLOAD, RATE, CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
 from ._pacing import PaceTimer, RatePacer
 from ._refusal import Refusals
@@ -97,7 +97,7 @@ class LimitLearning:
         at_once = (lambda: adaptive.served_at_once) if hasattr(adaptive, "served_at_once") else None
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others, at_once)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
-        self._pacer = RatePacer(self._feedback)
+        self._pacer = RatePacer(self._feedback, lambda: core.shed_full + core.shed_timeout)
         self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
         # The time between slot openings at saturation, learnt from each call's hold over the
@@ -171,7 +171,8 @@ class LimitLearning:
                     )
                 else:
                     moved = self._adaptive.on_sample(start, held, inflight, dropped)
-            elif dropped is RATE:  # the tool's limit is a rate: paced, the limit left alone
+            elif dropped is RATE or (dropped is OVERLOAD and self._pacer.explains(inflight)):
+                # The tool's limit is a rate: paced, the limit left alone.
                 self._pacer.rate_shaped(start + held)
                 moved = False
             else:  # an overload error: not a hold the slots' openings are learnt from

@@ -125,7 +125,9 @@ class RatePacer:
         "_at",
         "_feedback",
         "_hold",
+        "_held_back",
         "_mark",
+        "_mark_held_back",
         "_mark_served",
         "_mark_time",
         "_rate",
@@ -135,8 +137,9 @@ class RatePacer:
         "pacing",
     )
 
-    def __init__(self, feedback: Served) -> None:
+    def __init__(self, feedback: Served, held_back: Callable[[], int] = lambda: 0) -> None:
         self._feedback = feedback
+        self._held_back = held_back
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
         self._rate = math.nan  # the pace (calls/s); NaN: still measuring
@@ -145,6 +148,7 @@ class RatePacer:
         self._mark = math.nan
         self._mark_served = 0
         self._mark_time = 0.0
+        self._mark_held_back = 0
         self._refused = False  # a rate-shaped error came since the served calls were counted
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
@@ -166,7 +170,6 @@ class RatePacer:
         self._refused = True
         if not self.pacing:
             self.pacing = True
-            self._rate = self._hold = math.nan
             self._mark_now(end)
             return
         self._measure(end)
@@ -179,6 +182,13 @@ class RatePacer:
             return 0
         return math.ceil(rate * self._hold) + 1
 
+    def explains(self, inflight: int) -> bool:
+        """Whether an overload error at ``inflight`` calls in flight is the rate's, though not
+        told rate-shaped: a pace was learnt (paced now or before) and its calls in flight need
+        as many (``needed``, of the last pace)."""
+        rate = self._rate
+        return rate == rate and inflight <= math.ceil(rate * self._hold) + 1
+
     def queue(self) -> int:
         """The calls a default queue holds while paced: those the pace admits within one
         served call's mean hold or QUEUE_SECONDS, the longer (at least one)."""
@@ -190,6 +200,7 @@ class RatePacer:
     def _mark_now(self, end: float) -> None:
         feedback = self._feedback
         self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
+        self._mark_held_back = self._held_back()
 
     def _measure(self, end: float) -> None:
         """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed and
@@ -208,8 +219,10 @@ class RatePacer:
             self._at = math.nan
         elif not self._refused:
             # The tool refused nothing meanwhile: the calls served were all there were to
-            # serve, not its rate, and the pace stays (it grows, if they outran it).
+            # serve, not its rate, and the pace stays (it grows, if they outran it) ...
             rate = max(rate, previous)
+            if self._held_back() > self._mark_held_back:
+                rate = max(rate, (1.0 + HEADROOM) * previous)
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
