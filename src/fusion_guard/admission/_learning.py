@@ -204,8 +204,8 @@ class LimitLearning:
             # slots under overload below (the pace, not the parallelism, is the tool's limit).
             paced = pacer.slots(start + held, core.active, core.admitted) if pacer.pacing else None
             if paced is not None:
-                if paced < limit:
-                    limit = paced
+                # Not above the limit, nor held below what the pace needs in flight.
+                limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
                 if waiters and not self._timer.running:
@@ -261,7 +261,9 @@ class LimitLearning:
             return None
         if wait > 0.0:
             return wait
-        if core.active >= core.max_active and core.active < self._adaptive.limit:
+        if core.active >= core.max_active and core.active < max(
+            self._adaptive.limit, pacer.needed()
+        ):
             self._set_limit(core.active + 1)  # hands it to the next waiter, if one waits
         # The call handed the slot counts as admitted once its task runs: the next token is
         # looked for one token's time on, not at once.
