@@ -57,6 +57,7 @@ class LimitLearning:
 
     __slots__ = (
         "_adaptive",
+        "_closed",
         "_core",
         "_estimates",
         "_feedback",
@@ -100,6 +101,7 @@ class LimitLearning:
         self._pacer = RatePacer(self._feedback, lambda: core.shed_full + core.shed_timeout)
         self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
+        self._closed = False  # the guard closed: no pace timer starts again (``close``)
         # The time between slot openings at saturation, learnt from each call's hold over the
         # calls it shared the tool with. The mean hold over the slots in force is wrong for as
         # long as the mean lags a moved limit (a small limit moves often).
@@ -208,7 +210,7 @@ class LimitLearning:
                 limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
-                if waiters and not self._timer.running:
+                if waiters and not self._timer.running and not self._closed:
                     self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
@@ -249,6 +251,28 @@ class LimitLearning:
         if self._overtaking:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
+
+    @property
+    def paced_rate(self) -> float | None:
+        """The pace in force (calls/s) while the tool is paced at a rate learnt, else None."""
+        rate = self._pacer.rate
+        return None if rate != rate else rate
+
+    @property
+    def pace_timer_running(self) -> bool:
+        """Whether the pace timer runs now (a loop callback pending, or trio's task alive)."""
+        return self._timer.running
+
+    def close(self) -> None:
+        """The guard closed: the pace timer stops at once and for good (no callback or task
+        left behind), and the pacer lets go, so that calls still waiting are admitted at the
+        limit as the calls in flight end, not left to the timer that stopped."""
+        self._closed = True
+        self._timer.stop()
+        self._pacer.let_go()
+        limit = self._adaptive.limit
+        if isinstance(limit, int) and limit > self._core.max_active:
+            self._set_limit(limit)
 
     def _pace_tick(self) -> float | None:
         """The pace timer's tick (``_pacing.PaceTimer``): a slot for a token earned, handed to

@@ -167,12 +167,20 @@ class RatePacer:
             RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
         )
         self._until = end + hold
-        self._refused = True
         if not self.pacing:
+            # The error that starts the pacer fell on calls it did not pace: it tells nothing
+            # of a pace learnt before, which it takes up again.
             self.pacing = True
+            self._refused = False
             self._mark_now(end)
             return
+        self._refused = True
         self._measure(end)
+
+    def let_go(self) -> None:
+        """Stop pacing now (its guard closed): the next rate-shaped error starts it again."""
+        self.pacing = False
+        self._until = -math.inf
 
     def needed(self) -> int:
         """The slots the pace needs: its calls in flight at the served calls' mean hold
@@ -215,6 +223,9 @@ class RatePacer:
         rate = (1.0 + HEADROOM) * served / elapsed
         previous = self._rate
         if previous != previous:  # NaN: the first measurement
+            # A count of calls served is uncertain by its square root (a Poisson count): the
+            # first pace gives the tool that much more, not a chance dip's pace to shed at.
+            rate *= 1.0 + 1.0 / math.sqrt(served)
             self._tokens = 0.0
             self._at = math.nan
         elif not self._refused:
@@ -278,14 +289,16 @@ class RatePacer:
 class PaceTimer:
     """The timer that spaces a paced tool's admissions (see the module): ``start(tick)`` runs
     ``tick()`` now, then again after the seconds each run answers, until one answers None (or
-    raises, which is logged). At most one runs per timer; ``running`` says whether it does.
-    ``tool``: the name its failures are logged under."""
+    raises, which is logged) or ``stop()`` is called. At most one runs per timer; ``running``
+    says whether it does. ``tool``: the name its failures are logged under."""
 
-    __slots__ = ("_tick", "_tool", "running")
+    __slots__ = ("_pending", "_tick", "_tool", "running")
 
     def __init__(self, tool: str) -> None:
         self._tool = tool
         self._tick: Callable[[], float | None] | None = None
+        # What to cancel to stop it at once: asyncio's pending callback, or trio's task's scope.
+        self._pending: _Cancellable | None = None
         self.running = False
 
     def start(self, tick: Callable[[], float | None]) -> None:
@@ -299,15 +312,30 @@ class PaceTimer:
         except RuntimeError:  # not in asyncio's loop: trio, or no event loop at all
             pass
         else:
-            loop.call_soon(self._fire, loop)
+            self._pending = loop.call_soon(self._fire, loop)
             return
         try:  # trio: the only other runtime a guard runs on (anyio's backends)
             import trio
 
-            trio.lowlevel.spawn_system_task(self._run_trio, name=f"fusion_guard pace {self._tool}")
+            self._pending = scope = trio.CancelScope()
+            trio.lowlevel.spawn_system_task(
+                self._run_trio, scope, name=f"fusion_guard pace {self._tool}"
+            )
         except (ImportError, RuntimeError):  # no event loop: the calls' ends alone pace
-            self.running = False
-            self._tick = None
+            self._stopped()
+
+    def stop(self) -> None:
+        """Stop at once: no callback stays scheduled (asyncio), the task is cancelled (trio,
+        gone at the scheduler's next turn). A later ``start`` runs it again."""
+        pending = self._pending
+        self._stopped()
+        if pending is not None:
+            pending.cancel()
+
+    def _stopped(self) -> None:
+        self.running = False
+        self._tick = None
+        self._pending = None
 
     def _next(self) -> float | None:
         """Run the tick once: the seconds until the next, or None (the timer stops)."""
@@ -317,26 +345,32 @@ class PaceTimer:
             log_event(logging.ERROR, "pace_timer_failed", failure, tool=self._tool)
             delay = None
         if delay is None:
-            self.running = False
-            self._tick = None
+            self._stopped()
         return delay
 
     def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
         delay = self._next()
         if delay is not None:
-            loop.call_later(delay, self._fire, loop)
+            self._pending = loop.call_later(delay, self._fire, loop)
 
-    async def _run_trio(self) -> None:
+    async def _run_trio(self, scope: _Cancellable) -> None:
         import trio
 
         try:
-            delay = self._next()
-            while delay is not None:  # a timer, not a wait for something to happen
-                await trio.sleep(delay)
+            with scope:  # type: ignore[attr-defined]  # trio.CancelScope
                 delay = self._next()
-        finally:  # cancelled with the run
-            self.running = False
-            self._tick = None
+                while delay is not None:  # a timer, not a wait for something to happen
+                    await trio.sleep(delay)
+                    delay = self._next()
+        finally:  # stopped, or cancelled with the run; a timer started since is not this one
+            if self._pending is scope:
+                self._stopped()
+
+
+class _Cancellable(Protocol):
+    """What stops a running timer: asyncio's ``Handle``, trio's ``CancelScope``."""
+
+    def cancel(self) -> None: ...
 
 
 class Served(Protocol):
