@@ -159,6 +159,11 @@ class RatePacer:
         """The pace in force (calls/s), NaN while measuring or let go."""
         return self._rate if self.pacing else math.nan
 
+    @property
+    def rate_learnt(self) -> float:
+        """The last pace learnt (calls/s), kept after the pacer lets go; NaN before any."""
+        return self._rate
+
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
         more seconds (HOLD_MEASUREMENTS of the rate in force, if longer)."""
