@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
+import sniffio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,6 +275,51 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
     assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)  # where the upstream serves now
 
 
+def test_a_pace_that_held_calls_back_rises_while_the_upstream_refuses_none() -> None:
+    # At light load the calls served are the calls sent, not the upstream's rate: a pace a
+    # little above them refuses a Poisson stream's bunches. Held back by the pace (the guard
+    # refused calls) while the upstream refused none, the pace is raised a step; not held
+    # back, it stays where it is.
+    served, refused = Served(), [0]
+    pacer = RatePacer(served, lambda: refused[0])
+    pacer.rate_shaped(0.0)
+    served.serve(25, 0.03)
+    pacer.rate_shaped(SERVED_WINDOW)
+    pace, now = pacer.rate, SERVED_WINDOW
+    served.serve(20, 0.03)  # under the pace, nothing refused by anyone
+    assert pacer.slots(now + 0.5, 2, 0) is not None
+    assert pacer.rate == pace
+    refused[0] += 3  # the guard refused three calls for the pace, the upstream none
+    served.serve(20, 0.03)
+    pacer.slots(now + 1.0, 2, 0)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * pace)
+
+
+def test_an_overload_error_at_a_count_the_last_pace_needs_is_the_rates() -> None:
+    # After the pacer let go, a bunch of arrivals refused at a count in flight the pace it
+    # learnt needs is not a ceiling (a cut to it shed at 0.8x: the zoo's upstream_fast).
+    pacer = RatePacer(Served())
+    assert not pacer.explains(1)  # no pace learnt: the feedback's reading stands
+    pacer, _, now = _measured(100.0, 0.03)
+    needed = pacer.needed()
+    pacer.slots(now + RATE_HOLD + 0.01, 3, 0)
+    assert not pacer.pacing
+    assert pacer.explains(needed)
+    assert not pacer.explains(needed + 1)
+
+
+def test_the_error_that_starts_the_pacer_again_does_not_lower_its_pace() -> None:
+    pacer, served, now = _measured(50.0, 0.08)
+    pace = pacer.rate
+    pacer.slots(now + RATE_HOLD + 0.01, 3, 0)  # let go
+    start = now + 10.0
+    pacer.rate_shaped(start)  # an unpaced bunch refused: pacing again, at the pace learnt
+    assert pacer.rate == pace
+    served.serve(30, 0.08)  # 30 in a second: under the pace, none refused while paced
+    pacer.slots(start + 1.0, 2, 0)
+    assert pacer.rate == pace
+
+
 def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:
     pacer, _, now = _measured(50.0, 0.08)
     assert pacer.slots(now + RATE_HOLD - 0.01, 3, 0) is not None
@@ -438,6 +484,49 @@ def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> Non
     timer = PaceTimer("search")
     timer.start(lambda: 0.01)
     assert not timer.running  # no loop to tick on: nothing runs, nothing raised
+
+
+def _pace_tasks() -> list[str]:
+    """The pace timers' tasks alive now (trio: system tasks; asyncio's timer is no task)."""
+    if sniffio.current_async_library() != "trio":
+        return []
+    import trio
+
+    names: list[str] = []
+    tasks = [trio.lowlevel.current_root_task()]
+    while tasks:
+        task = tasks.pop()
+        names.append(task.name)
+        tasks += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return [name for name in names if name.startswith("fusion_guard pace")]
+
+
+@pytest.mark.anyio
+async def test_a_stopped_timer_ticks_no_more_and_leaves_nothing_behind() -> None:
+    ticks: list[float] = []
+
+    def tick() -> float:
+        ticks.append(anyio.current_time())
+        return 0.01
+
+    timer = PaceTimer("search")
+    timer.start(tick)
+    await anyio.sleep(0.035)
+    assert len(ticks) == 4
+    trio_run = sniffio.current_async_library() == "trio"
+    assert _pace_tasks() == (["fusion_guard pace search"] if trio_run else [])
+    timer.stop()
+    assert not timer.running
+    for _ in range(2):  # trio: the cancelled task ends within the scheduler's next turns
+        await anyio.sleep(0)
+    assert _pace_tasks() == []
+    await anyio.sleep(0.1)
+    assert len(ticks) == 4  # no callback was left pending (asyncio), no task kept (trio)
+    timer.start(tick)  # a stopped timer starts again
+    await anyio.sleep(0.005)
+    assert len(ticks) == 5
+    assert timer.running
+    timer.stop()
 
 
 @pytest.mark.anyio
