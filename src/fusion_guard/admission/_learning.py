@@ -57,7 +57,6 @@ class LimitLearning:
 
     __slots__ = (
         "_adaptive",
-        "_closed",
         "_core",
         "_estimates",
         "_feedback",
@@ -101,7 +100,6 @@ class LimitLearning:
         self._pacer = RatePacer(self._feedback, lambda: core.shed_full + core.shed_timeout)
         self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
-        self._closed = False  # the guard closed: no pace timer starts again (``close``)
         # The time between slot openings at saturation, learnt from each call's hold over the
         # calls it shared the tool with. The mean hold over the slots in force is wrong for as
         # long as the mean lags a moved limit (a small limit moves often).
@@ -210,7 +208,7 @@ class LimitLearning:
                 limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
-                if waiters and not self._timer.running and not self._closed:
+                if waiters and not self._timer.running:
                     self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
@@ -263,11 +261,11 @@ class LimitLearning:
         """Whether the pace timer runs now (a loop callback pending, or trio's task alive)."""
         return self._timer.running
 
-    def close(self) -> None:
-        """The guard closed: the pace timer stops at once and for good (no callback or task
-        left behind), and the pacer lets go, so that calls still waiting are admitted at the
-        limit as the calls in flight end, not left to the timer that stopped."""
-        self._closed = True
+    def stop_pacing(self) -> None:
+        """The guard closed (or its server stopped): the pace timer stops at once (no callback
+        or task left behind) and the pacer lets go, so that calls still waiting are admitted at
+        the limit as the calls in flight end, not left to a timer that stopped. A rate-shaped
+        error of a call still running paces again."""
         self._timer.stop()
         self._pacer.let_go()
         limit = self._adaptive.limit
