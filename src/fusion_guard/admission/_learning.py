@@ -208,7 +208,7 @@ class LimitLearning:
                 limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
-                if waiters and not self._timer.running:
+                if not self._timer.running:
                     self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
@@ -289,7 +289,7 @@ class LimitLearning:
             self._set_limit(core.active + 1)  # hands it to the next waiter, if one waits
         # The call handed the slot counts as admitted once its task runs: the next token is
         # looked for one token's time on, not at once.
-        return 1.0 / pacer.rate if core.waiters else None
+        return 1.0 / pacer.rate if core.waiters or core.active else None
 
     def _pace_queue(self, queue: int) -> None:
         """A default queue while paced (``RatePacer.queue``): a call that would wait longer for
