@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 import pytest
 import sniffio
 from hypothesis import given, settings
@@ -518,7 +519,7 @@ async def test_a_stopped_timer_ticks_no_more_and_leaves_nothing_behind() -> None
     timer.stop()
     assert not timer.running
     for _ in range(2):  # trio: the cancelled task ends within the scheduler's next turns
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
     assert _pace_tasks() == []
     await anyio.sleep(0.1)
     assert len(ticks) == 4  # no callback was left pending (asyncio), no task kept (trio)
