@@ -130,6 +130,7 @@ class RatePacer:
         "_mark_held_back",
         "_mark_served",
         "_mark_time",
+        "_peak",
         "_rate",
         "_refused",
         "_tokens",
@@ -150,6 +151,7 @@ class RatePacer:
         self._mark_time = 0.0
         self._mark_held_back = 0
         self._refused = False  # a rate-shaped error came since the served calls were counted
+        self._peak = 0.0  # the most calls/s a measurement saw served
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
@@ -237,14 +239,18 @@ class RatePacer:
             # The tool refused nothing meanwhile: the calls served were all there were to
             # serve, not its rate, and the pace stays (it grows, if they outran it) ...
             rate = max(rate, previous)
+            # ... and rises a step when the guard refused calls for it while the tool refused
+            # none, though not past the headroom over the most it was seen serving (a window's
+            # clumped refusals leave quiet stretches between them, which ran the pace away).
             if self._held_back() > self._mark_held_back:
-                rate = max(rate, (1.0 + HEADROOM) * previous)
+                rate = max(rate, min((1.0 + HEADROOM) * previous, (1.0 + HEADROOM) * self._peak))
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
             # down by a step a measurement, not at once to what one stretch served.
             rate = max(rate, STEP_DOWN * previous)
         self._rate = rate
+        self._peak = max(self._peak, served / elapsed)
         self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
         self._mark_now(end)
