@@ -279,21 +279,29 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
 def test_a_pace_that_held_calls_back_rises_while_the_upstream_refuses_none() -> None:
     # At light load the calls served are the calls sent, not the upstream's rate: a pace a
     # little above them refuses a Poisson stream's bunches. Held back by the pace (the guard
-    # refused calls) while the upstream refused none, the pace is raised a step; not held
-    # back, it stays where it is.
+    # refused calls) while the upstream refused none, the pace rises a step, though no further
+    # than the headroom over the most the tool was seen serving; not held back, it stays.
     served, refused = Served(), [0]
     pacer = RatePacer(served, lambda: refused[0])
     pacer.rate_shaped(0.0)
     served.serve(25, 0.03)
-    pacer.rate_shaped(SERVED_WINDOW)
-    pace, now = pacer.rate, SERVED_WINDOW
-    served.serve(20, 0.03)  # under the pace, nothing refused by anyone
-    assert pacer.slots(now + 0.5, 2, 0) is not None
-    assert pacer.rate == pace
-    refused[0] += 3  # the guard refused three calls for the pace, the upstream none
-    served.serve(20, 0.03)
+    pacer.rate_shaped(SERVED_WINDOW)  # 50 a second: a pace of 72 (a count's error more)
+    now = SERVED_WINDOW
+    served.serve(60, 0.03)  # 60 in a second, nothing refused by anyone: the pace stays
     pacer.slots(now + 1.0, 2, 0)
-    assert pacer.rate == pytest.approx((1 + HEADROOM) * pace)
+    assert pacer.rate == pytest.approx(72.0)
+    pacer.rate_shaped(now + 1.5)
+    served.serve(20, 0.03)
+    pacer.rate_shaped(now + 2.0)  # refused: down a step
+    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
+    served.serve(20, 0.03)  # 20 in a second, not held back: stays
+    pacer.slots(now + 3.0, 2, 0)
+    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
+    for step in (3.5, 4.0):  # held back, the upstream refusing none: up, to 1.2 x 60 at most
+        refused[0] += 3
+        served.serve(20, 0.03)
+        pacer.slots(now + step, 2, 0)
+        assert pacer.rate == pytest.approx((1 + HEADROOM) * 60.0)
 
 
 def test_an_overload_error_at_a_count_the_last_pace_needs_is_the_rates() -> None:
