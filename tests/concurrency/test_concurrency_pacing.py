@@ -9,7 +9,9 @@ import random
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 import pytest
+import sniffio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,9 +176,15 @@ def _measured(rate: float = 50.0, hold: float = 0.08) -> tuple[RatePacer, Served
 
 
 def test_the_pace_is_the_served_rate_and_headroom() -> None:
-    pacer, _, _ = _measured(50.0, 0.08)
-    assert pacer.rate == pytest.approx((1 + HEADROOM) * 50.0)
+    # The first pace, from 25 calls served in half a second, gives the tool a Poisson count's
+    # standard error more: a chance dip of the calls served is no pace to shed at.
+    pacer, served, now = _measured(50.0, 0.08)
+    assert now == SERVED_WINDOW
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 50.0 * (1 + 1 / math.sqrt(25)))
     assert pacer.needed() == math.ceil(pacer.rate * 0.08) + 1
+    served.serve(100, 0.08)  # refused again, 100 served in a second: the served rate now
+    pacer.rate_shaped(now + 1.0)
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * 100.0)
 
 
 def test_the_rate_is_measured_over_enough_calls() -> None:
@@ -190,21 +198,22 @@ def test_the_rate_is_measured_over_enough_calls() -> None:
 
 
 def test_an_end_opens_one_slot_for_a_token_at_most() -> None:
-    pacer, _, now = _measured(50.0, 0.08)  # a pace of 60 a second, 4.8 calls in flight
+    pacer, _, now = _measured(50.0, 0.08)  # a pace of 72 a second
+    pace = pacer.rate
     admitted = 100
     assert pacer.slots(now, 5, admitted) == 4  # the first reading: tokens from now on
-    # 50 ms later 3 tokens are earned, but they are kept up to CLUMP (one): one slot opens.
+    # 50 ms later 3.6 tokens are earned, but they are kept up to CLUMP (one): one slot opens.
     assert CLUMP == 1
     assert pacer.slots(now + 0.05, 5, admitted) == 4 + 1
     assert pacer.slots(now + 0.0501, 5, admitted + 1) == 4  # spent
     assert pacer.slots(now + 0.0502, 5, admitted + 3) == 4  # in debt: none opened
     assert pacer.slots(now + 0.0503, 1, admitted + 3) == 1  # never fewer than one
-    # The debt (1 + 0.0003 * 60 - 3 tokens) is earned back at the pace, then one token more.
+    # The debt (1 + 0.0003 * pace - 3 tokens) is earned back at the pace, then one token more.
     wait = pacer.until_token(now + 0.0503, admitted + 3)
-    assert wait == pytest.approx((1 - (1 + 0.0003 * 60 - 3)) / 60)
+    assert wait == pytest.approx((1 - (1 + 0.0003 * pace - 3)) / pace)
     assert wait is not None
     assert pacer.until_token(now + 0.0503 + wait, admitted + 3) == 0.0
-    assert pacer.until_token(now + 0.0503 + wait, admitted + 4) == pytest.approx(1 / 60)
+    assert pacer.until_token(now + 0.0503 + wait, admitted + 4) == pytest.approx(1 / pace)
 
 
 def test_no_token_is_waited_for_unless_paced_at_a_rate() -> None:
@@ -267,6 +276,59 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
     assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)  # where the upstream serves now
 
 
+def test_a_pace_that_held_calls_back_rises_while_the_upstream_refuses_none() -> None:
+    # At light load the calls served are the calls sent, not the upstream's rate: a pace a
+    # little above them refuses a Poisson stream's bunches. Held back by the pace (the guard
+    # refused calls) while the upstream refused none, the pace rises a step, though no further
+    # than the headroom over the most the tool was seen serving; not held back, it stays.
+    served, refused = Served(), [0]
+    pacer = RatePacer(served, lambda: refused[0])
+    pacer.rate_shaped(0.0)
+    served.serve(25, 0.03)
+    pacer.rate_shaped(SERVED_WINDOW)  # 50 a second: a pace of 72 (a count's error more)
+    now = SERVED_WINDOW
+    served.serve(60, 0.03)  # 60 in a second, nothing refused by anyone: the pace stays
+    pacer.slots(now + 1.0, 2, 0)
+    assert pacer.rate == pytest.approx(72.0)
+    pacer.rate_shaped(now + 1.5)
+    served.serve(20, 0.03)
+    pacer.rate_shaped(now + 2.0)  # refused: down a step
+    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
+    served.serve(20, 0.03)  # 20 in a second, not held back: stays
+    pacer.slots(now + 3.0, 2, 0)
+    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
+    for step in (3.5, 4.0):  # held back, the upstream refusing none: up, to 1.2 x 60 at most
+        refused[0] += 3
+        served.serve(20, 0.03)
+        pacer.slots(now + step, 2, 0)
+        assert pacer.rate == pytest.approx((1 + HEADROOM) * 60.0)
+
+
+def test_an_overload_error_at_a_count_the_last_pace_needs_is_the_rates() -> None:
+    # After the pacer let go, a bunch of arrivals refused at a count in flight the pace it
+    # learnt needs is not a ceiling (a cut to it shed at 0.8x: the zoo's upstream_fast).
+    pacer = RatePacer(Served())
+    assert not pacer.explains(1)  # no pace learnt: the feedback's reading stands
+    pacer, _, now = _measured(100.0, 0.03)
+    needed = pacer.needed()
+    pacer.slots(now + RATE_HOLD + 0.01, 3, 0)
+    assert not pacer.pacing
+    assert pacer.explains(needed)
+    assert not pacer.explains(needed + 1)
+
+
+def test_the_error_that_starts_the_pacer_again_does_not_lower_its_pace() -> None:
+    pacer, served, now = _measured(50.0, 0.08)
+    pace = pacer.rate
+    pacer.slots(now + RATE_HOLD + 0.01, 3, 0)  # let go
+    start = now + 10.0
+    pacer.rate_shaped(start)  # an unpaced bunch refused: pacing again, at the pace learnt
+    assert pacer.rate == pace
+    served.serve(30, 0.08)  # 30 in a second: under the pace, none refused while paced
+    pacer.slots(start + 1.0, 2, 0)
+    assert pacer.rate == pace
+
+
 def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:
     pacer, _, now = _measured(50.0, 0.08)
     assert pacer.slots(now + RATE_HOLD - 0.01, 3, 0) is not None
@@ -274,8 +336,10 @@ def test_the_pacer_lets_go_after_a_hold_without_rate_shaped_errors() -> None:
     assert pacer.slots(now + RATE_HOLD + 0.01, 3, 0) is None
     assert not pacer.pacing
     assert pacer.needed() == 0
-    pacer.rate_shaped(now + 10.0)  # a new episode measures anew
-    assert math.isnan(pacer.rate)
+    pace = pacer.rate_learnt
+    pacer.rate_shaped(now + 10.0)  # a new episode takes the pace learnt up again, at once
+    assert pacer.pacing
+    assert pacer.rate == pace
 
 
 @settings(max_examples=80, deadline=None)
@@ -429,6 +493,49 @@ def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> Non
     timer = PaceTimer("search")
     timer.start(lambda: 0.01)
     assert not timer.running  # no loop to tick on: nothing runs, nothing raised
+
+
+def _pace_tasks() -> list[str]:
+    """The pace timers' tasks alive now (trio: system tasks; asyncio's timer is no task)."""
+    if sniffio.current_async_library() != "trio":
+        return []
+    import trio
+
+    names: list[str] = []
+    tasks = [trio.lowlevel.current_root_task()]
+    while tasks:
+        task = tasks.pop()
+        names.append(task.name)
+        tasks += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return [name for name in names if name.startswith("fusion_guard pace")]
+
+
+@pytest.mark.anyio
+async def test_a_stopped_timer_ticks_no_more_and_leaves_nothing_behind() -> None:
+    ticks: list[float] = []
+
+    def tick() -> float:
+        ticks.append(anyio.current_time())
+        return 0.01
+
+    timer = PaceTimer("search")
+    timer.start(tick)
+    await anyio.sleep(0.035)
+    assert len(ticks) == 4
+    trio_run = sniffio.current_async_library() == "trio"
+    assert _pace_tasks() == (["fusion_guard pace search"] if trio_run else [])
+    timer.stop()
+    assert not timer.running
+    for _ in range(2):  # trio: the cancelled task ends within the scheduler's next turns
+        await anyio.lowlevel.checkpoint()
+    assert _pace_tasks() == []
+    await anyio.sleep(0.1)
+    assert len(ticks) == 4  # no callback was left pending (asyncio), no task kept (trio)
+    timer.start(tick)  # a stopped timer starts again
+    await anyio.sleep(0.005)
+    assert len(ticks) == 5
+    assert timer.running
+    timer.stop()
 
 
 @pytest.mark.anyio

@@ -19,7 +19,7 @@ from .._log import log_event
 from .._observer import observer_failed
 from ._core import Core
 from ._discipline import whole_calls
-from ._feedback import ALONE, RATE, CapacityFeedback, Seat
+from ._feedback import ALONE, OVERLOAD, RATE, CapacityFeedback, Seat
 from ._limit import Limit, OvertakingLimit
 from ._pacing import PaceTimer, RatePacer
 from ._refusal import Refusals
@@ -97,7 +97,7 @@ class LimitLearning:
         at_once = (lambda: adaptive.served_at_once) if hasattr(adaptive, "served_at_once") else None
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others, at_once)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
-        self._pacer = RatePacer(self._feedback)
+        self._pacer = RatePacer(self._feedback, lambda: core.shed_full + core.shed_timeout)
         self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
         # The time between slot openings at saturation, learnt from each call's hold over the
@@ -171,7 +171,8 @@ class LimitLearning:
                     )
                 else:
                     moved = self._adaptive.on_sample(start, held, inflight, dropped)
-            elif dropped is RATE:  # the tool's limit is a rate: paced, the limit left alone
+            elif dropped is RATE or (dropped is OVERLOAD and self._pacer.explains(inflight)):
+                # The tool's limit is a rate: paced, the limit left alone.
                 self._pacer.rate_shaped(start + held)
                 moved = False
             else:  # an overload error: not a hold the slots' openings are learnt from
@@ -203,11 +204,11 @@ class LimitLearning:
             # slots under overload below (the pace, not the parallelism, is the tool's limit).
             paced = pacer.slots(start + held, core.active, core.admitted) if pacer.pacing else None
             if paced is not None:
-                if paced < limit:
-                    limit = paced
+                # Not above the limit, nor held below what the pace needs in flight.
+                limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())
-                if waiters and not self._timer.running:
+                if not self._timer.running:
                     self._timer.start(self._pace_tick)
             elif self._paced_queue:  # the pacer let go: the default queue again
                 self._paced_queue = False
@@ -249,6 +250,28 @@ class LimitLearning:
             return self._on_overtaking_sample(start, held, inflight, True, overtook=overtook)
         return self._adaptive.on_sample(start, held, inflight, True)
 
+    @property
+    def paced_rate(self) -> float | None:
+        """The pace in force (calls/s) while the tool is paced at a rate learnt, else None."""
+        rate = self._pacer.rate
+        return None if rate != rate else rate
+
+    @property
+    def pace_timer_running(self) -> bool:
+        """Whether the pace timer runs now (a loop callback pending, or trio's task alive)."""
+        return self._timer.running
+
+    def stop_pacing(self) -> None:
+        """The guard closed (or its server stopped): the pace timer stops at once (no callback
+        or task left behind) and the pacer lets go, so that calls still waiting are admitted at
+        the limit as the calls in flight end, not left to a timer that stopped. A rate-shaped
+        error of a call still running paces again."""
+        self._timer.stop()
+        self._pacer.let_go()
+        limit = self._adaptive.limit
+        if isinstance(limit, int) and limit > self._core.max_active:
+            self._set_limit(limit)
+
     def _pace_tick(self) -> float | None:
         """The pace timer's tick (``_pacing.PaceTimer``): a slot for a token earned, handed to
         the next waiter (or kept free for the next arrival); the seconds until the next token,
@@ -260,11 +283,13 @@ class LimitLearning:
             return None
         if wait > 0.0:
             return wait
-        if core.active >= core.max_active and core.active < self._adaptive.limit:
+        if core.active >= core.max_active and core.active < max(
+            self._adaptive.limit, pacer.needed()
+        ):
             self._set_limit(core.active + 1)  # hands it to the next waiter, if one waits
         # The call handed the slot counts as admitted once its task runs: the next token is
         # looked for one token's time on, not at once.
-        return 1.0 / pacer.rate if core.waiters else None
+        return 1.0 / pacer.rate if core.waiters or core.active else None
 
     def _pace_queue(self, queue: int) -> None:
         """A default queue while paced (``RatePacer.queue``): a call that would wait longer for

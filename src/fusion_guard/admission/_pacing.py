@@ -124,10 +124,13 @@ class RatePacer:
         "_admitted",
         "_at",
         "_feedback",
+        "_held_back",
         "_hold",
         "_mark",
+        "_mark_held_back",
         "_mark_served",
         "_mark_time",
+        "_peak",
         "_rate",
         "_refused",
         "_tokens",
@@ -135,8 +138,9 @@ class RatePacer:
         "pacing",
     )
 
-    def __init__(self, feedback: Served) -> None:
+    def __init__(self, feedback: Served, held_back: Callable[[], int] = lambda: 0) -> None:
         self._feedback = feedback
+        self._held_back = held_back
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
         self._rate = math.nan  # the pace (calls/s); NaN: still measuring
@@ -145,7 +149,9 @@ class RatePacer:
         self._mark = math.nan
         self._mark_served = 0
         self._mark_time = 0.0
+        self._mark_held_back = 0
         self._refused = False  # a rate-shaped error came since the served calls were counted
+        self._peak = 0.0  # the most calls/s a measurement saw served
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
@@ -155,6 +161,11 @@ class RatePacer:
         """The pace in force (calls/s), NaN while measuring or let go."""
         return self._rate if self.pacing else math.nan
 
+    @property
+    def rate_learnt(self) -> float:
+        """The last pace learnt (calls/s), kept after the pacer lets go; NaN before any."""
+        return self._rate
+
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
         more seconds (HOLD_MEASUREMENTS of the rate in force, if longer)."""
@@ -163,13 +174,20 @@ class RatePacer:
             RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
         )
         self._until = end + hold
-        self._refused = True
         if not self.pacing:
+            # The error that starts the pacer fell on calls it did not pace: it tells nothing
+            # of a pace learnt before, which it takes up again.
             self.pacing = True
-            self._rate = self._hold = math.nan
+            self._refused = False
             self._mark_now(end)
             return
+        self._refused = True
         self._measure(end)
+
+    def let_go(self) -> None:
+        """Stop pacing now (its guard closed): the next rate-shaped error starts it again."""
+        self.pacing = False
+        self._until = -math.inf
 
     def needed(self) -> int:
         """The slots the pace needs: its calls in flight at the served calls' mean hold
@@ -178,6 +196,13 @@ class RatePacer:
         if not self.pacing or rate != rate:
             return 0
         return math.ceil(rate * self._hold) + 1
+
+    def explains(self, inflight: int) -> bool:
+        """Whether an overload error at ``inflight`` calls in flight is the rate's, though not
+        told rate-shaped: a pace was learnt (paced now or before) and its calls in flight need
+        as many (``needed``, of the last pace)."""
+        rate = self._rate
+        return rate == rate and inflight <= math.ceil(rate * self._hold) + 1
 
     def queue(self) -> int:
         """The calls a default queue holds while paced: those the pace admits within one
@@ -190,6 +215,7 @@ class RatePacer:
     def _mark_now(self, end: float) -> None:
         feedback = self._feedback
         self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
+        self._mark_held_back = self._held_back()
 
     def _measure(self, end: float) -> None:
         """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed and
@@ -204,18 +230,27 @@ class RatePacer:
         rate = (1.0 + HEADROOM) * served / elapsed
         previous = self._rate
         if previous != previous:  # NaN: the first measurement
+            # A count of calls served is uncertain by its square root (a Poisson count): the
+            # first pace gives the tool that much more, not a chance dip's pace to shed at.
+            rate *= 1.0 + 1.0 / math.sqrt(served)
             self._tokens = 0.0
             self._at = math.nan
         elif not self._refused:
             # The tool refused nothing meanwhile: the calls served were all there were to
-            # serve, not its rate, and the pace stays (it grows, if they outran it).
+            # serve, not its rate, and the pace stays (it grows, if they outran it) ...
             rate = max(rate, previous)
+            # ... and rises a step when the guard refused calls for it while the tool refused
+            # none, though not past the headroom over the most it was seen serving (a window's
+            # clumped refusals leave quiet stretches between them, which ran the pace away).
+            if self._held_back() > self._mark_held_back:
+                rate = max(rate, min((1.0 + HEADROOM) * previous, (1.0 + HEADROOM) * self._peak))
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
             # down by a step a measurement, not at once to what one stretch served.
             rate = max(rate, STEP_DOWN * previous)
         self._rate = rate
+        self._peak = max(self._peak, served / elapsed)
         self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
         self._mark_now(end)
@@ -265,14 +300,16 @@ class RatePacer:
 class PaceTimer:
     """The timer that spaces a paced tool's admissions (see the module): ``start(tick)`` runs
     ``tick()`` now, then again after the seconds each run answers, until one answers None (or
-    raises, which is logged). At most one runs per timer; ``running`` says whether it does.
-    ``tool``: the name its failures are logged under."""
+    raises, which is logged) or ``stop()`` is called. At most one runs per timer; ``running``
+    says whether it does. ``tool``: the name its failures are logged under."""
 
-    __slots__ = ("_tick", "_tool", "running")
+    __slots__ = ("_pending", "_tick", "_tool", "running")
 
     def __init__(self, tool: str) -> None:
         self._tool = tool
         self._tick: Callable[[], float | None] | None = None
+        # What to cancel to stop it at once: asyncio's pending callback, or trio's task's scope.
+        self._pending: _Cancellable | None = None
         self.running = False
 
     def start(self, tick: Callable[[], float | None]) -> None:
@@ -286,15 +323,30 @@ class PaceTimer:
         except RuntimeError:  # not in asyncio's loop: trio, or no event loop at all
             pass
         else:
-            loop.call_soon(self._fire, loop)
+            self._pending = loop.call_soon(self._fire, loop)
             return
         try:  # trio: the only other runtime a guard runs on (anyio's backends)
             import trio
 
-            trio.lowlevel.spawn_system_task(self._run_trio, name=f"fusion_guard pace {self._tool}")
+            self._pending = scope = trio.CancelScope()
+            trio.lowlevel.spawn_system_task(
+                self._run_trio, scope, name=f"fusion_guard pace {self._tool}"
+            )
         except (ImportError, RuntimeError):  # no event loop: the calls' ends alone pace
-            self.running = False
-            self._tick = None
+            self._stopped()
+
+    def stop(self) -> None:
+        """Stop at once: no callback stays scheduled (asyncio), the task is cancelled (trio,
+        gone at the scheduler's next turn). A later ``start`` runs it again."""
+        pending = self._pending
+        self._stopped()
+        if pending is not None:
+            pending.cancel()
+
+    def _stopped(self) -> None:
+        self.running = False
+        self._tick = None
+        self._pending = None
 
     def _next(self) -> float | None:
         """Run the tick once: the seconds until the next, or None (the timer stops)."""
@@ -304,26 +356,32 @@ class PaceTimer:
             log_event(logging.ERROR, "pace_timer_failed", failure, tool=self._tool)
             delay = None
         if delay is None:
-            self.running = False
-            self._tick = None
+            self._stopped()
         return delay
 
     def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
         delay = self._next()
         if delay is not None:
-            loop.call_later(delay, self._fire, loop)
+            self._pending = loop.call_later(delay, self._fire, loop)
 
-    async def _run_trio(self) -> None:
+    async def _run_trio(self, scope: _Cancellable) -> None:
         import trio
 
         try:
-            delay = self._next()
-            while delay is not None:  # a timer, not a wait for something to happen
-                await trio.sleep(delay)
+            with scope:  # type: ignore[attr-defined]  # trio.CancelScope
                 delay = self._next()
-        finally:  # cancelled with the run
-            self.running = False
-            self._tick = None
+                while delay is not None:  # a timer, not a wait for something to happen
+                    await trio.sleep(delay)
+                    delay = self._next()
+        finally:  # stopped, or cancelled with the run; a timer started since is not this one
+            if self._pending is scope:
+                self._stopped()
+
+
+class _Cancellable(Protocol):
+    """What stops a running timer: asyncio's ``Handle``, trio's ``CancelScope``."""
+
+    def cancel(self) -> None: ...
 
 
 class Served(Protocol):
