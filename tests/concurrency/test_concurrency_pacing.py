@@ -15,7 +15,7 @@ import sniffio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_guard import ConcurrencyGuard, GradientLimit, ServerBusy
+from fusion_guard import ConcurrencyGuard, GradientLimit, Guard, GuardClosed, ServerBusy
 from fusion_guard.admission._feedback import OVERLOAD, RATE, CapacityFeedback
 from fusion_guard.admission._pacing import (
     AT_ONCE_MEMORY,
@@ -473,11 +473,51 @@ async def test_a_small_burst_is_paced_by_the_timer_which_stops_with_the_queue() 
     guard = ConcurrencyGuard(
         limit=GradientLimit(), clock=anyio.current_time, overload_errors=(RateLimited,)
     )
-    timer = guard._core.learn.__self__._timer  # type: ignore[union-attr]  # the one way in
     assert await run(guard) >= 0.95 * fixed
     # The queue drained: the timer stopped, nothing of the guard's is left running.
     await anyio.sleep(1.0)
-    assert not timer.running
+    assert not guard.statistics().pace_timer_running
+
+
+@pytest.mark.anyio
+async def test_closing_the_guard_stops_a_paced_tools_timer_at_once() -> None:
+    # 4x an upstream of 100 calls a second in bursts of 2 after a warm-up under its rate (as
+    # above): paced, the timer runs while calls wait. Closed mid-stream, the guard stops it at
+    # once (not once its queue drains), and the calls still waiting are admitted as calls end.
+    upstream = Bucket(rate=100.0, burst=2.0, service=0.030, tokens=2.0, sigma=0.3)
+    guard = Guard(overload_errors=(RateLimited,), clock=anyio.current_time, metrics=False)
+    answers: list[str] = []
+
+    async def one() -> None:
+        try:
+            response = await guard.call("search", upstream.call)
+        except GuardClosed:
+            answers.append("closed")
+        else:
+            answers.append(response.code or "ok")
+
+    async with anyio.create_task_group() as tg:
+        rng, now, start = random.Random(5), anyio.current_time(), anyio.current_time()
+        slots = guard.concurrency("search")
+        assert slots is not None
+        while not (slots.statistics().pace_timer_running and slots.queued):
+            rate = 70.0 if now < start + 3.0 else 400.0
+            now += rng.expovariate(rate)
+            await anyio.sleep(now - anyio.current_time())
+            tg.start_soon(one)
+            assert now < start + 10.0
+        before = slots.statistics()
+        assert before.pace_timer_running
+        assert before.paced_rate is not None
+        assert slots.queued > 0
+        await guard.aclose()
+        after = slots.statistics()
+        assert not after.pace_timer_running
+        assert after.paced_rate is None
+    assert slots.queued == 0  # every waiter was answered
+    assert slots.active == 0
+    assert not slots.statistics().pace_timer_running
+    assert _pace_tasks() == []
 
 
 @pytest.mark.anyio
@@ -486,7 +526,9 @@ async def test_a_tool_never_paced_starts_no_timer() -> None:
         limit=GradientLimit(), clock=anyio.current_time, overload_errors=(RateLimited,)
     )
     await _offer(guard, 40.0, 2.0)  # under the upstream's rate: never a 429
-    assert not guard._core.learn.__self__._timer.running  # type: ignore[union-attr]
+    figures = guard.statistics()
+    assert figures.paced_rate is None
+    assert not figures.pace_timer_running
 
 
 def test_a_timer_started_outside_any_event_loop_leaves_the_ends_to_pace() -> None:

@@ -43,6 +43,8 @@ class Parts:
     per_client: int | None
     permit: Permit | None
     reports_finished: bool
+    learning: LimitLearning | None = None
+    """What an adaptive limit's finished calls teach, and its pacing (None: a fixed limit)."""
 
 
 def assemble(
@@ -145,7 +147,9 @@ def assemble(
     core.timed_out = refusals.handler_timeout
     if adaptive is not None:
         follows = max_queue is None and hasattr(adaptive, "parallelism")
-        core.learn = LimitLearning(core, refusals, adaptive, prior, follows).learn
+        learning = LimitLearning(core, refusals, adaptive, prior, follows)
+        core.learn = learning.learn
+        return Parts(core, refusals, adaptive, fair, per_client, permit, reports, learning)
     return Parts(core, refusals, adaptive, fair, per_client, permit, reports)
 
 

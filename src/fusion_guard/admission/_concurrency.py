@@ -57,6 +57,7 @@ what finished calls teach an adaptive limit (``_learning.py``), and the refusals
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,6 +116,11 @@ class ConcurrencyStatistics:
     mean_service_time: float
     """Moving average of slot hold times (the prior until ``service_samples`` > 0)."""
     service_samples: int
+    paced_rate: float | None = None
+    """Under an adaptive limit, the pace in force (calls/s) while the tool is paced for refusing
+    by rate (``docs/overload-errors.md``); None when not paced."""
+    pace_timer_running: bool = False
+    """Whether the timer spacing the paced admissions runs now."""
 
 
 class ConcurrencyGuard:
@@ -158,6 +164,7 @@ class ConcurrencyGuard:
         "_core",
         "_fair_order",
         "_keyed",
+        "_learning",
         "_per_client",
         "_permit",
         "_refusals",
@@ -204,6 +211,7 @@ class ConcurrencyGuard:
         self._keyed = parts.fair or parts.per_client is not None
         self._permit = parts.permit
         self._reports_finished = parts.reports_finished
+        self._learning = parts.learning
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -370,7 +378,22 @@ class ConcurrencyGuard:
         return self._reports_finished
 
     def statistics(self) -> ConcurrencyStatistics:
-        return _statistics(self._core)
+        figures = _statistics(self._core)
+        learning = self._learning
+        if learning is None:
+            return figures
+        return dataclasses.replace(
+            figures,
+            paced_rate=learning.paced_rate,
+            pace_timer_running=learning.pace_timer_running,
+        )
+
+    def stop_pacing(self) -> None:
+        """Stop the timer that spaces a paced tool's admissions at once (no callback or task is
+        left behind), and stop pacing: calls still waiting are admitted as calls end. A guard's
+        ``aclose`` calls it; a rate-shaped error of a call still running paces again."""
+        if self._learning is not None:
+            self._learning.stop_pacing()
 
     def __repr__(self) -> str:
         core = self._core
