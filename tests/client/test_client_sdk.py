@@ -32,7 +32,6 @@ from fusion_guard.client import (
     RetryingSession,
     ThrottledLocally,
     TokenBucket,
-    _wrap,
     wrap,
 )
 from fusion_guard.integrations._common import RETRY_STORM_ARRIVALS, RetryWindows
@@ -86,7 +85,7 @@ async def test_the_mcp_sdk_client_retries_a_refusal_after_its_advice(target: str
         start = anyio.current_time()
         first = await session.call_tool("attempt", {})
         outcome = await session.call_tool_outcome("attempt", {})
-        assert (text(first), text(outcome.result)) == ("1", "2")
+        assert (text(first), text(outcome.result)) == ("None", "2")  # a first attempt: no number
         assert (outcome.stopped, outcome.attempts) == ("ok", 2)
         assert 0.5 <= anyio.current_time() - start <= 0.5 * 1.2
         assert await session.list_tools()  # everything else is the session's own
@@ -141,7 +140,7 @@ async def test_the_fastmcp_client_retries_a_refusal_and_raises_as_fastmcp_does()
         assert session.retrying.server == "billing"
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-        assert (first.data, second.data) == ("1", "2")
+        assert (first.data, second.data) == ("None", "2")
         with pytest.raises(ToolError, match="CONFLICT"):
             await session.call_tool("conflict", {})
         outcome = await session.call_tool_outcome("conflict", {})
@@ -194,7 +193,7 @@ async def test_a_timeout_and_an_observer_through_the_sdk() -> None:
         session = wrap(client, timeout=2.0, observer=Observer())
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-    assert (text(first), text(second)) == ("1", "2")
+    assert (text(first), text(second)) == ("None", "2")
     assert heard[:2] == [("attempted", 1), ("attempted", 1)]
     (code, wait), last = heard[2], heard[3]
     assert code == "RATE_LIMITED"
@@ -294,8 +293,8 @@ async def test_a_call_that_succeeds_at_once_is_counted_by_the_budget_and_the_thr
     await wrapped.call_tool("search", {}, meta={"trace": "t"})
     assert budget.balance == 2.5  # 0.5 x 5 first attempts
     assert throttle.rejection_probability() == 0
-    assert session.metas[0] == {ATTEMPT_META_KEY: 1}
-    assert session.metas[-1] == {"trace": "t", ATTEMPT_META_KEY: 1}
+    assert session.metas[0] is None  # a first attempt carries no number (the server reads 1)
+    assert session.metas[-1] == {"trace": "t"}
     # 11 refusals shut the gate (k = 1: past 10, the floor); the SRE book's probability then
     # sees 5 requests and 5 acceptances (5 / 6 had the acceptances not been counted), and one
     # request more tips it.
@@ -358,24 +357,26 @@ async def test_each_pair_of_options_counts_a_call_that_succeeds_at_once(
         assert len(session.metas) == 4 + 200 - held
 
 
-def test_a_session_of_another_library_gets_a_meta_of_its_own_each_time() -> None:
-    # The first attempts' shared _meta goes only to the SDKs, which copy it.
+def test_a_first_attempt_sends_the_callers_meta_as_it_is() -> None:
+    # No attempt number on a first attempt: the caller's _meta (or none) goes out untouched.
     session = _Answers()
     wrapped = wrap(session, server="own-meta", budget=None, throttle=None)
+    given = {"trace": "t"}
 
     async def twice() -> None:
         await wrapped.call_tool("search", {})
-        await wrapped.call_tool("search", {})
+        await wrapped.call_tool("search", {}, meta=given)
 
     anyio.run(twice)
     first, second = session.metas
-    assert first == second == {ATTEMPT_META_KEY: 1}
-    assert first is not second
+    assert first is None
+    assert second is given
+    assert given == {"trace": "t"}
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("target", ["Client", "ClientSession"])
-async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) -> None:
+async def test_through_the_mcp_sdk_only_retries_carry_their_number(target: str) -> None:
     progress: list[float] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
@@ -384,20 +385,16 @@ async def test_the_mcp_sdk_leaves_the_shared_first_meta_as_it_is(target: str) ->
     async with Client(mcp_app()) as client:
         session = wrap(client if target == "Client" else client.session)
         first = await session.call_tool("attempt", {}, progress_callback=on_progress)
-        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         second = await session.call_tool("attempt", {})  # refused once, then attempt 2
         third = await session.call_tool("attempt", {}, meta={"trace": "t"})
-    assert (text(first), text(second), text(third)) == ("1", "2", "2")
-    assert _wrap._FIRST_META == {ATTEMPT_META_KEY: 1}
+    assert (text(first), text(second), text(third)) == ("None", "2", "2")
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {"loop_factory": VirtualTimeLoop})])
-async def test_fastmcp_leaves_the_shared_first_meta_as_it_is() -> None:
+async def test_through_fastmcp_only_retries_carry_their_number() -> None:
     async with FastMCPClient(fastmcp_app()) as client:
         session = wrap(client)
-        assert session._plain[3] is _wrap._FIRST_META  # given to the SDK as is
         first = await session.call_tool("attempt", {})
         second = await session.call_tool("attempt", {})
-    assert (first.data, second.data) == ("1", "2")
-    assert _wrap._FIRST_META == {ATTEMPT_META_KEY: 1}
+    assert (first.data, second.data) == ("None", "2")

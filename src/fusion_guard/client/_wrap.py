@@ -4,8 +4,11 @@ Neither SDK is imported to wrap one: the session in hand is recognised by its cl
 and FastMCP's ``ToolError`` is imported only when a wrapped FastMCP call must raise one. Every
 other attribute is the wrapped session's own, so the wrapper stands in for it.
 
-Every attempt carries its number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (1 for the
-first), beside whatever ``meta`` the caller gives.
+Every retry carries its number in the request's ``_meta`` under ``ATTEMPT_META_KEY`` (2 for the
+first retry), beside whatever ``meta`` the caller gives; a first attempt carries none (the
+server reads a missing number as 1), so a call that succeeds at once sends the caller's
+``meta`` as it is: validating one more ``_meta`` was about 1 % of an in-process SDK round trip,
+half the wrapper's whole budget (docs/client-measured.md).
 
 ``call_tool`` takes one keyword more than the SDK's: ``deadline``, the seconds from now the whole
 call (its attempts and waits) may take.
@@ -27,17 +30,12 @@ from ._sdk import fastmcp_read_timeout, mcp_read_timeout
 __all__ = ["ATTEMPT_META_KEY", "RetryingFastMCPClient", "RetryingSession", "wrap"]
 
 
-def _with_attempt(meta: Any, attempt: int) -> dict[str, Any]:
+def _with_attempt(meta: Any, attempt: int) -> Any:
+    """The ``_meta`` of an attempt: the caller's as it is for the first, with the number added
+    (in a dict of its own) for a retry."""
+    if attempt == 1:
+        return meta
     return {**meta, ATTEMPT_META_KEY: attempt} if meta else {ATTEMPT_META_KEY: attempt}
-
-
-_FIRST_META: dict[str, Any] = {ATTEMPT_META_KEY: 1}
-"""The ``_meta`` of every first attempt made without one, given as is to the SDKs, which copy
-it (pydantic validates a request's ``_meta``, a TypedDict, into a dict of its own; FastMCP merges
-it into a new one): one dict fewer a call. ``tests/client/test_client_sdk.py`` checks it is left
-as it is; an object of another library gets a dict of its own each time."""
-
-_SDK_MODULES = frozenset({"mcp", "fastmcp"})
 
 
 async def _finish(
@@ -69,9 +67,7 @@ def _seconds_of(timeout: datetime.timedelta | float | None) -> float | None:
     return timeout
 
 
-_Plain = tuple[
-    Callable[[], bool] | None, Callable[[], object] | None, Any, dict[str, Any] | None, Retrying
-]
+_Plain = tuple[Callable[[], bool] | None, Callable[[], object] | None, Any, Retrying]
 
 
 class _Wrapper:
@@ -86,11 +82,9 @@ class _Wrapper:
         # first attempt needs is read in one access: each access to an attribute of this class
         # passes through its ``__getattr__`` hook, which no specialised load skips. Its parts:
         # ``Retrying.first_attempt_counting`` (called here, not through ``send_first`` and
-        # ``answered_first``: two frames fewer a call), the session, the _meta of a first
-        # attempt when the call gives none (None: a new dict each time), the ``Retrying``.
-        known = type(wrapped).__module__.partition(".")[0] in _SDK_MODULES
+        # ``answered_first``: two frames fewer a call), the session, the ``Retrying``.
         self._plain: _Plain | None = (
-            (*retrying.first_attempt_counting, wrapped, _FIRST_META if known else None, retrying)
+            (*retrying.first_attempt_counting, wrapped, retrying)
             if retrying.plain and self._session_timeout is None
             else None
         )
@@ -131,7 +125,7 @@ class RetryingSession(_Wrapper):
         # overhead target, docs/client-measured.md).
         plain = self._plain
         if plain is not None and deadline is None and read_timeout_seconds is None and not kwargs:
-            admit, accepted, wrapped, first_meta, retrying = plain
+            admit, accepted, wrapped, retrying = plain
             if admit is not None and not admit():  # (``Retrying.send_first``)
                 raise retrying.held_back()
             result = await wrapped.call_tool(
@@ -139,7 +133,7 @@ class RetryingSession(_Wrapper):
                 arguments,
                 None,
                 progress_callback,
-                meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
+                meta=meta,
             )
             # (``Retrying.answered_first``) a result of a class known to carry the flag (the
             # SDK's) that is no error is the call's; anything else is settled below.
@@ -158,7 +152,7 @@ class RetryingSession(_Wrapper):
                 arguments,
                 read_timeout_seconds if remaining is None else remaining,
                 progress_callback,
-                meta=_with_attempt(meta, 1),
+                meta=meta,
                 **kwargs,
             )
         if call.settle(result):
@@ -233,14 +227,14 @@ class RetryingFastMCPClient(_Wrapper):
         per_call = None if timeout is None else _seconds_of(timeout)
         plain = self._plain
         if plain is not None and deadline is None and per_call is None and not kwargs:
-            admit, accepted, wrapped, first_meta, retrying = plain
+            admit, accepted, wrapped, retrying = plain
             if admit is not None and not admit():
                 raise retrying.held_back()
             result = await wrapped.call_tool(
                 name,
                 arguments,
                 raise_on_error=False,
-                meta=first_meta if meta is None and first_meta else _with_attempt(meta, 1),
+                meta=meta,
             )
             if type(result) in FLAGGED and not result.is_error:
                 if accepted is not None:
@@ -257,7 +251,7 @@ class RetryingFastMCPClient(_Wrapper):
                 arguments,
                 timeout=timeout if remaining is None else remaining,
                 raise_on_error=False,
-                meta=_with_attempt(meta, 1),
+                meta=meta,
                 **kwargs,
             )
         if not call.settle(result):
