@@ -445,22 +445,12 @@ class Retrying:
     def first_attempt_counting(
         self,
     ) -> tuple[Callable[[], bool] | None, Callable[[], object] | None]:
-        """What ``send_first`` and ``answered_first`` call, for a caller that makes their checks
-        itself (the wrappers: two Python frames fewer on the path of every call): the counting
-        of a first attempt about to be sent (False: held back, raise ``held_back()``), and of
-        an answer that is no refusal; None where there is nothing to count."""
+        """The counting of a first attempt sent without a ``RetryCall``, for a caller that makes
+        the checks itself (the wrappers: no Python frame of their own on the path of every
+        call): of the attempt about to be sent (False: held back, raise ``held_back()``), and of
+        an answer that is no refusal (an SDK result whose class is in ``FLAGGED`` and is no
+        error); None where there is nothing to count."""
         return self._admit_first, self._on_accepted
-
-    def answered_first(self, result: object) -> bool:
-        """True when ``result``, the answer to a first attempt sent with ``send_first``, is the
-        call's: an SDK result that is not an error, counted as accepted. False: the caller
-        settles it in a ``RetryCall`` (a refusal, an error, or a result of another class)."""
-        if type(result) in FLAGGED and not result.is_error:  # type: ignore[attr-defined]
-            accepted = self._on_accepted
-            if accepted is not None:
-                accepted()
-            return True
-        return False
 
     def held_back(self) -> ThrottledLocally:
         """The error a call held back by the throttle raises (nothing was sent)."""

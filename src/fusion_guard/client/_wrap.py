@@ -81,8 +81,8 @@ class _Wrapper:
         # Nothing bounds a call unless it gives its own deadline or timeout. Then what its
         # first attempt needs is read in one access: each access to an attribute of this class
         # passes through its ``__getattr__`` hook, which no specialised load skips. Its parts:
-        # ``Retrying.first_attempt_counting`` (called here, not through ``send_first`` and
-        # ``answered_first``: two frames fewer a call), the session, the ``Retrying``.
+        # ``Retrying.first_attempt_counting`` (called here: no frame of their own a call), the
+        # session, the ``Retrying``.
         self._plain: _Plain | None = (
             (*retrying.first_attempt_counting, wrapped, retrying)
             if retrying.plain and self._session_timeout is None
@@ -135,8 +135,8 @@ class RetryingSession(_Wrapper):
                 progress_callback,
                 meta=meta,
             )
-            # (``Retrying.answered_first``) a result of a class known to carry the flag (the
-            # SDK's) that is no error is the call's; anything else is settled below.
+            # A result of a class known to carry the flag (the SDK's) that is no error is the
+            # call's; anything else is settled below.
             if type(result) in FLAGGED and not result.is_error:
                 if accepted is not None:
                     accepted()
