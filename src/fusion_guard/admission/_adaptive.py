@@ -104,6 +104,7 @@ from ._adaptive_tuning import (
     SIGHTED_GROWTH,
     SIGHTED_WINDOWS,
     SLOW_WINDOW_SAMPLES,
+    UNCROWDED_GROWTH,
 )
 from ._latency_estimates import (
     ParallelismEstimate,
@@ -112,6 +113,7 @@ from ._latency_estimates import (
     early_run,
     median,
     quiet_bound,
+    uncrowded_window,
 )
 from ._overload_ceiling import OverloadCeiling
 
@@ -361,8 +363,20 @@ class GradientLimit:
         at_once = self._served.most(early)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
-        crowd = self._window_crowd / len(self._window)
-        self._parallelism.learn(crowd, baseline, latency, slow_room, at_once)
+        # A full window as fast as uncrowded, beyond the noise of its median, queued none of its
+        # calls inside: the tool served its peak at once (room, as a slow tool's above).
+        window = self._window
+        uncrowded = len(window) >= self.window_samples and uncrowded_window(
+            window, latency, DEAD_BAND * baseline
+        )
+        crowd = self._window_crowd / len(window)
+        self._parallelism.learn(
+            crowd,
+            baseline,
+            latency,
+            slow_room or uncrowded,
+            max(at_once, self._window_peak) if uncrowded else at_once,
+        )
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar
@@ -387,8 +401,11 @@ class GradientLimit:
                 cut = min(self._estimate, float(at_once))
             self._set(cut)
         elif self._window_peak >= self._limit:
-            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force.
+            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force;
+            # a share more if the window's calls took no longer than uncrowded ones.
             grown = self._estimate + 1
+            if uncrowded:
+                grown = max(grown, UNCROWDED_GROWTH * self._estimate)
             if self._ceiling.allows(grown, end, self.max_limit):
                 self._set(grown)
 

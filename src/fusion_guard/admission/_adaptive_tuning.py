@@ -31,6 +31,8 @@ __all__ = [
     "SIGHTED_WINDOWS",
     "SLACK_FROM_AT_ONCE",
     "SLOW_WINDOW_SAMPLES",
+    "UNCROWDED_CONFIDENCE",
+    "UNCROWDED_GROWTH",
 ]
 
 #: A gradient within [1 / DEAD_BAND, DEAD_BAND] holds the limit (noise of a small median).
@@ -156,3 +158,11 @@ LEVEL_REFERENCE = 2
 #: 1.5x-10x missed on 7 seeds, not 3). Five calls of log-normal sigma 0.1 (the error
 #: simulation's pool) spread past it about once in thirty.
 LEVEL_SPREAD = 1.5
+
+#: A full window (``window_samples`` calls) that reached the limit and whose median took no
+#: longer than DEAD_BAND x the uncrowded latency grows the limit by this factor, not one slot.
+UNCROWDED_GROWTH = 1.5
+#: ... and only beyond the noise of its median: this many standard errors of it (a log-normal
+#: median's standard error is about 0.93 x the log of the calls' interquartile ratio over the root
+#: of their count, rounded up to 1 here).
+UNCROWDED_CONFIDENCE = 2.0
