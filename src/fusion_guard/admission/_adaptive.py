@@ -103,6 +103,7 @@ from ._adaptive_tuning import (
     PROBE_SPACING_BASELINES,
     SIGHTED_GROWTH,
     SIGHTED_WINDOWS,
+    SLOW_QUEUE_BAND,
     SLOW_WINDOW_SAMPLES,
     UNCROWDED_GROWTH,
 )
@@ -248,8 +249,11 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
+        shown = False
         if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
+            # ... and served in parallel: the slots under overload are not held below them.
+            shown = self._parallelism.at_least(self._probe.level)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
@@ -271,7 +275,7 @@ class GradientLimit:
             if step == "start":
                 self._start_probe(end)
                 return True
-            return False
+            return shown
         if end >= self._next_probe:
             self._start_probe(end)
             return True
@@ -372,7 +376,9 @@ class GradientLimit:
         crowd = self._window_crowd / len(window)
         self._parallelism.learn(
             crowd,
-            baseline,
+            # A slow tool's window reads queueing only beyond the dead band: its median of a few
+            # calls and a baseline of a few more err by as much (see SLOW_QUEUE_BAND).
+            latency if baseline > self._sighted_above and latency <= SLOW_QUEUE_BAND * baseline else baseline,
             latency,
             slow_room or uncrowded,
             max(at_once, self._window_peak) if uncrowded else at_once,
