@@ -103,7 +103,6 @@ from ._adaptive_tuning import (
     PROBE_SPACING_BASELINES,
     SIGHTED_GROWTH,
     SIGHTED_WINDOWS,
-    SLOW_QUEUE_BAND,
     SLOW_WINDOW_SAMPLES,
     UNCROWDED_GROWTH,
 )
@@ -376,9 +375,7 @@ class GradientLimit:
         crowd = self._window_crowd / len(window)
         self._parallelism.learn(
             crowd,
-            # A slow tool's window reads queueing only beyond the dead band: its median of a few
-            # calls and a baseline of a few more err by as much (see SLOW_QUEUE_BAND).
-            latency if baseline > self._sighted_above and latency <= SLOW_QUEUE_BAND * baseline else baseline,
+            baseline,
             latency,
             slow_room or uncrowded,
             max(at_once, self._window_peak) if uncrowded else at_once,

@@ -30,7 +30,6 @@ __all__ = [
     "SIGHTED_GROWTH",
     "SIGHTED_WINDOWS",
     "SLACK_FROM_AT_ONCE",
-    "SLOW_QUEUE_BAND",
     "SLOW_WINDOW_SAMPLES",
     "UNCROWDED_CONFIDENCE",
     "UNCROWDED_GROWTH",
@@ -131,12 +130,6 @@ SIGHTED_WINDOWS = 5
 #: shed at 0.8x. A tool of exactly as many workers as seen queues that one call, by about a
 #: fraction of a service; from 3, not less: a tool of 1 or 2 workers is not read so.
 SLACK_FROM_AT_ONCE = 3
-#: A slow tool's parallelism (the calls in flight scaled by the baseline over the window's
-#: median) reads queueing only beyond this factor: medians of 5 calls of 1-5 s and a first
-#: baseline of a few calls err by a quarter either way, and a baseline read low (seed 2 at 1.5x:
-#: 2.4 s, the tool's median 3 s) read 8 workers serving 5-6 calls, and the slots in force under
-#: overload (that and one) held 5-7 from 20 s to 45 s.
-SLOW_QUEUE_BAND = 1.25
 #: A slow tool's window in which every slot was seen served at once (and not slower than the
 #: cut's bar) grows the limit by this factor, not one slot: such a window queued nothing inside
 #: the tool, and one slot a window of seconds kept the limit below 8 workers past the zoo's 30 s
