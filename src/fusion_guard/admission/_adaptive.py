@@ -367,7 +367,7 @@ class GradientLimit:
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
         # A full window as fast as uncrowded, beyond the noise of its median, queued none of its
-        # calls inside: the tool served its peak at once (room, as a slow tool's above).
+        # calls inside: room too, its estimate taken at once.
         window = self._window
         uncrowded = len(window) >= self.window_samples and uncrowded_window(
             window, latency, DEAD_BAND * baseline
@@ -378,7 +378,7 @@ class GradientLimit:
             baseline,
             latency,
             slow_room or uncrowded,
-            max(at_once, self._window_peak) if uncrowded else at_once,
+            at_once,
         )
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
