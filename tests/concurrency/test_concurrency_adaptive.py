@@ -22,6 +22,7 @@ from fusion_guard.admission._adaptive_tuning import (
     SIGHTED_GROWTH,
     SLACK_FROM_AT_ONCE,
     SLOW_WINDOW_SAMPLES,
+    UNCROWDED_GROWTH,
 )
 from fusion_guard.admission._latency_estimates import QuietBaseline, ServedAtOnce
 from fusion_guard.admission._overload_ceiling import OverloadCeiling
@@ -139,12 +140,31 @@ def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
         now += 0.010 / 2
     before = limit.parallelism
     assert before == pytest.approx(2, rel=0.3)
-    # Every call as fast as half the uncrowded latency: 20 make one window of lucky calls alone.
-    for i in range(limit.window_samples):
-        limit.on_sample(now + 0.010 * (i + 1), 0.005, crowd, False)
-    # The window alone reads every call in flight as served in parallel (the standing queue
-    # and the default queue would follow): it weighs PARALLELISM_WEIGHT.
-    assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (crowd - before))
+    # 20 heavy-tailed calls whose median is within the dead band of the uncrowded latency only
+    # by luck (their spread says so: their interquartile ratio is 4), one window of them alone.
+    lucky = sorted([0.004, 0.010, 0.013, 0.040] * (limit.window_samples // 4))
+    median = (lucky[9] + lucky[10]) / 2
+    for i, duration in enumerate(lucky[::2] + lucky[1::2]):
+        limit.on_sample(now + 0.010 * (i + 1), duration, crowd, False)
+    # The window alone reads nearly every call in flight as served in parallel (the standing
+    # queue and the default queue would follow): it weighs PARALLELISM_WEIGHT.
+    measured = crowd * min(1.0, limit.baseline / median)
+    assert measured > before
+    assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (measured - before))
+
+
+def test_a_window_of_steady_calls_as_fast_as_uncrowded_grows_the_limit_by_half() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 8, 10.0)  # a tool of 8 workers, its calls steady (10 ms each)
+    while not limit.on_sample(now, 0.020, limit.limit, False):  # the window in progress ends
+        now += 0.001
+    held = limit.limit
+    while not limit.on_sample(now, 0.010, held, False):  # every call at the limit, uncrowded
+        now += 0.001
+    # Twenty calls, as fast as uncrowded beyond any noise of theirs: a share more, not a slot,
+    # and the parallelism is what the window held, at once (not by PARALLELISM_WEIGHT).
+    assert abs(limit.limit - UNCROWDED_GROWTH * held) <= 1
+    assert limit.parallelism == pytest.approx(held)
 
 
 def test_its_parallelism_follows_a_tool_that_lost_workers_at_once() -> None:

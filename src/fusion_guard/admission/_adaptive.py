@@ -248,10 +248,9 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
-        shown = False
-        if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
+        shown = False  # the warm-up: counts shown uncrowded by latency are quiet, and parallel
+        if not self._probe.measured:
             calm = self._probe.observe(inflight, duration, calm)
-            # ... and served in parallel: the slots under overload are not held below them.
             shown = self._parallelism.at_least(self._probe.level)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
@@ -366,20 +365,10 @@ class GradientLimit:
         at_once = self._served.most(early)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
-        # A full window as fast as uncrowded, beyond the noise of its median, queued none of its
-        # calls inside: room too, its estimate taken at once.
-        window = self._window
-        uncrowded = len(window) >= self.window_samples and uncrowded_window(
-            window, latency, DEAD_BAND * baseline
-        )
-        crowd = self._window_crowd / len(window)
-        self._parallelism.learn(
-            crowd,
-            baseline,
-            latency,
-            slow_room or uncrowded,
-            at_once,
-        )
+        # A full window as fast as uncrowded beyond its median's noise: room too (and growth).
+        uncrowded = uncrowded_window(self._window, latency, baseline, self.window_samples)
+        crowd = self._window_crowd / len(self._window)
+        self._parallelism.learn(crowd, baseline, latency, slow_room or uncrowded, at_once)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar
@@ -404,11 +393,9 @@ class GradientLimit:
                 cut = min(self._estimate, float(at_once))
             self._set(cut)
         elif self._window_peak >= self._limit:
-            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force;
-            # a share more if the window's calls took no longer than uncrowded ones.
-            grown = self._estimate + 1
-            if uncrowded:
-                grown = max(grown, UNCROWDED_GROWTH * self._estimate)
+            # Uncrowded at the limit: one slot more a window (a share more on a window as fast as
+            # uncrowded), but not past a ceiling in force.
+            grown = max(self._estimate + 1, UNCROWDED_GROWTH * self._estimate * uncrowded)
             if self._ceiling.allows(grown, end, self.max_limit):
                 self._set(grown)
 

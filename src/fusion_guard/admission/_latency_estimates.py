@@ -10,6 +10,7 @@ from bisect import bisect_left, insort
 from collections import deque
 
 from ._adaptive_tuning import (
+    DEAD_BAND,
     EARLY_RUN_CHANCE,
     EARLY_SAMPLES,
     OVERTAKING_MEMORY,
@@ -60,18 +61,20 @@ def early_run(ordered: list[float], bar: float) -> int:
     return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
 
 
-def uncrowded_window(ordered: list[float], latency: float, bar: float) -> bool:
-    """Whether a window of calls ``ordered`` (sorted), of median ``latency``, took no longer than
-    ``bar`` beyond the noise of its median: ``UNCROWDED_CONFIDENCE`` standard errors of it, read
-    off the window's own spread (a log-normal median's, from its interquartile ratio), so that
-    a heavy-tailed tool's lucky window does not pass for an uncrowded one."""
-    if latency > bar:
-        return False
+def uncrowded_window(ordered: list[float], latency: float, baseline: float, full: int) -> bool:
+    """Whether a window of calls ``ordered`` (sorted), of median ``latency``, at least ``full``
+    of them, took no longer than DEAD_BAND x the uncrowded ``baseline`` beyond the noise of its
+    median: ``UNCROWDED_CONFIDENCE`` standard errors of it, read off the window's own spread (a
+    log-normal median's, from its interquartile ratio), so that a heavy-tailed tool's lucky
+    window does not pass for an uncrowded one."""
+    bar = DEAD_BAND * baseline
     count = len(ordered)
+    if latency > bar or count < full:
+        return False
     low, high = ordered[count // 4], ordered[(3 * count) // 4]
     if not low > 0.0:
         return False
-    return latency * (high / low) ** (UNCROWDED_CONFIDENCE / math.sqrt(count)) <= bar
+    return latency * math.pow(high / low, UNCROWDED_CONFIDENCE / math.sqrt(count)) <= bar
 
 
 def quiet_bound(
