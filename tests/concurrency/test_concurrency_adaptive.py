@@ -24,7 +24,11 @@ from fusion_guard.admission._adaptive_tuning import (
     SLOW_WINDOW_SAMPLES,
     UNCROWDED_GROWTH,
 )
-from fusion_guard.admission._latency_estimates import QuietBaseline, ServedAtOnce
+from fusion_guard.admission._latency_estimates import (
+    QuietBaseline,
+    ServedAtOnce,
+    uncrowded_window,
+)
 from fusion_guard.admission._overload_ceiling import OverloadCeiling
 
 
@@ -509,3 +513,16 @@ def test_a_call_that_failed_alone_sets_no_ceiling_and_marks_the_tool_down() -> N
     assert ceiling.lower(3.5, 1, 4.0, 0.01) == math.inf
     assert ceiling.lift(50, 4.0) == 8.0
     assert ceiling.allows(49.0, 3.6, 50)  # no ceiling in force any more
+
+
+def test_a_window_counts_as_uncrowded_only_beyond_the_noise_of_its_median() -> None:
+    baseline = 0.010
+    steady = sorted([0.0105, 0.0110, 0.0115, 0.0120] * 5)  # median 0.01125, within 1.25x
+    assert uncrowded_window(steady, statistics.median(steady), baseline, 20)
+    assert not uncrowded_window(steady[:16], statistics.median(steady), baseline, 20)  # not full
+    # The same median from heavy-tailed calls (interquartile ratio 4): within the noise of it.
+    heavy = sorted([0.004, 0.010, 0.0125, 0.040] * 5)
+    assert statistics.median(heavy) == pytest.approx(statistics.median(steady))
+    assert not uncrowded_window(heavy, statistics.median(heavy), baseline, 20)
+    slow = sorted([0.013, 0.013, 0.014, 0.014] * 5)  # past 1.25x however steady
+    assert not uncrowded_window(slow, statistics.median(slow), baseline, 20)
