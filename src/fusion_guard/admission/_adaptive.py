@@ -104,7 +104,6 @@ from ._adaptive_tuning import (
     SIGHTED_GROWTH,
     SIGHTED_WINDOWS,
     SLOW_WINDOW_SAMPLES,
-    UNCROWDED_GROWTH,
 )
 from ._latency_estimates import (
     ParallelismEstimate,
@@ -365,10 +364,11 @@ class GradientLimit:
         at_once = self._served.most(early)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
-        # A full window as fast as uncrowded beyond its median's noise: room too (and growth).
-        uncrowded = uncrowded_window(self._window, latency, baseline, self.window_samples)
+        # A full window as fast as uncrowded beyond its median's noise queued none of its calls
+        # inside: room too, its estimate taken at once.
+        room = slow_room or uncrowded_window(self._window, latency, baseline, self.window_samples)
         crowd = self._window_crowd / len(self._window)
-        self._parallelism.learn(crowd, baseline, latency, slow_room or uncrowded, at_once)
+        self._parallelism.learn(crowd, baseline, latency, room, at_once)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar
@@ -393,9 +393,8 @@ class GradientLimit:
                 cut = min(self._estimate, float(at_once))
             self._set(cut)
         elif self._window_peak >= self._limit:
-            # Uncrowded at the limit: one slot more a window (a share more on a window as fast as
-            # uncrowded), but not past a ceiling in force.
-            grown = max(self._estimate + 1, UNCROWDED_GROWTH * self._estimate * uncrowded)
+            # Uncrowded at the limit: one slot more a window, but not past a ceiling in force.
+            grown = self._estimate + 1
             if self._ceiling.allows(grown, end, self.max_limit):
                 self._set(grown)
 
