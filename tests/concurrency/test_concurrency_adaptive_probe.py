@@ -14,8 +14,6 @@ from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
     FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
-    LEVEL_REFERENCE,
-    LEVEL_SAMPLES,
     PROBE_GRACE_CALLS,
     SLOW_WINDOW_SAMPLES,
 )
@@ -131,19 +129,3 @@ def test_under_a_standing_load_the_probe_still_measures_the_uncrowded_latency(
     _saturate(limit, workers, 2000, 0.0)
     assert limit.baseline == pytest.approx(SERVICE)
     assert workers <= limit.limit <= limit.tolerance * workers + 1
-
-
-def test_before_the_first_baseline_its_parallelism_is_at_least_the_calls_shown_uncrowded() -> None:
-    # Calls at two and then at three as fast as those alone: the tool queues none of three, so
-    # the slots under overload (the parallelism and one) are not held to its guess of two.
-    limit = GradientLimit()
-    assert limit.parallelism == 2
-    now = 0.0
-    moved = []
-    for inflight, calls in ((1, LEVEL_REFERENCE), (2, LEVEL_SAMPLES), (3, LEVEL_SAMPLES)):
-        for _ in range(calls):
-            moved.append(limit.on_sample(now, SERVICE, inflight, False))
-            now += SERVICE / inflight
-    assert limit.parallelism == 3
-    assert moved[-1]  # the call that showed it says so: the guard reads the estimate anew
-    assert limit.limit == 4  # not measured yet (fewer than FIRST_SAMPLES quiet calls)

@@ -247,10 +247,8 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
-        shown = False  # the warm-up: counts shown uncrowded by latency are quiet, and parallel
-        if not self._probe.measured:
+        if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
-            shown = self._parallelism.at_least(self._probe.level)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
@@ -272,7 +270,7 @@ class GradientLimit:
             if step == "start":
                 self._start_probe(end)
                 return True
-            return shown
+            return False
         if end >= self._next_probe:
             self._start_probe(end)
             return True

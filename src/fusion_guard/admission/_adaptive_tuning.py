@@ -165,11 +165,9 @@ LEVEL_SPREAD = 1.5
 #: estimate of the parallelism is taken at once, not by PARALLELISM_WEIGHT (as a slow tool's
 #: window with room already was). A pool of 16 connections of 40 ms at half its load (8 in
 #: flight) had the slots in force under overload (the parallelism and one) at 3-5 for the first
-#: 2.5 s, the estimate rising by 0.3 of each window's: 5.7-9.6 % shed over 20 s, 1.6-6.7 % with
-#: it (``python benchmarks/error_sim.py --only independent --queuing-pool 16 --seeds 1-8``).
-#: Such a window also grew the limit by half, not one slot, at first: 1.4-5.6 %, but the limit
-#: at a steady 0.8x of a heavy-tailed tool moved more (``benchmarks/test_limit_choice.py``: a
-#: coefficient of variation within 0.25 on 24 seeds of 30, not 28).
+#: 2.5 s, the estimate rising by 0.3 of each window's: 5.7-9.6 % shed over 20 s, 3.1-8.1 % with
+#: it (``python benchmarks/error_sim.py --only independent --queuing-pool 16 --seeds 1-8``; what
+#: else was tried: docs/adaptive-internals.md, "The climb of a steady tool").
 #: ... beyond the noise of its median: this many of its standard errors, read off the window's
 #: own calls (a log-normal median's is about 0.93 x the log of their interquartile ratio over the
 #: root of their count; 2 x 0.93, rounded up). So a heavy-tailed tool's lucky window (the

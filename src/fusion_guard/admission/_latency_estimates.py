@@ -168,14 +168,6 @@ class ParallelismEstimate:
         self.value = guess  # until a window measures it
         self._measured = False
 
-    def at_least(self, calls: int) -> bool:
-        """Until measured, no fewer than ``calls`` (shown served in parallel by their latency:
-        ``Probe.level``); whether it rose."""
-        if self._measured or calls <= self.value:
-            return False
-        self.value = float(calls)
-        return True
-
     def learn(
         self, crowd: float, baseline: float, latency: float, slow_room: bool, at_once: int
     ) -> None:
