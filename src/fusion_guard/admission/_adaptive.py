@@ -327,10 +327,11 @@ class GradientLimit:
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; a slow
-        tool's window as fast as uncrowded: at once), falling to a lower one at once; until
-        measured, the initial limit over ``tolerance`` (where the limit would settle). The mean,
-        not the peak: one call left over from a higher limit would otherwise set it."""
+        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; at once for
+        a slow tool's window as fast as uncrowded, or a full one so beyond its noise), falling to
+        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
+        limit would settle). The mean, not the peak: one call left over from a higher limit
+        would otherwise set it."""
         return self._parallelism.value
 
     def on_overload(
