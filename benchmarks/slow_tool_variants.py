@@ -6,6 +6,11 @@ their capacity; per seed range, ``auto``'s goodput within the SLO over the oracl
     python benchmarks/slow_tool_variants.py                    # seeds 1-3 and 4-8, every variant
     python benchmarks/slow_tool_variants.py --variants 16w --seeds 1-3
     python benchmarks/slow_tool_variants.py --variants default --seeds 1-6 --per-seed
+    python benchmarks/slow_tool_variants.py --variants default --seeds 2 --bins 1.5
+
+``--bins LOAD``: per 10 s of each seed at that load, the calls served within the SLO (by when
+they ended, as the zoo counts them) under ``auto`` and fixed 10, and ``auto``'s mean slots in
+force: where in the run ``auto`` loses to fixed 10.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from fusion_guard.demo._virtual_time import run_in_virtual_time
-from fusion_guard.demo._zoo import run_cell
+from fusion_guard.demo._zoo import _simulate, run_cell
 from fusion_guard.demo._zoo_models import model_named
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -48,8 +53,15 @@ def main() -> None:
     parser.add_argument(
         "--per-seed", action="store_true", help="each seed's figures too, not only the range"
     )
+    parser.add_argument("--bins", type=float, help="a load: each seed's run per 10 s (above)")
     args = parser.parse_args()
     logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)
+    if args.bins is not None:
+        for seeds in args.seeds or [_seeds("1-3")]:
+            for name in args.variants:
+                for seed in seeds:
+                    _bins(replace(model_named("slow_llm"), **VARIANTS[name]), args.bins, seed)
+        return
     for seeds in args.seeds or [_seeds("1-3"), _seeds("4-8")]:
         for name in args.variants:
             model = replace(model_named("slow_llm"), **VARIANTS[name])
@@ -84,6 +96,32 @@ def main() -> None:
                     f" limit {min(limit):.1f}-{max(limit):.1f}",
                     flush=True,
                 )
+
+
+def _bins(model: Any, load: float, seed: int) -> None:
+    """One seed's run at ``load``, per 10 s: calls served within the SLO, and the slots."""
+    begin, runs = run_in_virtual_time(
+        functools.partial(_simulate, model, load, seed, ("fixed10", "auto"))
+    )
+    edges = range(0, int(model.total_s), 10)
+    for policy, run in runs.items():
+        served = [
+            sum(
+                1
+                for r in run.records
+                if r.outcome == "ok"
+                and r.latency <= model.slo_s
+                and begin + b <= r.intended + r.latency < begin + b + 10
+            )
+            for b in edges
+        ]
+        print(f"seed {seed} {load:g}x {policy:8}", " ".join(f"{n:4d}" for n in served))
+        if policy == "auto":
+            slots = [[limit for at, limit in run.limits if b <= at < b + 10] or [0] for b in edges]
+            print(
+                f"seed {seed} {load:g}x {'slots':8}",
+                " ".join(f"{sum(x) / len(x):4.1f}" for x in slots),
+            )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,11 @@ from fusion_guard.admission._adaptive_tuning import (
     SLACK_FROM_AT_ONCE,
     SLOW_WINDOW_SAMPLES,
 )
-from fusion_guard.admission._latency_estimates import QuietBaseline, ServedAtOnce
+from fusion_guard.admission._latency_estimates import (
+    QuietBaseline,
+    ServedAtOnce,
+    uncrowded_window,
+)
 from fusion_guard.admission._overload_ceiling import OverloadCeiling
 
 
@@ -139,12 +143,32 @@ def test_one_window_of_lucky_calls_moves_its_parallelism_by_a_share() -> None:
         now += 0.010 / 2
     before = limit.parallelism
     assert before == pytest.approx(2, rel=0.3)
-    # Every call as fast as half the uncrowded latency: 20 make one window of lucky calls alone.
-    for i in range(limit.window_samples):
-        limit.on_sample(now + 0.010 * (i + 1), 0.005, crowd, False)
-    # The window alone reads every call in flight as served in parallel (the standing queue
-    # and the default queue would follow): it weighs PARALLELISM_WEIGHT.
-    assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (crowd - before))
+    # 20 heavy-tailed calls whose median is within the dead band of the uncrowded latency only
+    # by luck (their spread says so: their interquartile ratio is 4), one window of them alone.
+    lucky = sorted([0.004, 0.010, 0.013, 0.040] * (limit.window_samples // 4))
+    median = (lucky[9] + lucky[10]) / 2
+    for i, duration in enumerate(lucky[::2] + lucky[1::2]):
+        limit.on_sample(now + 0.010 * (i + 1), duration, crowd, False)
+    # The window alone reads nearly every call in flight as served in parallel (the standing
+    # queue and the default queue would follow): it weighs PARALLELISM_WEIGHT.
+    measured = crowd * min(1.0, limit.baseline / median)
+    assert measured > before
+    assert limit.parallelism == pytest.approx(before + PARALLELISM_WEIGHT * (measured - before))
+
+
+def test_a_window_of_steady_calls_as_fast_as_uncrowded_sets_its_parallelism_at_once() -> None:
+    limit = GradientLimit()
+    now = _drive(limit, 2, 10.0)  # a tool of 2 workers, its calls steady (10 ms each)
+    crowd = limit.limit
+    while not limit.on_sample(now, 0.010 * crowd / 2, crowd, False):  # the window in progress
+        now += 0.001
+    before = limit.parallelism
+    assert before == pytest.approx(2, rel=0.3)
+    # The tool gained workers: twenty calls at 6 in flight, each as fast as uncrowded, beyond
+    # any noise of theirs, say it served all six at once. Taken as measured, not by a share.
+    while not limit.on_sample(now, 0.010, 6, False):
+        now += 0.001
+    assert limit.parallelism == pytest.approx(6)
 
 
 def test_its_parallelism_follows_a_tool_that_lost_workers_at_once() -> None:
@@ -489,3 +513,16 @@ def test_a_call_that_failed_alone_sets_no_ceiling_and_marks_the_tool_down() -> N
     assert ceiling.lower(3.5, 1, 4.0, 0.01) == math.inf
     assert ceiling.lift(50, 4.0) == 8.0
     assert ceiling.allows(49.0, 3.6, 50)  # no ceiling in force any more
+
+
+def test_a_window_counts_as_uncrowded_only_beyond_the_noise_of_its_median() -> None:
+    baseline = 0.010
+    steady = sorted([0.0105, 0.0110, 0.0115, 0.0120] * 5)  # median 0.01125, within 1.25x
+    assert uncrowded_window(steady, statistics.median(steady), baseline, 20)
+    assert not uncrowded_window(steady[:16], statistics.median(steady), baseline, 20)  # not full
+    # The same median from heavy-tailed calls (interquartile ratio 4): within the noise of it.
+    heavy = sorted([0.004, 0.010, 0.0125, 0.040] * 5)
+    assert statistics.median(heavy) == pytest.approx(statistics.median(steady))
+    assert not uncrowded_window(heavy, statistics.median(heavy), baseline, 20)
+    slow = sorted([0.013, 0.013, 0.014, 0.014] * 5)  # past 1.25x however steady
+    assert not uncrowded_window(slow, statistics.median(slow), baseline, 20)

@@ -112,6 +112,7 @@ from ._latency_estimates import (
     early_run,
     median,
     quiet_bound,
+    uncrowded_window,
 )
 from ._overload_ceiling import OverloadCeiling
 
@@ -326,10 +327,11 @@ class GradientLimit:
     def parallelism(self) -> float:
         """The calls the tool appears to serve in parallel: the calls in flight of the last
         window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; a slow
-        tool's window as fast as uncrowded: at once), falling to a lower one at once; until
-        measured, the initial limit over ``tolerance`` (where the limit would settle). The mean,
-        not the peak: one call left over from a higher limit would otherwise set it."""
+        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; at once for
+        a slow tool's window as fast as uncrowded, or a full one so beyond its noise), falling to
+        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
+        limit would settle). The mean, not the peak: one call left over from a higher limit
+        would otherwise set it."""
         return self._parallelism.value
 
     def on_overload(
@@ -361,8 +363,11 @@ class GradientLimit:
         at_once = self._served.most(early)
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
+        # A full window as fast as uncrowded beyond its median's noise queued none of its calls
+        # inside: room too, its estimate taken at once.
+        room = slow_room or uncrowded_window(self._window, latency, baseline, self.window_samples)
         crowd = self._window_crowd / len(self._window)
-        self._parallelism.learn(crowd, baseline, latency, slow_room, at_once)
+        self._parallelism.learn(crowd, baseline, latency, room, at_once)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar

@@ -31,6 +31,7 @@ __all__ = [
     "SIGHTED_WINDOWS",
     "SLACK_FROM_AT_ONCE",
     "SLOW_WINDOW_SAMPLES",
+    "UNCROWDED_CONFIDENCE",
 ]
 
 #: A gradient within [1 / DEAD_BAND, DEAD_BAND] holds the limit (noise of a small median).
@@ -156,3 +157,20 @@ LEVEL_REFERENCE = 2
 #: 1.5x-10x missed on 7 seeds, not 3). Five calls of log-normal sigma 0.1 (the error
 #: simulation's pool) spread past it about once in thirty.
 LEVEL_SPREAD = 1.5
+
+# -- the climb of a tool whose calls are steady (issue 41, the 16-connection pool) -------------
+
+#: A full window (``window_samples`` calls) whose median took no longer than DEAD_BAND x the
+#: uncrowded latency beyond its noise (UNCROWDED_CONFIDENCE) queued none of its calls inside: its
+#: estimate of the parallelism is taken at once, not by PARALLELISM_WEIGHT (as a slow tool's
+#: window with room already was). A pool of 16 connections of 40 ms at half its load (8 in
+#: flight) had the slots in force under overload (the parallelism and one) at 3-5 for the first
+#: 2.5 s, the estimate rising by 0.3 of each window's: 5.7-9.6 % shed over 20 s, 3.1-8.1 % with
+#: it (``python benchmarks/error_sim.py --only independent --queuing-pool 16 --seeds 1-8``; what
+#: else was tried: docs/adaptive-internals.md, "The climb of a steady tool").
+#: ... beyond the noise of its median: this many of its standard errors, read off the window's
+#: own calls (a log-normal median's is about 0.93 x the log of their interquartile ratio over the
+#: root of their count; 2 x 0.93, rounded up). So a heavy-tailed tool's lucky window (the
+#: demo's, log-normal sigma 1: a band of 0.56 in logs at 20 calls) seldom passes, and a steady
+#: tool's (sigma 0.1: 0.05) does.
+UNCROWDED_CONFIDENCE = 2.0

@@ -10,12 +10,14 @@ from bisect import bisect_left, insort
 from collections import deque
 
 from ._adaptive_tuning import (
+    DEAD_BAND,
     EARLY_RUN_CHANCE,
     EARLY_SAMPLES,
     OVERTAKING_MEMORY,
     PARALLELISM_WEIGHT,
     QUIET_SAMPLES,
     SLACK_FROM_AT_ONCE,
+    UNCROWDED_CONFIDENCE,
 )
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "median",
     "median_of_sorted",
     "quiet_bound",
+    "uncrowded_window",
 ]
 
 # Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
@@ -56,6 +59,22 @@ def early_run(ordered: list[float], bar: float) -> int:
     if share <= 0.0:  # (the bar is above the median: share < 0.5, the log below < 0)
         return EARLY_SAMPLES
     return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
+
+
+def uncrowded_window(ordered: list[float], latency: float, baseline: float, full: int) -> bool:
+    """Whether a window of calls ``ordered`` (sorted), of median ``latency``, at least ``full``
+    of them, took no longer than DEAD_BAND x the uncrowded ``baseline`` beyond the noise of its
+    median: ``UNCROWDED_CONFIDENCE`` standard errors of it, read off the window's own spread (a
+    log-normal median's, from its interquartile ratio), so that a heavy-tailed tool's lucky
+    window does not pass for an uncrowded one."""
+    bar = DEAD_BAND * baseline
+    count = len(ordered)
+    if latency > bar or count < full:
+        return False
+    low, high = ordered[count // 4], ordered[(3 * count) // 4]
+    if not low > 0.0:
+        return False
+    return latency * math.pow(high / low, UNCROWDED_CONFIDENCE / math.sqrt(count)) <= bar
 
 
 def quiet_bound(
