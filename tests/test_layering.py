@@ -5,6 +5,7 @@ contracts, and the wire contract at the bottom (pure text: it logs nothing and r
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tomllib
@@ -30,3 +31,26 @@ def test_imports_for_type_checking_count_too() -> None:
     # naming a higher one's type would hide an import circle from the contracts.
     settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert settings["tool"]["importlinter"]["exclude_type_checking_imports"] is False
+
+
+#: The admission core's shape (issue 40): small parts, each with one job.
+MAX_CLASS_LINES = 300
+MAX_MODULE_LINES = 500  # in admission/
+
+
+def test_no_class_is_over_300_lines_and_no_admission_module_over_500() -> None:
+    package = ROOT / "src" / "fusion_guard"
+    large_classes = {
+        f"{path.relative_to(package)}:{node.name}": size
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLASS_LINES
+    }
+    assert not large_classes, large_classes
+    large_modules = {
+        path.name: size
+        for path in (package / "admission").glob("*.py")
+        if (size := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES
+    }
+    assert not large_modules, large_modules
