@@ -149,6 +149,11 @@ class _ToolEvents:
                 scope=scope, **extra,
             )  # fmt: skip
 
+    def owes(self, outcome: str) -> bool:
+        """Whether ``finished(outcome, ...)`` does anything: a failure it logs, or a summary due
+        (the default observers skip the call otherwise, on every call that ends ``ok``)."""
+        return outcome in _FAILURES or self._due < math.inf
+
     def finished(self, outcome: Outcome, duration: float | None) -> None:
         failure = _FAILURES.get(outcome)
         if failure is not None:
