@@ -39,7 +39,9 @@ _get_running_loop = asyncio._get_running_loop
 #: The running task of a loop: before 3.12 ``asyncio.current_task`` is a Python function over
 #: asyncio's own table, read here directly (a C dict look-up per deadline); since, it is C.
 _current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
-    asyncio.tasks._current_tasks.get if sys.version_info < (3, 12) else asyncio.current_task
+    asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # asyncio's own, C
+    if sys.version_info < (3, 12)
+    else asyncio.current_task
 )
 
 #: TIMEOUT envelopes kept rendered per tool, one per distinct deadline: a tool sees one or a

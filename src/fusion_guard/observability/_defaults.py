@@ -14,6 +14,7 @@ them in one step.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from .._observer import Outcome, ToolObservers, observer_failed
@@ -78,7 +79,7 @@ class _ToolDefaults(ToolObservers):
         self._metrics = metrics
         self._events = events
         # The tool's own log events (not a priority's view of them), which tell when they owe
-        # nothing (``owes``); None: always told.
+        # nothing (``due``); None: always told.
         self._tool_events = events if type(events) is _ToolEvents else None
 
     def for_priority(self, priority: Priority) -> _ToolDefaults:
@@ -100,7 +101,7 @@ class _ToolDefaults(ToolObservers):
             except Exception as failure:
                 observer_failed(metrics, "finished", failure)
         events = self._tool_events
-        if events is None or events.owes(outcome):
+        if events is None or outcome != "ok" or events.due < math.inf:
             try:
                 self._events.finished(outcome, duration)
             except Exception as failure:
