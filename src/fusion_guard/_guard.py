@@ -114,7 +114,7 @@ class Ticket:
 
     async def __aenter__(self) -> Ticket:
         slot = self._slot
-        if slot is None:  # not entered part-way by _enter_at_once (rates decided, slot made)
+        if slot is None:  # not entered part-way by admitted_call (rates decided, slot made)
             gate = self._gate
             rates = gate.rates
             if rates is not None:
@@ -195,31 +195,6 @@ class Ticket:
         if self._slot is not None:
             self._slot.report(outcome or self.outcome)  # type: ignore[arg-type]
 
-    def _enter_at_once(self) -> bool | Rejected:
-        """``__aenter__`` without a coroutine, as far as nothing needs awaiting: True when
-        admitted (a free slot, no shared rate backend); False when the caller must still
-        ``await ticket.__aenter__()``, which carries on from where this stopped; the refusal
-        (``RateLimited`` or ``ServerBusy``, reported) when refused at once, returned where
-        ``__aenter__`` would raise it. Under overload most calls are refused here, and an
-        exception unwound through the adapters' frames up to their answer cost a sixth of
-        the whole refusal."""
-        try:
-            gate = self._gate
-            rates = gate.rates
-            if rates is not None:
-                if not rates.is_sync:
-                    return False
-                self._refused(gate, rates.check(self._context(gate)))
-            slot = self._slot = gate.admission.slot(
-                gate.limits.timeout, self._client, self._priority
-            )
-            return slot.take_free()
-        except Rejected as refusal:
-            # Returned, not raised on: its frames would keep the caller's (which holds it)
-            # alive in a cycle for the garbage collector.
-            refusal.__traceback__ = None
-            return refusal
-
     def _context(self, gate: Gate) -> CallContext:
         if self._client is None and self._request is None and self._priority is None:
             return gate.context
@@ -272,12 +247,31 @@ async def admitted_call(
     the call runs (for code the SDK runs inside it). A call refused at once (``RateLimited``,
     ``ServerBusy``) is not run: its refusal is returned, not raised (one refused later, while
     queued, is raised)."""
-    entered = ticket._enter_at_once()
-    if entered is not True:
-        if entered is not False:
-            return entered  # refused at once
+    # ``__aenter__`` without a coroutine, as far as nothing needs awaiting: admitted at once (a
+    # free slot, no shared rate backend), or carried on by ``await ticket.__aenter__()`` from
+    # where this stopped, or refused at once. Under overload most calls are refused here, and
+    # an exception unwound through the adapters' frames up to their answer cost a sixth of
+    # the whole refusal: the refusal is returned instead.
+    gate = ticket._gate
+    rates = gate.rates
+    try:
+        if rates is None or rates.is_sync:  # in memory, if any: decided without a coroutine
+            if rates is not None:
+                ticket._refused(gate, rates.check(ticket._context(gate)))
+            slot = ticket._slot = gate.admission.slot(
+                gate.limits.timeout, ticket._client, ticket._priority
+            )
+            entered = slot.take_free()
+        else:
+            entered = False
+    except Rejected as refusal:
+        # Returned, not raised on: its frames would keep the caller's (which holds it) alive
+        # in a cycle for the garbage collector.
+        refusal.__traceback__ = None
+        return refusal
+    if not entered:
         await ticket.__aenter__()
-    slot: Slot = ticket._slot  # type: ignore[assignment]  # entered
+        slot = ticket._slot  # type: ignore[assignment]  # entered
     deferred: BaseException | None = None
     try:
         token = current.set(ticket)

@@ -236,15 +236,15 @@ class _ToolNames(Protocol):
 class _RegisteredTools:
     """An ``MCPServer``'s tools: its registry tells at once whether a name is one of them."""
 
-    __slots__ = ("_output_schemas", "_schema_of", "_server")
+    __slots__ = ("_output_schemas", "_server", "schema_of")
 
     def __init__(self, server: MCPServer[Any], schema_of: Callable[[str], object]) -> None:
         self._server = server
-        self._schema_of = schema_of
+        self.schema_of = schema_of  # the SDK's: a tool's input schema, None for no such tool
         self._output_schemas: dict[str, Mapping[str, Any] | None] = {}
 
     def gate_now(self, tool: str) -> str | None:
-        return tool if self._schema_of(tool) is not None else None
+        return tool if self.schema_of(tool) is not None else None
 
     async def gate_for(self, tool: str, ctx: Any) -> str | None:
         return self.gate_now(tool)
@@ -393,11 +393,21 @@ class _Adapter:
     def guard_handler(self, handler: Handler) -> Handler:
         """The registered ``tools/call`` handler, admitted by the guard."""
 
+        # Read once per server, not per call.
+        guard, tools, retries = self._guard, self._tools, self._retries
+        client_key, priority_of = self._client_key, self._priority_of
+        passthrough = (self._sdk.MCPError,)
+        # An MCPServer's registry answers at once whether a name is a tool: asked directly.
+        registered = tools.schema_of if isinstance(tools, _RegisteredTools) else None
+
         async def guarded(ctx: Any, params: Any) -> Any:
             tool: str = params.name
-            gate = self._tools.gate_now(tool)
-            if gate is _ASK:
-                gate = await self._tools.gate_for(tool, ctx)
+            if registered is not None:
+                gate = tool if registered(tool) is not None else None
+            else:
+                gate = tools.gate_now(tool)
+                if gate is _ASK:
+                    gate = await tools.gate_for(tool, ctx)
             if gate is None:  # not a tool: the SDK's own answer, no gate, no metric series
                 return await handler(ctx, params)
             # The attempt number of a retrying client (fusion_guard.client); most calls have none.
@@ -407,24 +417,24 @@ class _Adapter:
             else:
                 sent = hint = None
             result = await admit_call(
-                self._guard,
+                guard,
                 tool,
                 functools.partial(handler, ctx, params),
                 request=ctx,
-                client_key=self._client_key,
+                client_key=client_key,
                 failed=_is_error,
-                passthrough=(self._sdk.MCPError,),
+                passthrough=passthrough,
                 gate=gate,
                 attempt=1 if sent is None else attempt_of(sent),
-                retries=self._retries,
-                priority_of=self._priority_of,
+                retries=retries,
+                priority_of=priority_of,
                 hint=hint,
             )
             if isinstance(result, ToolResponse):
                 # Refused, failed, or a low-level handler's own envelope (or builder).
                 response = result if type(result) is ToolResponse else as_response(result)
                 # Only a success (a warning) must match the tool's output schema.
-                schema = None if response.is_error else await self._tools.output_schema(tool, ctx)
+                schema = None if response.is_error else await tools.output_schema(tool, ctx)
                 return to_call_tool_result(response, schema)
             return result
 
@@ -450,11 +460,21 @@ class _Adapter:
                 if response is None:
                     raise  # a deliberate ToolError, or a direct call: the SDK's behaviour
             else:
-                texts = _texts(result) if in_guarded_call() else ()
-                quoted = quoted_envelope(texts) if texts else None
+                # An envelope returned by an unannotated tool: one text block, no structured
+                # content (the one shape ``quoted_envelope`` accepts), in a guarded call.
+                # Asked inline, cheapest first: every guarded call of an MCPServer passes here.
+                content = getattr(result, "content", None)
+                if (
+                    not isinstance(content, list)
+                    or len(content) != 1
+                    or getattr(result, "structured_content", None) is not None
+                    or not in_guarded_call()
+                ):
+                    return result
+                quoted = quoted_envelope((getattr(content[0], "text", ""),))
                 if quoted is None:
                     return result
-                response = answered(quoted)  # an envelope returned by an unannotated tool
+                response = answered(quoted)
             schema = None if response.is_error else await self._tools.output_schema(name, None)
             return to_call_tool_result(response, schema)
 
@@ -472,13 +492,6 @@ class _Adapter:
             # its own making stays the tool's message).
             return validation_response(exc.__cause__, tool=tool, awareness=self._awareness)
         return None
-
-
-def _texts(result: Any) -> list[str]:
-    content = getattr(result, "content", None)
-    if not isinstance(content, list) or getattr(result, "structured_content", None) is not None:
-        return []
-    return [getattr(block, "text", "") for block in content]
 
 
 def _is_error(result: Any) -> bool:

@@ -14,9 +14,10 @@ them in one step.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from .._observer import ToolObservers, observer_failed
+from .._observer import Outcome, ToolObservers, observer_failed
 from .._priority import Priority
 from ._events import LogEventObserver, _PriorityEvents, _ToolEvents
 from ._metrics import PrometheusObserver
@@ -69,7 +70,7 @@ class _ToolDefaults(ToolObservers):
     ``admitted``, the one event every admitted call reports and the logs ignore, goes to the
     metrics alone (nowhere when they are off)."""
 
-    __slots__ = ("_events", "_metrics")
+    __slots__ = ("_events", "_metrics", "_tool_events")
 
     def __init__(
         self, metrics: LeanTool | ClientTool | None, events: _ToolEvents | _PriorityEvents
@@ -77,6 +78,9 @@ class _ToolDefaults(ToolObservers):
         super().__init__((events,) if metrics is None else (metrics, events))
         self._metrics = metrics
         self._events = events
+        # The tool's own log events (not a priority's view of them), which tell when they owe
+        # nothing (``due``); None: always told.
+        self._tool_events = events if type(events) is _ToolEvents else None
 
     def for_priority(self, priority: Priority) -> _ToolDefaults:
         """The metrics and log events of the tool's calls of ``priority``."""
@@ -86,6 +90,22 @@ class _ToolDefaults(ToolObservers):
             None if metrics is None else metrics.for_priority(priority),
             events.for_priority(priority),
         )
+
+    def finished(self, outcome: Outcome, duration: float | None) -> None:
+        # ``ToolObservers.finished`` without its loop, and without the log events when they
+        # would do nothing (an ``ok`` call, no summary due): what every admitted call ends with.
+        metrics = self._metrics
+        if metrics is not None:
+            try:
+                metrics.finished(outcome, duration)
+            except Exception as failure:
+                observer_failed(metrics, "finished", failure)
+        events = self._tool_events
+        if events is None or outcome != "ok" or events.due < math.inf:
+            try:
+                self._events.finished(outcome, duration)
+            except Exception as failure:
+                observer_failed(self._events, "finished", failure)
 
     def admitted(self, queue_wait: float) -> None:
         metrics = self._metrics

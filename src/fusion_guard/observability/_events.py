@@ -102,7 +102,7 @@ class LogEventObserver:
 class _ToolEvents:
     """One tool's sampled events (the ``ToolObserver`` the guard calls)."""
 
-    __slots__ = ("_clock", "_due", "_interval", "_salt", "_windows", "live", "tool")
+    __slots__ = ("_clock", "_interval", "_salt", "_windows", "due", "live", "tool")
 
     def __init__(self, tool: str, interval: float, clock: Callable[[], float], salt: bytes) -> None:
         self.tool = tool
@@ -111,8 +111,9 @@ class _ToolEvents:
         self._clock = clock
         self._salt = salt
         self._windows: dict[tuple[str, str, str | None], _Window] = {}
-        # Earliest end of a window holding a count; inf when no summary is owed.
-        self._due = math.inf
+        # Earliest end of a window holding a count; inf when no summary is owed (then an ``ok``
+        # end does nothing here, and the default observers do not call ``finished`` for it).
+        self.due = math.inf
 
     def watch(self, figures: LiveFigures) -> None:
         """Fill ``active`` / ``queued`` of events that do not carry them from ``figures``."""
@@ -156,7 +157,7 @@ class _ToolEvents:
             if self._sampled(event, reason, level):
                 active, queued = self._figures()
                 self._emit(level, event, reason, active, queued, None, duration=duration)
-        elif self._due < math.inf and self._clock() >= self._due:
+        elif self.due < math.inf and self._clock() >= self.due:
             self.flush()
 
     def backend_error(self, backend: str, allowed: bool) -> None:
@@ -179,7 +180,7 @@ class _ToolEvents:
                 self._summarise(event, reason, window)
             elif window.count:
                 due = min(due, window.ends)
-        self._due = due
+        self.due = due
 
     def _sampled(self, event: str, reason: str, level: int, priority: str | None = None) -> bool:
         """Whether this event opens a new window (log it) or falls in the current one (count
@@ -187,14 +188,14 @@ class _ToolEvents:
         window: they are counted before anything else is asked (whether the level is on is
         asked only where a window opens; a window opens only while it is)."""
         now = self._clock()
-        if now >= self._due:
+        if now >= self.due:
             self.flush()
         key = (event, reason, priority)
         window = self._windows.get(key)
         if window is not None and now < window.ends:
             window.count += 1
-            if window.ends < self._due:
-                self._due = window.ends
+            if window.ends < self.due:
+                self.due = window.ends
             return False
         if not is_enabled(level):
             return False
