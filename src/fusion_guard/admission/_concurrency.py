@@ -57,7 +57,6 @@ what finished calls teach an adaptive limit (``_learning.py``), and the refusals
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,7 +70,7 @@ from .._observer import ToolObserver
 from .._priority import DEFAULT_PRIORITY_SHARE, DEFAULT_RANK, Priority, check_priority
 from ._assembly import assemble
 from ._core import Core
-from ._learning import QUEUE_PER_PARALLEL_CALL, QUEUE_PER_SLOT, default_max_queue
+from ._learning import QUEUE_PER_PARALLEL_CALL, QUEUE_PER_SLOT, LimitLearning, default_max_queue
 from ._limit import Limit
 from ._permit import Permit, _PermitSlot
 from ._slot import Slot, _ClientSlot, _LevelSlot
@@ -378,15 +377,7 @@ class ConcurrencyGuard:
         return self._reports_finished
 
     def statistics(self) -> ConcurrencyStatistics:
-        figures = _statistics(self._core)
-        learning = self._learning
-        if learning is None:
-            return figures
-        return dataclasses.replace(
-            figures,
-            paced_rate=learning.paced_rate,
-            pace_timer_running=learning.pace_timer_running,
-        )
+        return _statistics(self._core, self._learning)
 
     def stop_pacing(self) -> None:
         """Stop the timer that spaces a paced tool's admissions at once (no callback or task is
@@ -407,7 +398,7 @@ class ConcurrencyGuard:
 # -- figures ----------------------------------------------------------------------------------
 
 
-def _statistics(core: Core) -> ConcurrencyStatistics:
+def _statistics(core: Core, learning: LimitLearning | None) -> ConcurrencyStatistics:
     return ConcurrencyStatistics(
         name=core.name,
         max_active=core.max_active,
@@ -426,4 +417,6 @@ def _statistics(core: Core) -> ConcurrencyStatistics:
         handler_timeouts=core.handler_timeouts,
         mean_service_time=core.service.mean,
         service_samples=core.service.samples,
+        paced_rate=None if learning is None else learning.paced_rate,
+        pace_timer_running=learning is not None and learning.pace_timer_running,
     )

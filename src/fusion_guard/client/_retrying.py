@@ -95,7 +95,7 @@ class RetryCall(Generic[R]):
                 break
 
     - ``number``: the attempt to send now (1 for the first); send it in the request's ``_meta``
-      under ``ATTEMPT_META_KEY``.
+      under ``ATTEMPT_META_KEY`` (a first attempt may go without it: the server reads none as 1).
     - ``remaining``: seconds left for it to answer (the call's deadline or read timeout; None
       when the call has no bound of its own): a timeout to give the send.
     - ``settle(result)``: the attempt's answer (an MCP tool result; ``TypeError`` otherwise):

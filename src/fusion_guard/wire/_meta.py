@@ -20,5 +20,6 @@ only lower the call's priority below what its tool and its client are given, nev
 value that names no priority is ignored (and counted)."""
 
 ATTEMPT_META_KEY = "fusion-guard/attempt"
-"""The *request* ``_meta`` key of the attempt number a retrying client sends (1 for the first
-attempt, 2 for the first retry): the guard counts retries per tool by it."""
+"""The *request* ``_meta`` key of the attempt number a retrying client sends (2 for the first
+retry; ``fusion_guard.client`` sends none on a first attempt, read as 1): the guard counts
+retries per tool by it."""
