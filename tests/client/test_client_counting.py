@@ -18,10 +18,11 @@ from fusion_guard.client._budget import Counting, _Window
 
 K, RATIO, PER_SECOND, BUDGET_WINDOW, SLICES = 1.8, 0.25, 0.1, 30.0, 10
 # The throttle's 4 s would make slices of 0.4 s, which no float holds: at a clock reading of
-# 100.0, ``100 // 0.4`` is slice 249, whose end ``250 * 0.4`` is 100.0 itself, and the window
-# moves on by no slice at every count there (adding one to its older slices each time). So
-# the clock here steps by sixteenths of a second over slices of 0.5 s and 3 s, which floats
-# hold exactly; the package and the reference then read the same slices.
+# 100.0, ``100 // 0.4`` is slice 249, whose end ``250 * 0.4`` is 100.0 itself: the package
+# corrects for it (a reading's slice is the one that ends after it), the reference's plain
+# ``now // slice`` would not. So the clock here steps by sixteenths of a second over slices of
+# 0.5 s and 3 s, which floats hold exactly; the package and the reference then read the same
+# slices.
 THROTTLE_WINDOW = 5.0
 
 

@@ -145,12 +145,12 @@ def assemble(
     core.wait, core.arrive = waiting.wait, waiting.arrive
     core.wait_as_client = waiting.wait_as_client
     core.timed_out = refusals.handler_timeout
+    learning = None
     if adaptive is not None:
         follows = max_queue is None and hasattr(adaptive, "parallelism")
         learning = LimitLearning(core, refusals, adaptive, prior, follows)
         core.learn = learning.learn
-        return Parts(core, refusals, adaptive, fair, per_client, permit, reports, learning)
-    return Parts(core, refusals, adaptive, fair, per_client, permit, reports)
+    return Parts(core, refusals, adaptive, fair, per_client, permit, reports, learning)
 
 
 def check_overload_errors(errors: object) -> tuple[type[BaseException], ...]:

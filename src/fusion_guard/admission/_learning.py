@@ -204,7 +204,8 @@ class LimitLearning:
             # slots under overload below (the pace, not the parallelism, is the tool's limit).
             paced = pacer.slots(start + held, core.active, core.admitted) if pacer.pacing else None
             if paced is not None:
-                # Not above the limit, nor held below what the pace needs in flight.
+                # Not above what the pace allows, nor held by the limit below what the pace
+                # needs in flight.
                 limit = min(paced, max(limit, pacer.needed()))
                 if self._queue_follows:
                     self._pace_queue(pacer.queue())

@@ -31,11 +31,11 @@ pace, spent by every call admitted, hand-offs included) are kept up to one: a sl
 token, never two at once, so calls are admitted ``1 / pace`` apart at the closest. At each call's
 end the slots are the calls still in flight, and one more when a token is there (never fewer
 than one); between ends, ``PaceTimer`` opens a slot for the next waiter as each token is earned.
-Released only at other calls' ends, up to ``CLUMP`` at once, the calls came in clumps, and an
-upstream bucket of 2 refused that stream from about 0.85-0.9 of its rate on (the zoo's
-``upstream_fast`` read 0.75-0.78 of a fixed 10 at 4x). The calls beyond the slots are refused as
-any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate, and the
-advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
+Released only at other calls' ends, up to two at once (before the timer), the calls came in
+clumps, and an upstream bucket of 2 refused that stream from about 0.85-0.9 of its rate on
+(the zoo's ``upstream_fast`` read 0.75-0.78 of a fixed 10 at 4x). The calls beyond the slots are
+refused as any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate,
+and the advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
 measurements, if longer) after the last rate-shaped error: a load back under the rate, or an
 upstream that raised its rate, is then run without it, and the first 429 brings it back.
 
@@ -192,17 +192,18 @@ class RatePacer:
     def needed(self) -> int:
         """The slots the pace needs: its calls in flight at the served calls' mean hold
         (Little's law), and one more; 0 when not pacing or still measuring."""
-        rate = self._rate
-        if not self.pacing or rate != rate:
-            return 0
-        return math.ceil(rate * self._hold) + 1
+        return self._needs() if self.pacing else 0
 
     def explains(self, inflight: int) -> bool:
         """Whether an overload error at ``inflight`` calls in flight is the rate's, though not
         told rate-shaped: a pace was learnt (paced now or before) and its calls in flight need
         as many (``needed``, of the last pace)."""
+        return self._rate == self._rate and inflight <= self._needs()
+
+    def _needs(self) -> int:
+        """``needed`` of the last pace learnt, paced now or not (0 before any)."""
         rate = self._rate
-        return rate == rate and inflight <= math.ceil(rate * self._hold) + 1
+        return 0 if rate != rate else math.ceil(rate * self._hold) + 1
 
     def queue(self) -> int:
         """The calls a default queue holds while paced: those the pace admits within one
@@ -272,7 +273,7 @@ class RatePacer:
         tokens = self._count(end, admitted)
         # The calls still in flight once this one ends, and one more for a token: the timer
         # opens the slots of the tokens earned later, each at its time.
-        return max(1, active - 1 + (CLUMP if tokens >= 1.0 else 0))
+        return max(1, active - 1 + (1 if tokens >= 1.0 else 0))
 
     def _count(self, now: float, admitted: int) -> float:
         """The tokens at ``now``, ``admitted`` calls admitted so far: earned at the pace since
