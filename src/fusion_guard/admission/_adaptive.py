@@ -364,8 +364,11 @@ class GradientLimit:
         # A slow tool's window as fast as uncrowded (a gradient above DEAD_BAND): room to grow.
         slow_room = baseline > self.window and self.tolerance * baseline > DEAD_BAND * latency
         # A full window as fast as uncrowded beyond its median's noise queued none of its calls
-        # inside: room too, its estimate taken at once.
-        room = slow_room or uncrowded_window(self._window, latency, baseline, self.window_samples)
+        # inside: room too, its estimate taken at once (a whole window, sorted by ``median``;
+        # an early one is slow by definition).
+        room = slow_room or (
+            not early and uncrowded_window(self._window, latency, baseline, self.window_samples)
+        )
         crowd = self._window_crowd / len(self._window)
         self._parallelism.learn(crowd, baseline, latency, room, at_once)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
