@@ -211,6 +211,8 @@ class Levels(Generic[WaiterT]):
         if queue.serves_in_turn:
             oldest = next(iter(order))
             if rank < CAPPED_FROM and not newest and self._even(queue, oldest.tenant):
+                # Served out of turn: the client next in turn keeps its place (served in turn,
+                # it would be moved back, and so not serve a greedy one call after call).
                 queue.remove(oldest.tenant, oldest, served=True)
                 waiter = oldest
             else:
@@ -225,9 +227,11 @@ class Levels(Generic[WaiterT]):
 
     @staticmethod
     def _even(queue: FairQueue[WaiterT], tenant: Tenant[WaiterT]) -> bool:
-        """Whether ``tenant`` (whose call waited longest) weighs no more than ``TURNS_PAST``
-        times the client next in turn, and a call: near enough even to be served by arrival."""
-        return queue.weight(tenant) <= TURNS_PAST * queue.weight(queue.next_in_turn()) + CALL
+        """Whether ``tenant``, whose call waited longest, is to be served out of turn: it is not
+        the client next in turn (whose oldest call that is) and weighs no more than
+        ``TURNS_PAST`` times it, and a call: near enough even to be served by arrival."""
+        turn = queue.next_in_turn()
+        return tenant is not turn and queue.weight(tenant) <= TURNS_PAST * queue.weight(turn) + CALL
 
     def yielded_to(self, rank: int) -> bool:
         """Whether calls below ``interactive`` that yield to a call of priority ``rank`` hold
