@@ -9,6 +9,10 @@ in virtual time.
     python benchmarks/priorities.py --seeds 1-4 --workers 8  # a tool of 8 workers
     python benchmarks/priorities.py --seeds 10 --breakdown  # where the slowest 1 % waited
 
+Each seed prints the aware guard, the blind one, the control (``alone``: the same interactive
+arrivals, no background) and a clairvoyant bound for the aware run and the control: their
+interactive calls with their own service draws, in arrival order, no background, no guard.
+
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
 (each seed also seeds trio's shuffling of tasks that are ready together, so the same command
@@ -29,6 +33,7 @@ from dataclasses import asdict
 import trio
 from trio.testing import MockClock
 
+from fusion_guard.demo._loadgen import percentile
 from fusion_guard.demo._priorities import (
     INTERACTIVE,
     CallTrace,
@@ -36,7 +41,6 @@ from fusion_guard.demo._priorities import (
     PrioritiesScenario,
     run_priorities_load,
 )
-from fusion_guard.demo._loadgen import percentile
 from fusion_guard.demo._priorities_report import missed_targets
 from fusion_guard.demo._tool import ToolModel
 
@@ -107,15 +111,20 @@ def breakdown(trace: list[CallTrace], scenario: PrioritiesScenario) -> dict[str,
     }
 
 
-def bound(trace: list[CallTrace], scenario: PrioritiesScenario, mode: str = "aware") -> dict[str, float]:
+def bound(
+    trace: list[CallTrace], scenario: PrioritiesScenario, mode: str = "aware"
+) -> dict[str, float]:
     """The clairvoyant bound on ``mode``'s interactive p99 (over the uncontended p99): the same
     interactive calls, each with the service it really drew in that run, served in arrival order
-    by the tool's workers with no background at all and nothing held back (no guard). No rule
-    that neither preempts a call nor reorders the interactive calls by their (unknown) service
-    can do better; ``service_x``: the p99 of their services alone, no queueing at all. So
+    by the tool's workers with no background at all and nothing held back (no guard): a rule
+    that neither preempts a call nor serves them out of arrival order can only add to it
+    (background only takes workers from them); ``service_x``: the p99 of their services alone,
+    no queueing at all. So
     ``service_x`` is the draws' luck, ``own_x - service_x`` the interactive calls' queueing
     behind each other, and the run's p99 - ``own_x`` what background (and the guard) added."""
-    calls = sorted((t.sent, t.done - t.worker) for t in trace if t.mode == mode and t.client in INTERACTIVE)
+    calls = sorted(
+        (t.sent, t.done - t.worker) for t in trace if t.mode == mode and t.client in INTERACTIVE
+    )
     if not calls:
         return {}
     start = calls[0][0] + scenario.warmup_s
@@ -130,7 +139,8 @@ def bound(trace: list[CallTrace], scenario: PrioritiesScenario, mode: str = "awa
             services.append(service)
     unit = scenario.model.uncontended_p99_s
     own, alone = percentile(latencies, 0.99), percentile(services, 0.99)
-    assert own is not None and alone is not None
+    assert own is not None
+    assert alone is not None
     return {"service_x": round(alone / unit, 3), "own_x": round(own / unit, 3)}
 
 
