@@ -10,7 +10,8 @@ themselves; the clients' running calls are still counted once, by the guard's fi
 The rules:
 
 - **Highest priority first.** A released slot goes to the highest priority with calls waiting
-  (inside it: in turn between clients, or in arrival order with ``fair=False``).
+  (inside it: in turn between clients, or in arrival order with ``fair=False``; above
+  ``background``, oldest first while clients are near even, below).
 - **The lowest priority gives way.** At a full queue a newcomer of a higher priority than the
   lowest waiting takes the place of that priority's last call to be served (its heaviest
   client's newest); one of the same priority displaces as fair shares say; one of a lower
