@@ -135,6 +135,7 @@ class RatePacer:
         "_refused",
         "_tokens",
         "_until",
+        "_until_held_back",
         "pacing",
     )
 
@@ -143,6 +144,7 @@ class RatePacer:
         self._held_back = held_back
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
+        self._until_held_back = 0  # the calls held back for the pace when _until was set
         self._rate = math.nan  # the pace (calls/s); NaN: still measuring
         self._hold = math.nan  # the served calls' mean hold (seconds), as last measured
         # When the served calls were last counted, their count and their holds then.
@@ -169,11 +171,7 @@ class RatePacer:
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
         more seconds (HOLD_MEASUREMENTS of the rate in force, if longer)."""
-        rate = self._rate
-        hold = (
-            RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
-        )
-        self._until = end + hold
+        self._hold_until(end)
         if not self.pacing:
             # The error that starts the pacer fell on calls it did not pace: it tells nothing
             # of a pace learnt before, which it takes up again.
@@ -183,6 +181,30 @@ class RatePacer:
             return
         self._refused = True
         self._measure(end)
+
+    def _hold_until(self, now: float) -> None:
+        """Pace for RATE_HOLD more seconds from ``now`` (HOLD_MEASUREMENTS of the rate in
+        force, if longer)."""
+        rate = self._rate
+        hold = (
+            RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
+        )
+        self._until = now + hold
+        self._until_held_back = self._held_back()
+
+    def _lets_go(self, now: float) -> bool:
+        """Whether the pacer lets go at ``now``: its hold ran out, and the guard held back no
+        call for the pace meanwhile. A pace that held calls back is in force, whether the
+        upstream refused any or not (unnamed, most of its 429s are not told rate-shaped: a
+        paced tool's error share does not rise with the calls in flight), and letting it go
+        admitted the excess load at once, to a burst of 429s (the zoo's ``upstream_sliding``
+        at 4x let go every 4 s)."""
+        if now < self._until:
+            return False
+        if self._held_back() > self._until_held_back:
+            self._hold_until(now)
+            return False
+        return True
 
     def let_go(self) -> None:
         """Stop pacing now (its guard closed): the next rate-shaped error starts it again."""
@@ -259,7 +281,7 @@ class RatePacer:
     def slots(self, end: float, active: int, admitted: int) -> int | None:
         """The slots in force the pace allows at ``end`` (see the class), or None: not pacing
         (it let go, or is still measuring the rate)."""
-        if end >= self._until:
+        if self._lets_go(end):
             self.pacing = False
             return None
         self._measure(end)
@@ -290,7 +312,7 @@ class RatePacer:
         """Seconds from ``now`` until a token is there (0.0: one is), ``admitted`` calls
         admitted so far; None when not pacing at ``now`` (let go, or still measuring)."""
         rate = self._rate
-        if not self.pacing or now >= self._until or rate != rate or self._at != self._at:
+        if not self.pacing or self._lets_go(now) or rate != rate or self._at != self._at:
             return None
         tokens = self._count(now, admitted)
         # A token short by a rounding error is one: a clock read as a float may never move by
