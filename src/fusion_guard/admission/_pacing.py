@@ -69,8 +69,10 @@ __all__ = [
     "HEADROOM",
     "HOLD_MEASUREMENTS",
     "PaceTimer",
+    "PROBE_BACKOFF",
     "QUEUE_SECONDS",
     "RATE_HOLD",
+    "REFUSED_SHARE",
     "SERVED_CALLS",
     "SERVED_WINDOW",
     "STEP_DOWN",
@@ -96,13 +98,18 @@ HEADROOM = 0.2
 #: A measurement in which the tool refused calls and served fewer than the pace's rate brings
 #: the pace down by this factor at most.
 STEP_DOWN = 0.9
+#: A measurement in which more than this share of the calls that ended were not served counts
+#: as refused by the upstream, whether a rate-shaped error was told or not.
+REFUSED_SHARE = 0.05
+#: Probes refused in a row space the next one out 2 ** n measurements, n up to this.
+PROBE_BACKOFF = 4
 #: The most slots opened at one call's end beyond the calls still in flight (the tokens are
 #: kept up to one, the timer spacing the rest): an upstream with a small burst of its own
 #: refuses a clump its rate would serve spread out.
 CLUMP = 1
 #: A default queue holds the calls the pace admits in this long (seconds), or in one served
 #: call's mean hold if longer: a call that would wait longer for its turn is refused at once.
-QUEUE_SECONDS = 0.1
+QUEUE_SECONDS = 0.3
 #: The pacer lets go this long (seconds) after the last rate-shaped error ...
 RATE_HOLD = 3.0
 #: ... or after this many measurements of its rate, if longer (a slow upstream's).
@@ -124,13 +131,19 @@ class RatePacer:
         "_admitted",
         "_at",
         "_feedback",
+        "_granted",
         "_held_back",
         "_hold",
+        "_latest_admission",
         "_mark",
         "_mark_held_back",
         "_mark_served",
         "_mark_time",
-        "_peak",
+        "_ended",
+        "_mark_ended",
+        "_probe_from",
+        "_probe_wait",
+        "_probes_failed",
         "_rate",
         "_refused",
         "_tokens",
@@ -139,9 +152,17 @@ class RatePacer:
         "pacing",
     )
 
-    def __init__(self, feedback: Served, held_back: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        feedback: Served,
+        held_back: Callable[[], int] = lambda: 0,
+        latest_admission: Callable[[], float] | None = None,
+        ended: Callable[[], int] | None = None,
+    ) -> None:
         self._feedback = feedback
         self._held_back = held_back
+        self._ended = ended
+        self._latest_admission = latest_admission
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
         self._until_held_back = 0  # the calls held back for the pace when _until was set
@@ -153,10 +174,17 @@ class RatePacer:
         self._mark_time = 0.0
         self._mark_held_back = 0
         self._refused = False  # a rate-shaped error came since the served calls were counted
-        self._peak = 0.0  # the most calls/s a measurement saw served
+        self._mark_ended = 0  # the calls ended (served or not) when last counted
+        # A raise while the upstream refused nothing is a probe: the pace it was raised from
+        # (NaN: the last measurement raised none), the measurements to wait before the next
+        # probe, and the probes refused in a row.
+        self._probe_from = math.nan
+        self._probe_wait = 0
+        self._probes_failed = 0
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
+        self._granted = -math.inf  # when a slot was last opened for a token
 
     @property
     def rate(self) -> float:
@@ -239,6 +267,20 @@ class RatePacer:
         feedback = self._feedback
         self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
         self._mark_held_back = self._held_back()
+        if self._ended is not None:
+            self._mark_ended = self._ended()
+
+    def _was_refused(self, served: int) -> bool:
+        """Whether the upstream refused calls since the last reading: a rate-shaped error was
+        told, or more than REFUSED_SHARE of the calls that ended were not served (unnamed, most
+        of a paced tool's 429s are not told rate-shaped: its error share does not rise with
+        the calls in flight the pace holds)."""
+        if self._refused:
+            return True
+        if self._ended is None:
+            return False
+        ended = self._ended() - self._mark_ended
+        return ended - served > REFUSED_SHARE * ended
 
     def _measure(self, end: float) -> None:
         """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed and
@@ -258,22 +300,37 @@ class RatePacer:
             rate *= 1.0 + 1.0 / math.sqrt(served)
             self._tokens = 0.0
             self._at = math.nan
-        elif not self._refused:
+        elif not self._was_refused(served):
             # The tool refused nothing meanwhile: the calls served were all there were to
             # serve, not its rate, and the pace stays (it grows, if they outran it) ...
             rate = max(rate, previous)
-            # ... and rises a step when the guard refused calls for it while the tool refused
-            # none, though not past the headroom over the most it was seen serving (a window's
-            # clumped refusals leave quiet stretches between them, which ran the pace away).
-            if self._held_back() > self._mark_held_back:
-                rate = max(rate, min((1.0 + HEADROOM) * previous, (1.0 + HEADROOM) * self._peak))
+            if self._probe_from == self._probe_from:  # a probe the upstream served
+                self._probes_failed = 0
+            # ... and is raised a step when the guard refused calls for it: the upstream's rate
+            # is found from below as from above. Any raise is a probe, undone if the upstream
+            # refuses next; probes refused in a row are spaced out (1, 2, 4, ... measurements
+            # between them), so that an upstream whose rate the pace just meets (a bucket of one
+            # token serves half of a pace a little above its rate) is not probed every other
+            # measurement.
+            if self._probe_wait > 0:
+                self._probe_wait -= 1
+                rate = previous
+            elif self._held_back() > self._mark_held_back:
+                rate = max(rate, (1.0 + HEADROOM) * previous)
+            self._probe_from = previous if rate > previous else math.nan
+        elif self._probe_from == self._probe_from:
+            # The last raise was a probe, and the upstream refused: back to the pace it was
+            # raised from, which it served without refusing.
+            rate = self._probe_from
+            self._probe_from = math.nan
+            self._probe_wait = 2**self._probes_failed
+            self._probes_failed = min(self._probes_failed + 1, PROBE_BACKOFF)
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
             # down by a step a measurement, not at once to what one stretch served.
             rate = max(rate, STEP_DOWN * previous)
         self._rate = rate
-        self._peak = max(self._peak, served / elapsed)
         self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
         self._mark_now(end)
@@ -295,13 +352,32 @@ class RatePacer:
         tokens = self._count(end, admitted)
         # The calls still in flight once this one ends, and one more for a token: the timer
         # opens the slots of the tokens earned later, each at its time.
-        return max(1, active - 1 + (1 if tokens >= 1.0 else 0))
+        if tokens < 1.0:
+            return max(1, active - 1)
+        self._granted = end
+        return active
+
+    def granted(self, now: float) -> None:
+        """The pace timer opened a slot for a token at ``now`` (the call it is handed to is
+        counted as admitted only once its task runs)."""
+        self._granted = now
 
     def _count(self, now: float, admitted: int) -> float:
         """The tokens at ``now``, ``admitted`` calls admitted so far: earned at the pace since
         the last count, less the calls admitted since, kept up to CLUMP (a token spent ahead
         leaves them below zero, to be earned back)."""
-        tokens = self._tokens + (now - self._at) * self._rate - (admitted - self._admitted)
+        rate = self._rate
+        tokens = self._tokens + (now - self._at) * rate - (admitted - self._admitted)
+        # The tokens earned while there were CLUMP already were not kept: since the latest
+        # admission or slot opened for a token, each of which spent one, at most CLUMP - 1 and
+        # those earned since. (Counted from the last count alone, a slot opened at a token and
+        # taken later let the next token come as much sooner; and a call handed a slot counts
+        # as admitted only once its task runs, so an end at the instant of the timer's slot
+        # opened another: two calls went in closer than 1 / pace, into a bucket of one's 429.)
+        latest = self._granted
+        if self._latest_admission is not None:
+            latest = max(latest, self._latest_admission())
+        tokens = min(tokens, CLUMP - 1 + (now - latest) * rate)
         if tokens > CLUMP:
             tokens = float(CLUMP)
         self._tokens = tokens
