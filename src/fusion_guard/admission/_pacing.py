@@ -24,11 +24,19 @@ more: the served calls' rate over ``SERVED_WINDOW`` seconds and ``SERVED_CALLS``
 measured from the first rate-shaped error (so that it is the upstream's rate, not one held down
 by the ceilings before), and not lowered by a stretch in which the tool refused nothing (the
 calls served then were all there were to serve). A pace a little above the measured rate keeps
-a few refusals coming, which tell the rate, and follows an upstream that grants more.
+a few refusals coming, which tell the rate, and follows an upstream that grants more. A
+measurement is refused when an error was told rate-shaped or more than ``REFUSED_SHARE`` of the
+calls that ended were not served (unnamed, most 429s of a paced tool are not told: its error
+share does not rise with the calls in flight the pace holds). A pace that held calls back while
+the upstream refused none rises a step (a probe), and goes back to where it rose from if the
+upstream refuses next, the next probe then waiting 1, 2, 4 ... measurements: a bucket of one
+token serves half of a pace a little above its rate, so the pace must settle just under it.
 
 It paces through the slots in force, and spaces them with a timer. Its tokens (earned at the
 pace, spent by every call admitted, hand-offs included) are kept up to one: a slot opens for a
-token, never two at once, so calls are admitted ``1 / pace`` apart at the closest. At each call's
+token, never two at once, so calls are admitted ``1 / pace`` apart at the closest (a token is
+spent when its slot opens or is taken, whichever is later: the admission counter counts a call
+handed a slot only once its task runs). At each call's
 end the slots are the calls still in flight, and one more when a token is there (never fewer
 than one); between ends, ``PaceTimer`` opens a slot for the next waiter as each token is earned.
 Released only at other calls' ends, up to two at once (before the timer), the calls came in
@@ -36,8 +44,10 @@ clumps, and an upstream bucket of 2 refused that stream from about 0.85-0.9 of i
 (the zoo's ``upstream_fast`` read 0.75-0.78 of a fixed 10 at 4x). The calls beyond the slots are
 refused as any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate,
 and the advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
-measurements, if longer) after the last rate-shaped error: a load back under the rate, or an
-upstream that raised its rate, is then run without it, and the first 429 brings it back.
+measurements, if longer) after the last rate-shaped error, unless it held calls back meanwhile
+(letting go then sent the excess load at once into 429s): a load back under the rate is then
+run without it, and the first 429 brings it back. Its default queue holds ``QUEUE_SECONDS`` of
+the pace, ``LIGHT_QUEUE_SECONDS`` while the calls come slower than the pace.
 
 The timer runs only while the tool is paced, its rate known and calls wait (or until the token
 that gives the next arrival a free slot): a tool not paced pays nothing for it, a queue drained
