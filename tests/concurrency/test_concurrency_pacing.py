@@ -360,11 +360,15 @@ def test_a_pace_that_holds_calls_back_is_not_let_go() -> None:
     pacer.rate_shaped(SERVED_WINDOW)
     now = SERVED_WINDOW + RATE_HOLD + 0.01
     held[0] += 1
-    assert pacer.slots(now, 2, 0) is not None  # held back: kept, for RATE_HOLD more
+    served.serve(10, 0.03)
+    assert pacer.slots(now, 2, 0) is not None  # held back, calls served: kept, RATE_HOLD more
     assert pacer.pacing
     assert pacer.until_token(now + RATE_HOLD - 0.01, 0) is not None
     assert pacer.slots(now + RATE_HOLD + 0.01, 2, 0) is None  # none held back since: let go
     assert not pacer.pacing
+    pacer.rate_shaped(now + 10.0)
+    held[0] += 1  # held back, but nothing served (a backend down): let go all the same
+    assert pacer.slots(now + 10.0 + RATE_HOLD + 0.01, 2, 0) is None
 
 
 def test_a_slot_taken_late_does_not_bring_the_next_token_sooner() -> None:

@@ -160,6 +160,8 @@ class RatePacer:
         "_mark_served",
         "_mark_time",
         "_offered",
+        "_seen_at",
+        "_seen_served",
         "_probe_from",
         "_probe_wait",
         "_probes_failed",
@@ -168,6 +170,7 @@ class RatePacer:
         "_tokens",
         "_until",
         "_until_held_back",
+        "_until_served",
         "pacing",
     )
 
@@ -185,6 +188,7 @@ class RatePacer:
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
         self._until_held_back = 0  # the calls held back for the pace when _until was set
+        self._until_served = 0  # ... and the calls served then
         self._rate = math.nan  # the pace (calls/s); NaN: still measuring
         self._hold = math.nan  # the served calls' mean hold (seconds), as last measured
         # When the served calls were last counted, their count and their holds then.
@@ -195,6 +199,7 @@ class RatePacer:
         self._refused = False  # a rate-shaped error came since the served calls were counted
         self._mark_ended = 0  # the calls ended (served or not) when last counted
         self._offered = math.inf  # the calls/s that came (ended or held back), last measured
+        self._seen_served, self._seen_at = 0, -math.inf  # the served count, when it last moved
         # A raise while the upstream refused nothing is a probe: the pace it was raised from
         # (NaN: the last measurement raised none), the measurements to wait before the next
         # probe, and the probes refused in a row.
@@ -239,17 +244,25 @@ class RatePacer:
         )
         self._until = now + hold
         self._until_held_back = self._held_back()
+        self._until_served = self._feedback.served
 
     def _lets_go(self, now: float) -> bool:
-        """Whether the pacer lets go at ``now``: its hold ran out, and the guard held back no
-        call for the pace meanwhile. A pace that held calls back is in force, whether the
-        upstream refused any or not (unnamed, most of its 429s are not told rate-shaped: a
-        paced tool's error share does not rise with the calls in flight), and letting it go
-        admitted the excess load at once, to a burst of 429s (the zoo's ``upstream_sliding``
-        at 4x let go every 4 s)."""
+        """Whether the pacer lets go at ``now``: its hold ran out, and the guard did not hold
+        calls back for the pace meanwhile while the tool served some. A pace that held calls
+        back is in force, whether the upstream refused any or not (unnamed, most of its 429s
+        are not told rate-shaped: a paced tool's error share does not rise with the calls in
+        flight), and letting it go admitted the excess load at once, to a burst of 429s (the
+        zoo's ``upstream_sliding`` at 4x let go every 4 s). A tool that served nothing (a
+        backend down) is let go, and so is a pacer still measuring: what held calls back was
+        not the pace (a measurement over an outage read a few calls a second)."""
         if now < self._until:
             return False
-        if self._held_back() > self._until_held_back:
+        rate = self._rate
+        if (
+            rate == rate
+            and self._held_back() > self._until_held_back
+            and self._feedback.served > self._until_served
+        ):
             self._hold_until(now)
             return False
         return True
@@ -319,6 +332,15 @@ class RatePacer:
             return
         feedback = self._feedback
         served = feedback.served - self._mark_served
+        if feedback.served != self._seen_served:
+            self._seen_served, self._seen_at = feedback.served, end
+        elif self._refused and end - self._seen_at >= SERVED_WINDOW:
+            # Refused, and nothing served for a whole window (a backend down): no stretch for
+            # a measurement to average over (one over a 4 s outage read 7 calls a second of a
+            # tool that serves 100), which starts again.
+            self._seen_at = end
+            self._mark_now(end)
+            return
         if served < SERVED_CALLS:
             return
         rate = (1.0 + HEADROOM) * served / elapsed
