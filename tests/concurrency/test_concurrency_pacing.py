@@ -29,6 +29,7 @@ from fusion_guard.admission._pacing import (
     PaceTimer,
     RatePacer,
 )
+from fusion_guard.admission._pacing_probe import PROBE_BACKOFF, PaceProbe
 from virtual_time import virtual_time_backends
 
 anyio_backend = virtual_time_backends()
@@ -685,3 +686,22 @@ async def test_a_failing_tick_stops_the_timer_and_is_logged(
     assert ticks[1] - ticks[0] == pytest.approx(0.01)
     assert not timer.running
     assert "pace_timer_failed" in caplog.text
+
+
+def test_refused_probes_wait_longer_up_to_a_bound() -> None:
+    probe = PaceProbe(1.5)
+    assert probe.refused() is None  # no raise to undo
+    assert probe.clean(10.0, 8.0, held_back=False) == 10.0  # not held back: stays
+    waits = []
+    for _ in range(PROBE_BACKOFF + 2):
+        wait = 0
+        while probe.clean(10.0, 8.0, held_back=True) == 10.0:  # held back, but waiting
+            wait += 1
+        assert probe.refused() == 10.0  # the probe (to 15) refused: back
+        waits.append(wait)
+    assert waits == [0, 1, 2, 4, 8, 16]  # doubling, up to 2 ** PROBE_BACKOFF
+    assert PROBE_BACKOFF == 4
+    while probe.clean(10.0, 8.0, held_back=True) == 10.0:
+        pass
+    assert probe.clean(15.0, 8.0, held_back=False) == 15.0  # the probe served: no wait now
+    assert probe.clean(15.0, 8.0, held_back=True) == 22.5

@@ -69,6 +69,7 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
+from ._pacing_probe import PROBE_BACKOFF, PaceProbe
 from ._pacing_timer import PaceTimer
 
 __all__ = [
@@ -111,8 +112,6 @@ STEP_DOWN = 0.9
 #: A measurement in which more than this share of the calls that ended were not served counts
 #: as refused by the upstream, whether a rate-shaped error was told or not.
 REFUSED_SHARE = 0.05
-#: Probes refused in a row space the next one out 2 ** n measurements, n up to this.
-PROBE_BACKOFF = 4
 #: The most slots opened at one call's end beyond the calls still in flight (the tokens are
 #: kept up to one, the timer spacing the rest): an upstream with a small burst of its own
 #: refuses a clump its rate would serve spread out.
@@ -160,13 +159,11 @@ class RatePacer:
         "_mark_served",
         "_mark_time",
         "_offered",
-        "_seen_at",
-        "_seen_served",
-        "_probe_from",
-        "_probe_wait",
-        "_probes_failed",
+        "_probe",
         "_rate",
         "_refused",
+        "_seen_at",
+        "_seen_served",
         "_tokens",
         "_until",
         "_until_held_back",
@@ -200,12 +197,7 @@ class RatePacer:
         self._mark_ended = 0  # the calls ended (served or not) when last counted
         self._offered = math.inf  # the calls/s that came (ended or held back), last measured
         self._seen_served, self._seen_at = 0, -math.inf  # the served count, when it last moved
-        # A raise while the upstream refused nothing is a probe: the pace it was raised from
-        # (NaN: the last measurement raised none), the measurements to wait before the next
-        # probe, and the probes refused in a row.
-        self._probe_from = math.nan
-        self._probe_wait = 0
-        self._probes_failed = 0
+        self._probe = PaceProbe(1.0 + HEADROOM)  # a raise while the upstream refuses nothing
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
@@ -354,29 +346,13 @@ class RatePacer:
             self._at = math.nan
         elif not self._was_refused(served):
             # The tool refused nothing meanwhile: the calls served were all there were to
-            # serve, not its rate, and the pace stays (it grows, if they outran it) ...
-            rate = max(rate, previous)
-            if self._probe_from == self._probe_from:  # a probe the upstream served
-                self._probes_failed = 0
-            # ... and is raised a step when the guard refused calls for it: the upstream's rate
-            # is found from below as from above. Any raise is a probe, undone if the upstream
-            # refuses next; probes refused in a row are spaced out (1, 2, 4, ... measurements
-            # between them), so that an upstream whose rate the pace just meets (a bucket of one
-            # token serves half of a pace a little above its rate) is not probed every other
-            # measurement.
-            if self._probe_wait > 0:
-                self._probe_wait -= 1
-                rate = previous
-            elif self._held_back() > self._mark_held_back:
-                rate = max(rate, (1.0 + HEADROOM) * previous)
-            self._probe_from = previous if rate > previous else math.nan
-        elif self._probe_from == self._probe_from:
+            # serve, not its rate, and the pace stays (it grows, if they outran it), and is
+            # raised a step when the guard refused calls for it (``_pacing_probe.py``).
+            rate = self._probe.clean(previous, rate, self._held_back() > self._mark_held_back)
+        elif (start := self._probe.refused()) is not None:
             # The last raise was a probe, and the upstream refused: back to the pace it was
             # raised from, which it served without refusing.
-            rate = self._probe_from
-            self._probe_from = math.nan
-            self._probe_wait = 2**self._probes_failed
-            self._probes_failed = min(self._probes_failed + 1, PROBE_BACKOFF)
+            rate = start
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
