@@ -250,28 +250,11 @@ POLICIES = {
         *(
             Policy(
                 f"helper, patience {w:g} s, refund",
-                lambda: _experiment(RetryBudget(refund=True, clock=_now)),
+                lambda: RetryBudget(refund=True, clock=_now),
                 lambda rng, w=w: AdaptiveThrottle(patience=w, clock=_now, rng=rng),
                 max_attempts=5,
             )
             for w in (0.5, 1.0)
-        ),
-        # Experiments of issue 43's third look (docs/client-measured.md, "Defaults that tell a
-        # blip from an overload: a third look"), kept in this commit only.
-        Policy(
-            "helper, calm patience 0.5 s, refund all",
-            lambda: _experiment(RetryBudget(refund=True, clock=_now), calm=26.0, refund_all=True),
-            lambda rng: AdaptiveThrottle(patience=0.5, clock=_now, rng=rng),
-            max_attempts=5,
-        ),
-        *(
-            Policy(
-                f"helper, patience 0.5 s, refund, k {kl:g} after 2 s shut",
-                lambda: _experiment(RetryBudget(refund=True, clock=_now)),
-                lambda rng, kl=kl: _SustainedK(patience=0.5, k_long=kl, clock=_now, rng=rng),
-                max_attempts=5,
-            )
-            for kl in (1.4, 1.5)
         ),
         Policy(
             "helper, throttle only",
@@ -281,46 +264,6 @@ POLICIES = {
         ),
     )
 }
-def _experiment(budget: RetryBudget, calm: float = 0.0, refund_all: bool = False) -> RetryBudget:
-    """Sets the experiment's module switches (``_budget.CALM``: the patience and the refund
-    wait that long past a window after the gate last shut; ``REFUND_ALL``: a call answered
-    gives back every retry it drew)."""
-    from fusion_guard.client import _budget
-
-    _budget.CALM, _budget.REFUND_ALL = calm, refund_all
-    return budget
-
-
-class _SustainedK(AdaptiveThrottle):
-    """The book's probability with ``k_long`` once the gate has been shut for ``after`` s
-    (an episode: reopenings within a window of a shut do not end it)."""
-
-    __slots__ = ("_after", "_k_long", "_since")
-
-    def __init__(self, *, k_long: float, after: float = 2.0, **options: object) -> None:
-        super().__init__(**options)  # type: ignore[arg-type]
-        self._since, self._k_long, self._after = math.inf, k_long, after
-
-    def _open(self, now: float) -> bool:
-        within = now < self._shut_until
-        is_open = super()._open(now)
-        if not is_open and not within:
-            self._since = now
-        return is_open
-
-    def admit(self) -> bool:
-        now = self._clock()
-        window = self._requests
-        if now < self._open_until or self._open(now):
-            window.add(now)
-            return True
-        requests = window.total(now)
-        window.add(now)
-        k = self._k_long if now - self._since >= self._after else self._k
-        excess = requests - k * self._accepts.total(now)
-        return excess <= 0 or self._random.random() * (requests + 1) >= excess
-
-
 HELPER = "helper (default)"
 """The helper's defaults (``Retrying`` as ``wrap`` makes it: the default budget and throttle)."""
 TIMING = "helper timing, no budget"

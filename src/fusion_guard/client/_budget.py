@@ -187,7 +187,7 @@ class RetryBudget:
         refund: bool = False,
         clock: Clock = time.monotonic,
     ) -> None:
-        self.retry_accepted: Callable[[int], None] | None = self._refund if refund else None
+        self.retry_accepted: Callable[[], None] | None = self._refund if refund else None
         """Called by a retrying client when a retry was answered with no refusal (None: the
         budget keeps no such count, and the client calls nothing)."""
         self._ratio = _positive("ratio", ratio, zero=True)
@@ -222,8 +222,8 @@ class RetryBudget:
         self._retries.add(now)
         return True
 
-    def _refund(self, retries: int = 1) -> None:
-        self._retries.add(self._clock(), -float(retries if REFUND_ALL else 1))
+    def _refund(self) -> None:
+        self._retries.add(self._clock(), -1.0)
 
     def _balance(self, now: float) -> float:
         allowed = self._ratio * self._first.total(now) + self._floor
@@ -239,8 +239,6 @@ class RetryBudget:
         return f"RetryBudget(balance={self.balance:.1f})"
 
 
-REFUND_ALL = False
-CALM = 0.0
 _EVIDENCE = 10
 """Refusals in a throttle's window that are no evidence yet, whatever the acceptances: a
 client's first refusal, before any acceptance, would otherwise hold back half of what follows it
@@ -323,7 +321,7 @@ class AdaptiveThrottle:
             shut = refusals > self._gate * accepts
         else:
             shut = refusals > max(self._share * accepts, _EVIDENCE)
-            if shut and self._patience and now >= self._shut_until + CALM:
+            if shut and self._patience:
                 if self._over_since == math.inf:
                     self._over_since = now
                 if now - self._over_since < self._patience:
@@ -338,7 +336,7 @@ class AdaptiveThrottle:
     def shut_lately(self) -> bool:
         """Whether the gate has been shut within the last window (the server's refusals were
         judged an overload)."""
-        return self._clock() < self._shut_until + CALM
+        return self._clock() < self._shut_until
 
     def rejection_probability(self) -> float:
         """The probability that a call is held back now."""
@@ -496,9 +494,7 @@ class Counting:
 
     def __init__(self, budget: Budget | None, throttle: AdaptiveThrottle | None) -> None:
         self.budget, self.throttle = budget, throttle
-        self.retry_accepted: Callable[[int], object] | None = getattr(
-            budget, "retry_accepted", None
-        )
+        self.retry_accepted: Callable[[], object] | None = getattr(budget, "retry_accepted", None)
         self._refund = self.retry_accepted
         if self.retry_accepted is not None and throttle is not None:
             self.retry_accepted = self._refund_unless_shut
@@ -531,13 +527,13 @@ class Counting:
                 else self._accepted
             )
 
-    def _refund_unless_shut(self, retries: int) -> None:
+    def _refund_unless_shut(self) -> None:
         """``retry_accepted`` with a throttle: a retry accepted while the throttle judges the
         refusals an overload is no evidence of a passing burst, and keeps its withdrawal (each
         refund in a sustained overload sends one more retry to be refused)."""
         throttle, refund = self.throttle, self._refund
         if throttle is not None and refund is not None and not throttle.shut_lately():
-            refund(retries)
+            refund()
 
     def _first_sent(self) -> bool:
         """``admit_first`` for the pairs it has no shorter form for: True when the throttle

@@ -146,7 +146,7 @@ class RetryCall(Generic[R]):
             if accepted is not None:
                 accepted()
             if retrying._retry_accepted is not None and self.number > 1:
-                retrying._retry_accepted(self.number - 1)
+                retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok"
             return True
         error = refusal_of(result)
@@ -162,7 +162,7 @@ class RetryCall(Generic[R]):
         self._error = error
         if final:
             if retrying._retry_accepted is not None and self.number > 1:
-                retrying._retry_accepted(self.number - 1)
+                retrying._retry_accepted()
             self._state, self._stopped = _DONE, "ok" if error is None else "error"
             return True
         self._state = _REFUSED
