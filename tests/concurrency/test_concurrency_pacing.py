@@ -22,12 +22,14 @@ from fusion_guard.admission._pacing import (
     CLUMP,
     HEADROOM,
     RATE_HOLD,
+    REFUSED_SHARE,
     SERVED_CALLS,
     SERVED_WINDOW,
     STEP_DOWN,
     PaceTimer,
     RatePacer,
 )
+from fusion_guard.admission._pacing_probe import PROBE_BACKOFF, PaceProbe
 from virtual_time import virtual_time_backends
 
 anyio_backend = virtual_time_backends()
@@ -265,43 +267,127 @@ def test_a_pace_is_not_lowered_by_a_window_the_tool_refused_nothing_in() -> None
     served.serve(80, 0.08)  # 80 in a second, none refused: the upstream grants more
     pacer.slots(now + 2.0, 2, 0)
     assert pacer.rate == pytest.approx((1 + HEADROOM) * 80)
-    pace = pacer.rate
     pacer.rate_shaped(now + 2.5)
-    served.serve(40, 0.08)  # refused again, 40 served in a second: down a step at a time
+    served.serve(40, 0.08)  # refused right after the raise: back to the pace it rose from
     pacer.rate_shaped(now + 3.0)
+    assert pacer.rate == pytest.approx(pace)
+    served.serve(20, 0.08)  # refused again, 40 served a second: down a step at a time
+    pacer.rate_shaped(now + 3.5)
     assert pacer.rate == pytest.approx(STEP_DOWN * pace)
     for step in range(1, 20):
         served.serve(20, 0.08)
-        pacer.rate_shaped(now + 3.0 + 0.5 * step)
+        pacer.rate_shaped(now + 3.5 + 0.5 * step)
     assert pacer.rate == pytest.approx((1 + HEADROOM) * 40)  # where the upstream serves now
 
 
-def test_a_pace_that_held_calls_back_rises_while_the_upstream_refuses_none() -> None:
+def test_a_pace_that_held_calls_back_probes_up_and_backs_off_at_a_refusal() -> None:
     # At light load the calls served are the calls sent, not the upstream's rate: a pace a
     # little above them refuses a Poisson stream's bunches. Held back by the pace (the guard
-    # refused calls) while the upstream refused none, the pace rises a step, though no further
-    # than the headroom over the most the tool was seen serving; not held back, it stays.
+    # refused calls) while the upstream refused none, the pace rises a step (a probe), however
+    # little the tool was seen serving; refused right after, it goes back to where it rose
+    # from, and the next probes wait 1, 2, 4 ... measurements. Not held back, it stays.
     served, refused = Served(), [0]
     pacer = RatePacer(served, lambda: refused[0])
     pacer.rate_shaped(0.0)
     served.serve(25, 0.03)
     pacer.rate_shaped(SERVED_WINDOW)  # 50 a second: a pace of 72 (a count's error more)
     now = SERVED_WINDOW
-    served.serve(60, 0.03)  # 60 in a second, nothing refused by anyone: the pace stays
+    served.serve(30, 0.03)  # 30 in a second, nothing refused by anyone: the pace stays
     pacer.slots(now + 1.0, 2, 0)
     assert pacer.rate == pytest.approx(72.0)
-    pacer.rate_shaped(now + 1.5)
-    served.serve(20, 0.03)
-    pacer.rate_shaped(now + 2.0)  # refused: down a step
-    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
-    served.serve(20, 0.03)  # 20 in a second, not held back: stays
-    pacer.slots(now + 3.0, 2, 0)
-    assert pacer.rate == pytest.approx(STEP_DOWN * 72.0)
-    for step in (3.5, 4.0):  # held back, the upstream refusing none: up, to 1.2 x 60 at most
+    pace = 72.0
+    for step in (1.5, 2.0):  # held back, the upstream refusing none: up a step each time
         refused[0] += 3
         served.serve(20, 0.03)
         pacer.slots(now + step, 2, 0)
-        assert pacer.rate == pytest.approx((1 + HEADROOM) * 60.0)
+        pace *= 1 + HEADROOM
+        assert pacer.rate == pytest.approx(pace)
+    pacer.rate_shaped(now + 2.2)
+    served.serve(20, 0.03)
+    pacer.rate_shaped(now + 2.5)  # the probe refused: back to the pace it rose from
+    assert pacer.rate == pytest.approx(pace / (1 + HEADROOM))
+    pace = pacer.rate
+    refused[0] += 3
+    served.serve(20, 0.03)
+    pacer.slots(now + 3.0, 2, 0)  # held back, none refused: the next probe waits one
+    assert pacer.rate == pytest.approx(pace)
+    refused[0] += 3
+    served.serve(20, 0.03)
+    pacer.slots(now + 3.5, 2, 0)  # ... then probes
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * pace)
+    pacer.rate_shaped(now + 3.7)
+    served.serve(20, 0.03)
+    pacer.rate_shaped(now + 4.0)  # refused again: back, and the next probe waits two
+    assert pacer.rate == pytest.approx(pace)
+    for step in (4.5, 5.0):
+        refused[0] += 3
+        served.serve(20, 0.03)
+        pacer.slots(now + step, 2, 0)
+        assert pacer.rate == pytest.approx(pace)
+    served.serve(20, 0.03)
+    pacer.slots(now + 5.5, 2, 0)  # not held back: it stays
+    assert pacer.rate == pytest.approx(pace)
+
+
+def test_calls_ended_unserved_tell_a_refusal_the_errors_did_not() -> None:
+    # Unnamed, a paced tool's 429s are mostly not told rate-shaped (its error share does not
+    # rise with the calls in flight the pace holds): more than REFUSED_SHARE of the calls that
+    # ended not served is a refusal all the same, and a probe is undone by it.
+    served, held, ended = Served(), [0], [0]
+    pacer = RatePacer(served, lambda: held[0], ended=lambda: ended[0])
+    pacer.rate_shaped(0.0)
+    served.serve(25, 0.03)
+    ended[0] += 25
+    pacer.rate_shaped(SERVED_WINDOW)
+    now, pace = SERVED_WINDOW, pacer.rate
+    held[0] += 5
+    served.serve(30, 0.03)
+    ended[0] += 30
+    pacer.slots(now + 0.5, 2, 0)  # held back, all served: a probe
+    assert pacer.rate == pytest.approx((1 + HEADROOM) * pace)
+    served.serve(30, 0.03)
+    ended[0] += 30 + math.ceil(REFUSED_SHARE * 40)  # a few ended unserved, none told
+    pacer.slots(now + 1.0, 2, 0)
+    assert pacer.rate == pytest.approx(pace)
+
+
+def test_a_pace_that_holds_calls_back_is_not_let_go() -> None:
+    # The hold runs out RATE_HOLD after the last rate-shaped error, unless the guard held calls
+    # back for the pace meanwhile: letting go then admitted the excess load at once, into 429s.
+    served, held = Served(), [0]
+    pacer = RatePacer(served, lambda: held[0])
+    pacer.rate_shaped(0.0)
+    served.serve(25, 0.03)
+    pacer.rate_shaped(SERVED_WINDOW)
+    now = SERVED_WINDOW + RATE_HOLD + 0.01
+    held[0] += 1
+    served.serve(10, 0.03)
+    assert pacer.slots(now, 2, 0) is not None  # held back, calls served: kept, RATE_HOLD more
+    assert pacer.pacing
+    assert pacer.until_token(now + RATE_HOLD - 0.01, 0) is not None
+    assert pacer.slots(now + RATE_HOLD + 0.01, 2, 0) is None  # none held back since: let go
+    assert not pacer.pacing
+    pacer.rate_shaped(now + 10.0)
+    held[0] += 1  # held back, but nothing served (a backend down): let go all the same
+    assert pacer.slots(now + 10.0 + RATE_HOLD + 0.01, 2, 0) is None
+
+
+def test_a_slot_taken_late_does_not_bring_the_next_token_sooner() -> None:
+    # A slot opened for a token and taken later (or handed to a waiter whose task has not run
+    # yet) spent the token when it was taken: the next comes 1 / pace after that, not sooner.
+    latest = [0.0]
+    pacer = RatePacer(Served(), latest_admission=lambda: latest[0])
+    pacer.rate_shaped(0.0)
+    pacer._feedback.serve(25, 0.03)  # type: ignore[attr-defined]
+    pacer.rate_shaped(SERVED_WINDOW)
+    now, pace = SERVED_WINDOW, pacer.rate
+    pacer.slots(now, 1, 0)
+    assert pacer.until_token(now + 1.0, 0) == 0.0  # a token, kept (one at most)
+    latest[0] = now + 1.5  # taken half a second later
+    assert pacer.until_token(now + 1.5, 1) == pytest.approx(1 / pace)
+    pacer.granted(now + 2.0)  # the timer opened a slot: its call counts once its task runs
+    assert pacer.slots(now + 2.0, 2, 1) == 1  # an end at that instant opens none
+    assert pacer.until_token(now + 2.0, 1) == pytest.approx(1 / pace)
 
 
 def test_an_overload_error_at_a_count_the_last_pace_needs_is_the_rates() -> None:
@@ -600,3 +686,22 @@ async def test_a_failing_tick_stops_the_timer_and_is_logged(
     assert ticks[1] - ticks[0] == pytest.approx(0.01)
     assert not timer.running
     assert "pace_timer_failed" in caplog.text
+
+
+def test_refused_probes_wait_longer_up_to_a_bound() -> None:
+    probe = PaceProbe(1.5)
+    assert probe.refused() is None  # no raise to undo
+    assert probe.clean(10.0, 8.0, held_back=False) == 10.0  # not held back: stays
+    waits = []
+    for _ in range(PROBE_BACKOFF + 2):
+        wait = 0
+        while probe.clean(10.0, 8.0, held_back=True) == 10.0:  # held back, but waiting
+            wait += 1
+        assert probe.refused() == 10.0  # the probe (to 15) refused: back
+        waits.append(wait)
+    assert waits == [0, 1, 2, 4, 8, 16]  # doubling, up to 2 ** PROBE_BACKOFF
+    assert PROBE_BACKOFF == 4
+    while probe.clean(10.0, 8.0, held_back=True) == 10.0:
+        pass
+    assert probe.clean(15.0, 8.0, held_back=False) == 15.0  # the probe served: no wait now
+    assert probe.clean(15.0, 8.0, held_back=True) == 22.5

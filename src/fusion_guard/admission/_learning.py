@@ -97,7 +97,12 @@ class LimitLearning:
         at_once = (lambda: adaptive.served_at_once) if hasattr(adaptive, "served_at_once") else None
         self._feedback = core.capacity = CapacityFeedback(core.queued_by_others, at_once)
         # Admissions paced at a learnt rate, after overload errors of a tool limited by rate.
-        self._pacer = RatePacer(self._feedback, lambda: core.shed_full + core.shed_timeout)
+        self._pacer = RatePacer(
+            self._feedback,
+            lambda: core.shed_full + core.shed_timeout,
+            lambda: core.latest_start,
+            lambda: core.admitted - core.active,
+        )
         self._timer = PaceTimer(core.name)  # spaces the paced admissions between calls' ends
         self._paced_queue = False  # the default queue is held to the pace's (``_pace_queue``)
         # The time between slot openings at saturation, learnt from each call's hold over the
@@ -140,6 +145,10 @@ class LimitLearning:
         if dropped is None:
             # It never ran, or it teaches nothing: a timeout of its caller's own, a
             # cancellation, an error that does not rise with the load (``_feedback.py``).
+            # While paced its slot is still the pace's: not handed on without a token (a
+            # paced tool's unnamed 429s mostly end here).
+            if self._pacer.pacing:
+                self._pace_slots(start + held)
             return
         parallel = self._parallel_calls
         try:
@@ -273,6 +282,18 @@ class LimitLearning:
         if isinstance(limit, int) and limit > self._core.max_active:
             self._set_limit(limit)
 
+    def _pace_slots(self, end: float) -> None:
+        """At the end of a call that taught the limit nothing, while paced: the slots the pace
+        allows (``learn``'s, the limit as it stands)."""
+        core = self._core
+        pacer = self._pacer
+        paced = pacer.slots(end, core.active, core.admitted)
+        limit = self._adaptive.limit
+        if paced is not None and isinstance(limit, int) and limit >= 1:
+            limit = min(paced, max(limit, pacer.needed()))
+            if limit != core.max_active:
+                self._set_limit(limit)
+
     def _pace_tick(self) -> float | None:
         """The pace timer's tick (``_pacing.PaceTimer``): a slot for a token earned, handed to
         the next waiter (or kept free for the next arrival); the seconds until the next token,
@@ -288,6 +309,7 @@ class LimitLearning:
             self._adaptive.limit, pacer.needed()
         ):
             self._set_limit(core.active + 1)  # hands it to the next waiter, if one waits
+            pacer.granted(core.clock())
         # The call handed the slot counts as admitted once its task runs: the next token is
         # looked for one token's time on, not at once.
         return 1.0 / pacer.rate if core.waiters or core.active else None

@@ -24,11 +24,19 @@ more: the served calls' rate over ``SERVED_WINDOW`` seconds and ``SERVED_CALLS``
 measured from the first rate-shaped error (so that it is the upstream's rate, not one held down
 by the ceilings before), and not lowered by a stretch in which the tool refused nothing (the
 calls served then were all there were to serve). A pace a little above the measured rate keeps
-a few refusals coming, which tell the rate, and follows an upstream that grants more.
+a few refusals coming, which tell the rate, and follows an upstream that grants more. A
+measurement is refused when an error was told rate-shaped or more than ``REFUSED_SHARE`` of the
+calls that ended were not served (unnamed, most 429s of a paced tool are not told: its error
+share does not rise with the calls in flight the pace holds). A pace that held calls back while
+the upstream refused none rises a step (a probe), and goes back to where it rose from if the
+upstream refuses next, the next probe then waiting 1, 2, 4 ... measurements: a bucket of one
+token serves half of a pace a little above its rate, so the pace must settle just under it.
 
 It paces through the slots in force, and spaces them with a timer. Its tokens (earned at the
 pace, spent by every call admitted, hand-offs included) are kept up to one: a slot opens for a
-token, never two at once, so calls are admitted ``1 / pace`` apart at the closest. At each call's
+token, never two at once, so calls are admitted ``1 / pace`` apart at the closest (a token is
+spent when its slot opens or is taken, whichever is later: the admission counter counts a call
+handed a slot only once its task runs). At each call's
 end the slots are the calls still in flight, and one more when a token is there (never fewer
 than one); between ends, ``PaceTimer`` opens a slot for the next waiter as each token is earned.
 Released only at other calls' ends, up to two at once (before the timer), the calls came in
@@ -36,8 +44,10 @@ clumps, and an upstream bucket of 2 refused that stream from about 0.85-0.9 of i
 (the zoo's ``upstream_fast`` read 0.75-0.78 of a fixed 10 at 4x). The calls beyond the slots are
 refused as any excess is, SERVER_BUSY with a ``retry_after``: the slots open at the paced rate,
 and the advice follows them. The pacer lets go ``RATE_HOLD`` seconds (or ``HOLD_MEASUREMENTS``
-measurements, if longer) after the last rate-shaped error: a load back under the rate, or an
-upstream that raised its rate, is then run without it, and the first 429 brings it back.
+measurements, if longer) after the last rate-shaped error, unless it held calls back meanwhile
+(letting go then sent the excess load at once into 429s): a load back under the rate is then
+run without it, and the first 429 brings it back. Its default queue holds ``QUEUE_SECONDS`` of
+the pace, ``LIGHT_QUEUE_SECONDS`` while the calls come slower than the pace.
 
 The timer runs only while the tool is paced, its rate known and calls wait (or until the token
 that gives the next arrival a free slot): a tool not paced pays nothing for it, a queue drained
@@ -55,13 +65,12 @@ GCRA keeps a time, which a new rate would have to rescale.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 from collections.abc import Callable
 from typing import Protocol
 
-from .._log import log_event
+from ._pacing_probe import PROBE_BACKOFF, PaceProbe
+from ._pacing_timer import PaceTimer
 
 __all__ = [
     "AT_ONCE_MEMORY",
@@ -69,8 +78,12 @@ __all__ = [
     "HEADROOM",
     "HOLD_MEASUREMENTS",
     "PaceTimer",
+    "PROBE_BACKOFF",
+    "LIGHT_LOAD",
+    "LIGHT_QUEUE_SECONDS",
     "QUEUE_SECONDS",
     "RATE_HOLD",
+    "REFUSED_SHARE",
     "SERVED_CALLS",
     "SERVED_WINDOW",
     "STEP_DOWN",
@@ -96,13 +109,24 @@ HEADROOM = 0.2
 #: A measurement in which the tool refused calls and served fewer than the pace's rate brings
 #: the pace down by this factor at most.
 STEP_DOWN = 0.9
+#: A measurement in which more than this share of the calls that ended were not served counts
+#: as refused by the upstream, whether a rate-shaped error was told or not.
+REFUSED_SHARE = 0.05
 #: The most slots opened at one call's end beyond the calls still in flight (the tokens are
 #: kept up to one, the timer spacing the rest): an upstream with a small burst of its own
 #: refuses a clump its rate would serve spread out.
 CLUMP = 1
 #: A default queue holds the calls the pace admits in this long (seconds), or in one served
-#: call's mean hold if longer: a call that would wait longer for its turn is refused at once.
+#: call's mean hold if longer: a call that would wait longer for its turn is refused at once ...
 QUEUE_SECONDS = 0.1
+#: ... or in this long while the calls come slower than the pace (a light load's Poisson
+#: bunches wait their tokens out; an upstream of a bucket of one token, spaced one token
+#: apart, shed 4-13 % at 0.5x-0.8x its rate with a queue of 0.1 s).
+LIGHT_QUEUE_SECONDS = 0.3
+#: The calls come "slower than the pace" below this multiple of it, over a measurement (a
+#: Poisson count over half a second is uncertain by a fifth; an overload of 1.5x the upstream's
+#: rate comes at 1.25x its pace).
+LIGHT_LOAD = 1.1
 #: The pacer lets go this long (seconds) after the last rate-shaped error ...
 RATE_HOLD = 3.0
 #: ... or after this many measurements of its rate, if longer (a slow upstream's).
@@ -123,26 +147,45 @@ class RatePacer:
     __slots__ = (
         "_admitted",
         "_at",
+        "_ended",
         "_feedback",
+        "_granted",
         "_held_back",
         "_hold",
+        "_latest_admission",
         "_mark",
+        "_mark_ended",
         "_mark_held_back",
         "_mark_served",
         "_mark_time",
-        "_peak",
+        "_offered",
+        "_probe",
         "_rate",
         "_refused",
+        "_seen_at",
+        "_seen_served",
         "_tokens",
         "_until",
+        "_until_held_back",
+        "_until_served",
         "pacing",
     )
 
-    def __init__(self, feedback: Served, held_back: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        feedback: Served,
+        held_back: Callable[[], int] = lambda: 0,
+        latest_admission: Callable[[], float] | None = None,
+        ended: Callable[[], int] | None = None,
+    ) -> None:
         self._feedback = feedback
         self._held_back = held_back
+        self._ended = ended
+        self._latest_admission = latest_admission
         self.pacing = False  # True from the first rate-shaped error until the pacer lets go
         self._until = -math.inf  # when it lets go, unless another rate-shaped error comes
+        self._until_held_back = 0  # the calls held back for the pace when _until was set
+        self._until_served = 0  # ... and the calls served then
         self._rate = math.nan  # the pace (calls/s); NaN: still measuring
         self._hold = math.nan  # the served calls' mean hold (seconds), as last measured
         # When the served calls were last counted, their count and their holds then.
@@ -151,10 +194,14 @@ class RatePacer:
         self._mark_time = 0.0
         self._mark_held_back = 0
         self._refused = False  # a rate-shaped error came since the served calls were counted
-        self._peak = 0.0  # the most calls/s a measurement saw served
+        self._mark_ended = 0  # the calls ended (served or not) when last counted
+        self._offered = math.inf  # the calls/s that came (ended or held back), last measured
+        self._seen_served, self._seen_at = 0, -math.inf  # the served count, when it last moved
+        self._probe = PaceProbe(1.0 + HEADROOM)  # a raise while the upstream refuses nothing
         self._tokens = 0.0
         self._at = math.nan  # when the tokens were last counted, and the admissions then
         self._admitted = 0
+        self._granted = -math.inf  # when a slot was last opened for a token
 
     @property
     def rate(self) -> float:
@@ -169,11 +216,7 @@ class RatePacer:
     def rate_shaped(self, end: float) -> None:
         """A rate-shaped overload error ended at ``end``: pace (or keep pacing) for RATE_HOLD
         more seconds (HOLD_MEASUREMENTS of the rate in force, if longer)."""
-        rate = self._rate
-        hold = (
-            RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
-        )
-        self._until = end + hold
+        self._hold_until(end)
         if not self.pacing:
             # The error that starts the pacer fell on calls it did not pace: it tells nothing
             # of a pace learnt before, which it takes up again.
@@ -183,6 +226,38 @@ class RatePacer:
             return
         self._refused = True
         self._measure(end)
+
+    def _hold_until(self, now: float) -> None:
+        """Pace for RATE_HOLD more seconds from ``now`` (HOLD_MEASUREMENTS of the rate in
+        force, if longer)."""
+        rate = self._rate
+        hold = (
+            RATE_HOLD if rate != rate else max(RATE_HOLD, HOLD_MEASUREMENTS * SERVED_CALLS / rate)
+        )
+        self._until = now + hold
+        self._until_held_back = self._held_back()
+        self._until_served = self._feedback.served
+
+    def _lets_go(self, now: float) -> bool:
+        """Whether the pacer lets go at ``now``: its hold ran out, and the guard did not hold
+        calls back for the pace meanwhile while the tool served some. A pace that held calls
+        back is in force, whether the upstream refused any or not (unnamed, most of its 429s
+        are not told rate-shaped: a paced tool's error share does not rise with the calls in
+        flight), and letting it go admitted the excess load at once, to a burst of 429s (the
+        zoo's ``upstream_sliding`` at 4x let go every 4 s). A tool that served nothing (a
+        backend down) is let go, and so is a pacer still measuring: what held calls back was
+        not the pace (a measurement over an outage read a few calls a second)."""
+        if now < self._until:
+            return False
+        rate = self._rate
+        if (
+            rate == rate
+            and self._held_back() > self._until_held_back
+            and self._feedback.served > self._until_served
+        ):
+            self._hold_until(now)
+            return False
+        return True
 
     def let_go(self) -> None:
         """Stop pacing now (its guard closed): the next rate-shaped error starts it again."""
@@ -211,12 +286,35 @@ class RatePacer:
         rate = self._rate
         if rate != rate:
             return 1
-        return max(1, math.ceil(rate * max(self._hold, QUEUE_SECONDS)))
+        seconds = LIGHT_QUEUE_SECONDS if self._offered < LIGHT_LOAD * rate else QUEUE_SECONDS
+        return max(1, math.ceil(rate * max(self._hold, seconds)))
 
     def _mark_now(self, end: float) -> None:
         feedback = self._feedback
         self._mark, self._mark_served, self._mark_time = end, feedback.served, feedback.served_time
         self._mark_held_back = self._held_back()
+        if self._ended is not None:
+            self._mark_ended = self._ended()
+
+    def _was_refused(self, served: int) -> bool:
+        """Whether the upstream refused calls since the last reading: a rate-shaped error was
+        told, or more than REFUSED_SHARE of the calls that ended were not served (unnamed, most
+        of a paced tool's 429s are not told rate-shaped: its error share does not rise with
+        the calls in flight the pace holds)."""
+        if self._refused:
+            return True
+        if self._ended is None:
+            return False
+        ended = self._ended() - self._mark_ended
+        return ended - served > REFUSED_SHARE * ended
+
+    def _came(self, elapsed: float) -> float:
+        """The calls/s that came since the last reading: those that ended and those held back
+        (inf when the ends are not counted)."""
+        if self._ended is None:
+            return math.inf
+        came = self._ended() - self._mark_ended + self._held_back() - self._mark_held_back
+        return came / elapsed
 
     def _measure(self, end: float) -> None:
         """Measure the served calls' rate since the last reading, once SERVED_WINDOW passed and
@@ -226,32 +324,41 @@ class RatePacer:
             return
         feedback = self._feedback
         served = feedback.served - self._mark_served
+        if feedback.served != self._seen_served:
+            self._seen_served, self._seen_at = feedback.served, end
+        elif self._refused and end - self._seen_at >= SERVED_WINDOW:
+            # Refused, and nothing served for a whole window (a backend down): no stretch for
+            # a measurement to average over (one over a 4 s outage read 7 calls a second of a
+            # tool that serves 100), which starts again.
+            self._seen_at = end
+            self._mark_now(end)
+            return
         if served < SERVED_CALLS:
             return
         rate = (1.0 + HEADROOM) * served / elapsed
         previous = self._rate
+        self._offered = self._came(elapsed)
         if previous != previous:  # NaN: the first measurement
             # A count of calls served is uncertain by its square root (a Poisson count): the
             # first pace gives the tool that much more, not a chance dip's pace to shed at.
             rate *= 1.0 + 1.0 / math.sqrt(served)
             self._tokens = 0.0
             self._at = math.nan
-        elif not self._refused:
+        elif not self._was_refused(served):
             # The tool refused nothing meanwhile: the calls served were all there were to
-            # serve, not its rate, and the pace stays (it grows, if they outran it) ...
-            rate = max(rate, previous)
-            # ... and rises a step when the guard refused calls for it while the tool refused
-            # none, though not past the headroom over the most it was seen serving (a window's
-            # clumped refusals leave quiet stretches between them, which ran the pace away).
-            if self._held_back() > self._mark_held_back:
-                rate = max(rate, min((1.0 + HEADROOM) * previous, (1.0 + HEADROOM) * self._peak))
+            # serve, not its rate, and the pace stays (it grows, if they outran it), and is
+            # raised a step when the guard refused calls for it (``_pacing_probe.py``).
+            rate = self._probe.clean(previous, rate, self._held_back() > self._mark_held_back)
+        elif (start := self._probe.refused()) is not None:
+            # The last raise was a probe, and the upstream refused: back to the pace it was
+            # raised from, which it served without refusing.
+            rate = start
         else:
             # Refused, and fewer served than the pace's rate: a window or a burst of the
             # upstream's own refuses a clump at a rate it serves spread out, so the pace comes
             # down by a step a measurement, not at once to what one stretch served.
             rate = max(rate, STEP_DOWN * previous)
         self._rate = rate
-        self._peak = max(self._peak, served / elapsed)
         self._hold = (feedback.served_time - self._mark_time) / served
         self._refused = False
         self._mark_now(end)
@@ -259,7 +366,7 @@ class RatePacer:
     def slots(self, end: float, active: int, admitted: int) -> int | None:
         """The slots in force the pace allows at ``end`` (see the class), or None: not pacing
         (it let go, or is still measuring the rate)."""
-        if end >= self._until:
+        if self._lets_go(end):
             self.pacing = False
             return None
         self._measure(end)
@@ -273,13 +380,32 @@ class RatePacer:
         tokens = self._count(end, admitted)
         # The calls still in flight once this one ends, and one more for a token: the timer
         # opens the slots of the tokens earned later, each at its time.
-        return max(1, active - 1 + (1 if tokens >= 1.0 else 0))
+        if tokens < 1.0:
+            return max(1, active - 1)
+        self._granted = end
+        return active
+
+    def granted(self, now: float) -> None:
+        """The pace timer opened a slot for a token at ``now`` (the call it is handed to is
+        counted as admitted only once its task runs)."""
+        self._granted = now
 
     def _count(self, now: float, admitted: int) -> float:
         """The tokens at ``now``, ``admitted`` calls admitted so far: earned at the pace since
         the last count, less the calls admitted since, kept up to CLUMP (a token spent ahead
         leaves them below zero, to be earned back)."""
-        tokens = self._tokens + (now - self._at) * self._rate - (admitted - self._admitted)
+        rate = self._rate
+        tokens = self._tokens + (now - self._at) * rate - (admitted - self._admitted)
+        # The tokens earned while there were CLUMP already were not kept: since the latest
+        # admission or slot opened for a token, each of which spent one, at most CLUMP - 1 and
+        # those earned since. (Counted from the last count alone, a slot opened at a token and
+        # taken later let the next token come as much sooner; and a call handed a slot counts
+        # as admitted only once its task runs, so an end at the instant of the timer's slot
+        # opened another: two calls went in closer than 1 / pace, into a bucket of one's 429.)
+        latest = self._granted
+        if self._latest_admission is not None:
+            latest = max(latest, self._latest_admission())
+        tokens = min(tokens, CLUMP - 1 + (now - latest) * rate)
         if tokens > CLUMP:
             tokens = float(CLUMP)
         self._tokens = tokens
@@ -290,99 +416,12 @@ class RatePacer:
         """Seconds from ``now`` until a token is there (0.0: one is), ``admitted`` calls
         admitted so far; None when not pacing at ``now`` (let go, or still measuring)."""
         rate = self._rate
-        if not self.pacing or now >= self._until or rate != rate or self._at != self._at:
+        if not self.pacing or self._lets_go(now) or rate != rate or self._at != self._at:
             return None
         tokens = self._count(now, admitted)
         # A token short by a rounding error is one: a clock read as a float may never move by
         # so little, and the timer would wait for it at the same instant for ever.
         return 0.0 if tokens >= 1.0 - 1e-6 else (1.0 - tokens) / rate
-
-
-class PaceTimer:
-    """The timer that spaces a paced tool's admissions (see the module): ``start(tick)`` runs
-    ``tick()`` now, then again after the seconds each run answers, until one answers None (or
-    raises, which is logged) or ``stop()`` is called. At most one runs per timer; ``running``
-    says whether it does. ``tool``: the name its failures are logged under."""
-
-    __slots__ = ("_pending", "_tick", "_tool", "running")
-
-    def __init__(self, tool: str) -> None:
-        self._tool = tool
-        self._tick: Callable[[], float | None] | None = None
-        # What to cancel to stop it at once: asyncio's pending callback, or trio's task's scope.
-        self._pending: _Cancellable | None = None
-        self.running = False
-
-    def start(self, tick: Callable[[], float | None]) -> None:
-        """Run ``tick`` now and as it asks (see the class), unless the timer runs already."""
-        if self.running:
-            return
-        self.running = True
-        self._tick = tick
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not in asyncio's loop: trio, or no event loop at all
-            pass
-        else:
-            self._pending = loop.call_soon(self._fire, loop)
-            return
-        try:  # trio: the only other runtime a guard runs on (anyio's backends)
-            import trio
-
-            self._pending = scope = trio.CancelScope()
-            trio.lowlevel.spawn_system_task(
-                self._run_trio, scope, name=f"fusion_guard pace {self._tool}"
-            )
-        except (ImportError, RuntimeError):  # no event loop: the calls' ends alone pace
-            self._stopped()
-
-    def stop(self) -> None:
-        """Stop at once: no callback stays scheduled (asyncio), the task is cancelled (trio,
-        gone at the scheduler's next turn). A later ``start`` runs it again."""
-        pending = self._pending
-        self._stopped()
-        if pending is not None:
-            pending.cancel()
-
-    def _stopped(self) -> None:
-        self.running = False
-        self._tick = None
-        self._pending = None
-
-    def _next(self) -> float | None:
-        """Run the tick once: the seconds until the next, or None (the timer stops)."""
-        try:
-            delay = self._tick() if self._tick is not None else None
-        except Exception as failure:  # a bug here must not take the event loop down
-            log_event(logging.ERROR, "pace_timer_failed", failure, tool=self._tool)
-            delay = None
-        if delay is None:
-            self._stopped()
-        return delay
-
-    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
-        delay = self._next()
-        if delay is not None:
-            self._pending = loop.call_later(delay, self._fire, loop)
-
-    async def _run_trio(self, scope: _Cancellable) -> None:
-        import trio
-
-        try:
-            with scope:  # type: ignore[attr-defined]  # trio.CancelScope
-                delay = self._next()
-                while delay is not None:  # a timer, not a wait for something to happen
-                    await trio.sleep(delay)
-                    delay = self._next()
-        finally:  # stopped, or cancelled with the run; a timer started since is not this one
-            if self._pending is scope:
-                self._stopped()
-
-
-class _Cancellable(Protocol):
-    """What stops a running timer: asyncio's ``Handle``, trio's ``CancelScope``."""
-
-    def cancel(self) -> None: ...
 
 
 class Served(Protocol):
