@@ -226,7 +226,8 @@ class Probe:
         if len(first) < FIRST_PROBE_SAMPLES:
             return False
         durations = [duration for _, duration in first]
-        return max(durations) <= LEVEL_SPREAD * min(durations)
+        shortest = min(durations)  # (calls of no measurable time tell no spread)
+        return shortest > 0.0 and max(durations) <= LEVEL_SPREAD * shortest
 
     def _settled(self, now: float, service: float) -> bool:
         """Whether a slow tool's warm-up has quiet calls enough for a first baseline (``service``
