@@ -80,7 +80,7 @@ def test_a_pool_full_with_its_connections_held_still_reads_as_overload() -> None
     for _ in range(30):
         for inflight in range(1, 5):
             _end(feedback, inflight, "ok")
-    for _ in range(4):  # the pool's four connections, busy: counted as not failed from 5 up
+    for _ in range(4):  # the pool's four connections, busy: they started with 1-4 in flight
         feedback.seat(None)
     assert _end(feedback, 5, "internal_error") is OVERLOAD
 
@@ -95,7 +95,9 @@ def test_errors_at_a_new_top_count_that_end_before_its_served_calls_teach_nothin
         for inflight in range(1, 5):
             outcome = "error" if (round_ + inflight) % 5 == 0 else "ok"
             _end(feedback, inflight, outcome)
-    running = [feedback.seat(None) for _ in range(6)]  # started with 5 in flight, still serving
+    for _ in range(4):  # the calls of the old limit, still serving (they started with 1-4)
+        feedback.seat(None)
+    running = [feedback.seat(None) for _ in range(2)]  # started with 5 and 6: still serving
     signals = [_end(feedback, 5, "error") for _ in range(4)]
     assert OVERLOAD not in signals
     for seat in running:

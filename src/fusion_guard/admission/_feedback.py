@@ -40,12 +40,13 @@ one caller's arguments:
   risen, the first calls at the new count to end are its errors, and the share there read 100 %
   of a few calls (a 16-connection pool with 20 % of bad input, traced: 2-4 errors and no call
   served at the new top count, read as overload each time the limit climbed). So the calls in
-  flight when an error is judged count as not failed among those from its count up: the
-  served calls still to come are most of them, and a pool failing fast above its size keeps
-  only its size in flight (``benchmarks/error_sim.py --queuing-pool 16``). An error of
-  a call that ran alone (``ALONE``) tells no capacity at all: the tool failed for a call that
-  shared it with nobody (a backend that is down); the limit is told, so it can go back to where
-  it was once calls succeed again. Otherwise an error teaches nothing: its hold times the error's
+  flight when an error is judged that started with as many in flight or more count as not
+  failed among those from its count up: the served calls still to come, while the calls
+  holding a full pool's connections started below the count that fails
+  (``benchmarks/error_sim.py --queuing-pool 16``). An error of a call that ran alone
+  (``ALONE``) tells no capacity at all: the tool failed for a call that shared it with nobody (a
+  backend that is down); the limit is told, so it can go back to where it was once calls
+  succeed again. Otherwise an error teaches nothing: its hold times the error's
   own path (a validation error answers in microseconds), not the tool's service, and fed as a
   latency sample it would read as an uncrowded tool and grow the limit.
 - **An overload signal of a tool limited by a rate** (``RATE``) is one at a count of calls in
@@ -203,9 +204,10 @@ class _Client:
         self.score = 0
 
 
-Seat = tuple[_Client, int]
-"""A call's place in the feedback from admission to its end: its client's record, and the sum of
-the other clients' finished calls when it took its slot."""
+Seat = tuple[_Client, int, int]
+"""A call's place in the feedback from admission to its end: its client's record, the sum of
+the other clients' finished calls when it took its slot, and the calls then holding a slot,
+itself included."""
 
 
 class CapacityFeedback:
@@ -228,6 +230,7 @@ class CapacityFeedback:
         "_at_once_before",
         "_ceiling_end",
         "_clients",
+        "_holding",
         "_errors",
         "_idle",
         "_last_drop",
@@ -240,6 +243,7 @@ class CapacityFeedback:
         "_served_now",
         "_served_top",
         "_served_top_before",
+        "_started",
         "_watching",
         "served",
         "served_time",
@@ -253,6 +257,7 @@ class CapacityFeedback:
         self._queued_by_others = queued_by_others
         self._served_at_once = served_at_once
         self._clients: dict[str | None, _Client] = {}
+        self._holding = 0  # calls holding a slot now
         self._score = 0  # every client's finished calls summed as in the module
         self._last_drop = -math.inf  # when the last drop was signalled
         # The record of the last client whose calls all ended, kept (as new) for its next
@@ -261,6 +266,9 @@ class CapacityFeedback:
         self._idle: _Client | None = None
         self._errors = ErrorShare()
         self._served = self._errors.served  # counted into for every call served (``ended``)
+        # The calls holding a slot now, by the calls holding one when each took it (itself
+        # included): those an error's judgement counts as not failed (``ErrorShare.rising``).
+        self._started: list[int] = [0] * 17
         # From the first overload error on (``_watching``), and only then: the calls served and
         # their holds summed (a pacer reads the rate they are served at and the slots that rate
         # needs: ``_pacing.py``), counters that only grow; and, in the current period of
@@ -294,7 +302,14 @@ class CapacityFeedback:
             record.score = 0
             self._idle = None
         record.holding += 1
-        return record, self._score - record.score
+        started = self._started
+        self._holding = level = self._holding + 1
+        try:
+            started[level] += 1
+        except IndexError:
+            started.extend([0] * (level + 1 - len(started)))
+            started[level] += 1
+        return record, self._score - record.score, level
 
     def ended(
         self,
@@ -315,8 +330,10 @@ class CapacityFeedback:
         its arguments failed validation. Returns what the limit learns: ``False`` a latency
         sample, ``True`` a drop, ``OVERLOAD``, ``RATE`` or ``ALONE`` (see the module), ``None``
         nothing."""
-        record, others_then = seat
+        record, others_then, level = seat
         record.holding -= 1
+        self._holding -= 1
+        self._started[level] -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
             idle = self._idle
             if idle is not None:
@@ -384,8 +401,8 @@ class CapacityFeedback:
             return None
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
-        # The calls in flight now have not failed: counted as not failed (yet) from its count up.
-        unfinished = sum(client.holding for client in self._clients.values())
+        # The calls in flight now that started with as many or more have not failed (yet).
+        unfinished = sum(self._started[inflight:])
         rising = False if errors.down() else errors.rising(inflight, unfinished)
         if inflight <= 1:
             errors.failed_alone()
