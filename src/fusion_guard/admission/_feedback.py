@@ -207,7 +207,7 @@ class _Client:
 Seat = tuple[_Client, int, int]
 """A call's place in the feedback from admission to its end: its client's record, the sum of
 the other clients' finished calls when it took its slot, and the calls then holding a slot,
-itself included."""
+itself included, as counted from the tool's first error on (0: not counted)."""
 
 
 class CapacityFeedback:
@@ -230,6 +230,7 @@ class CapacityFeedback:
         "_at_once_before",
         "_ceiling_end",
         "_clients",
+        "_counting",
         "_errors",
         "_holding",
         "_idle",
@@ -257,7 +258,7 @@ class CapacityFeedback:
         self._queued_by_others = queued_by_others
         self._served_at_once = served_at_once
         self._clients: dict[str | None, _Client] = {}
-        self._holding = 0  # calls holding a slot now
+        self._holding = 0  # calls holding a slot now, as counted (``_counting``)
         self._score = 0  # every client's finished calls summed as in the module
         self._last_drop = -math.inf  # when the last drop was signalled
         # The record of the last client whose calls all ended, kept (as new) for its next
@@ -268,6 +269,8 @@ class CapacityFeedback:
         self._served = self._errors.served  # counted into for every call served (``ended``)
         # The calls holding a slot now, by the calls holding one when each took it (itself
         # included): those an error's judgement counts as not failed (``ErrorShare.rising``).
+        # Counted from the first error on only: a tool that never fails pays nothing for it.
+        self._counting = False
         self._started: list[int] = [0] * 17
         # From the first overload error on (``_watching``), and only then: the calls served and
         # their holds summed (a pacer reads the rate they are served at and the slots that rate
@@ -302,6 +305,8 @@ class CapacityFeedback:
             record.score = 0
             self._idle = None
         record.holding += 1
+        if not self._counting:  # (no error yet: nothing reads the calls in flight by count)
+            return record, self._score - record.score, 0
         started = self._started
         self._holding = level = self._holding + 1
         try:
@@ -332,8 +337,9 @@ class CapacityFeedback:
         nothing."""
         record, others_then, level = seat
         record.holding -= 1
-        self._holding -= 1
-        self._started[level] -= 1
+        if level:  # counted by the calls in flight at its start (``_counting``)
+            self._holding -= 1
+            self._started[level] -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
             idle = self._idle
             if idle is not None:
@@ -401,7 +407,9 @@ class CapacityFeedback:
             return None
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
-        # The calls in flight now that started with as many or more have not failed (yet).
+        # The calls in flight now that started with as many or more have not failed (yet):
+        # counted from a tool's first error on (its calls in flight before it, not at all).
+        self._counting = True
         unfinished = sum(self._started[inflight:])
         rising = False if errors.down() else errors.rising(inflight, unfinished)
         if inflight <= 1:
