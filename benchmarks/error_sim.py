@@ -8,7 +8,8 @@
 
 The guard runs as it is (``ConcurrencyGuard``, its queue, its refusals), on trio with a mock
 clock that jumps to the next timer whenever every task waits: time passes in sleeps only, so a
-20 s run takes about a second and the same seed gives the same figures. The tools:
+20 s run takes about a second and the same seed gives the same figures. Every policy of a seed
+is offered the same arrivals, the same of them with bad input (streams of their own). The tools:
 
 - **fail-fast pool**: ``pool`` connections; a call that finds them all taken raises
   ``PoolExhausted`` after 1 ms, one that gets one holds it for its service (40 ms, log-normal
