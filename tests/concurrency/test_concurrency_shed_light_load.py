@@ -240,5 +240,38 @@ def test_evidence_is_the_mean_until_the_calls_in_flight_outlive_the_spread(
         service.observe(hold)
         service.spread()
     low, high = sorted((young, older))
-    assert service.mean <= service.evidence(low) <= max(service.mean, low)
+    typical = service.typical()
+    assert typical <= service.mean
+    assert typical <= service.evidence(low) <= max(typical, low)
     assert service.evidence(low) <= service.evidence(high)  # older calls never say less
+    assert service.evidence(low, overloaded=True) >= service.mean
+
+
+def test_a_run_of_long_holds_is_judged_by_the_slower_mean_unless_overloaded() -> None:
+    # Queues form behind runs of long holds, when a mean of about 20 holds reads high: the
+    # queue is judged by the slow mean until the run has lasted long enough to move it.
+    service = ServiceTimeEstimator(0.1)
+    for _ in range(200):
+        service.observe(0.02)
+        service.spread()
+    for _ in range(10):
+        service.observe(0.2)
+    assert service.mean > 0.08
+    assert service.typical() < 0.04
+    assert service.evidence(0.0) == service.typical()
+    assert service.typical(overloaded=True) == service.mean
+    # A tool that slowed for good is read by the slow mean too, a few hundred holds later.
+    for _ in range(400):
+        service.observe(0.2)
+        service.spread()
+    assert service.typical() == pytest.approx(0.2, rel=0.05)
+
+
+def test_a_faster_tool_is_judged_by_the_moving_mean_at_once() -> None:
+    service = ServiceTimeEstimator(0.1)
+    for _ in range(200):
+        service.observe(0.05)
+        service.spread()
+    for _ in range(30):
+        service.observe(0.01)
+    assert service.typical() == service.mean < 0.03

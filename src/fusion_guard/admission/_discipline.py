@@ -349,7 +349,7 @@ class QueueDiscipline:
         rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
         grows_at, growth = 0.0, 1.0
         if service.samples:  # past the spread, in proportion (``evidence``)
-            mean = service.mean
+            mean = service.typical(overloaded)
             explained = mean + EVIDENCE_SPREADS * math.sqrt(service.variance)
             if overloaded:  # as soon as they outlive the mean, and as they age (``evidence``)
                 explained = mean
