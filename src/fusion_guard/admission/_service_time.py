@@ -18,7 +18,9 @@ with the prior. Two readings of the hold follow:
 - for advice, the mean (the prior until a call finishes) raised to ``in_flight`` (read inline
   where refusals are advised, ``_refusal.py``: under overload most calls are refused);
 - :meth:`ServiceTimeEstimator.evidence`, for shedding: the same without the prior (0.0 when
-  nothing is known), because nobody is shed on a guess.
+  nothing is known), because nobody is shed on a guess; and outside sustained overload, on the
+  lower of the mean and a slow mean of about 100 holds (``typical``): queues form behind runs
+  of long holds, just when a mean of 20 reads high.
 
 Not every hold is measured. The mean is in use when calls queue (it judges them) or are
 refused (it advises them), and its two clock reads and its update were about a third of what an
@@ -173,13 +175,14 @@ class ServiceTimeEstimator:
         """The hold time known from measurements alone (finished holds, calls in flight): what
         predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight.
 
-        Once holds are measured, the youngest call in flight raises it only once it outlived
-        what their spread explains (``EVIDENCE_SPREADS`` standard deviations past the mean,
-        as last read by ``spread``), and then in proportion: a call in flight twice that old
-        says the holds are twice as long. With heavy tails two calls in flight six times the
-        mean old happen every minute, and the calls after them are new draws: read as the hold
-        itself, they shed a whole queue that drained in time. A steady tool's spread is
-        small, so its calls in flight raise the hold as soon as they outlive the mean. Under
+        Once holds are measured, it is their ``typical`` mean, and the youngest call in flight
+        raises it only once it outlived what their spread explains (``EVIDENCE_SPREADS``
+        standard deviations past the mean, as last read by ``spread``), and then in
+        proportion: a call in flight twice that old says the holds are twice as long. With
+        heavy tails two calls in flight six times the mean old happen every minute, and the
+        calls after them are new draws: read as the hold itself, they shed a whole queue that
+        drained in time. A steady tool's spread is small, so its calls in flight raise the
+        hold as soon as they outlive the mean. Under
         sustained overload (``overloaded``) they raise it as soon as they outlive the mean,
         whatever the spread: a call shed there leaves its place to another, while a call kept
         behind a long one waits its whole timeout for a refusal (that way, a third fewer
