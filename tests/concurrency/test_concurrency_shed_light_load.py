@@ -267,6 +267,18 @@ def test_a_run_of_long_holds_is_judged_by_the_slower_mean_unless_overloaded() ->
     assert service.typical() == pytest.approx(0.2, rel=0.05)
 
 
+def test_a_new_guard_s_first_short_hold_does_not_anchor_the_slow_mean() -> None:
+    # A cache's first call is often a hit of 1 ms, its mean 30 ms: the slow mean is the plain
+    # average of the readings until it has seen as many holds as it remembers.
+    service = ServiceTimeEstimator(0.1)
+    service.observe(0.001)
+    service.spread()
+    for _ in range(60):
+        service.observe(0.03)
+        service.spread()
+    assert service.typical() > 0.02
+
+
 def test_a_faster_tool_is_judged_by_the_moving_mean_at_once() -> None:
     service = ServiceTimeEstimator(0.1)
     for _ in range(200):

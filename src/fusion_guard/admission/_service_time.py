@@ -141,7 +141,11 @@ class ServiceTimeEstimator:
                 step = mean - self._seen_mean
                 estimate = step * step * (2.0 - EWMA_ALPHA) / (2.0 * EWMA_ALPHA * (1.0 - keep))
                 self.variance += (1.0 - keep) * (estimate - self.variance)
-                self.slow += (1.0 - (1.0 - SLOW_ALPHA) ** (samples - seen)) * (mean - self.slow)
+                # At least the readings' plain average while fewer holds are measured than
+                # the slow mean's memory: its first reading (often of one hold) is no anchor.
+                moved = samples - seen
+                weight = max(1.0 - (1.0 - SLOW_ALPHA) ** moved, moved / samples)
+                self.slow += weight * (mean - self.slow)
             else:
                 self.slow = mean
             self._seen = samples
