@@ -163,11 +163,11 @@ class ServiceTimeEstimator:
         after one: that is when queues are judged. Judged by it, a heavy-tailed tool's waiters
         were shed that a queue without predictive shedding served in time (the demo's tool of 2
         workers, sigma 1, ``max_queue=16, queue_timeout=0.15`` at 0.8x: 9 calls predicted late
-        over seeds 1-9, 7 of them served in time without it). A tool that really slowed is
-        read by the moving mean before the slow one, so the slow one lags it; the calls in
-        flight still raise the hold as they age (``evidence``), and under sustained overload,
-        where a call shed that would have been served leaves its place to another, the moving
-        mean is kept."""
+        over seeds 1-9, 7 of them served in time without it; 3 judged by this). A tool that
+        really slowed is read by the moving mean before the slow one, so the slow one lags it;
+        the calls in flight still raise the hold as they age (``evidence``), and under
+        sustained overload, where a call shed that would have been served leaves its place to
+        another, the moving mean is kept."""
         mean = self.mean
         if overloaded or not self.samples:
             return mean
