@@ -175,11 +175,12 @@ class ServiceTimeEstimator:
         slow = self.slow
         return slow if slow < mean else mean
 
-    def evidence(self, in_flight: float, overloaded: bool = False) -> float:
+    def evidence(self, in_flight: float, overloaded: bool = False, outrun: bool = False) -> float:
         """The hold time known from measurements alone (finished holds, calls in flight): what
         predictive shedding rests on. 0.0 while nothing has finished and nothing is in flight.
 
-        Once holds are measured, it is their ``typical`` mean, and the youngest call in flight
+        Once holds are measured, it is their ``typical`` mean (the moving mean while calls
+        arrive faster than the slots open: ``outrun``), and the youngest call in flight
         raises it only once it outlived what their spread explains (``EVIDENCE_SPREADS``
         standard deviations past the mean, as last read by ``spread``), and then in
         proportion: a call in flight twice that old says the holds are twice as long. With
@@ -193,7 +194,7 @@ class ServiceTimeEstimator:
         calls waited out their timeout at 1.5x a tool of sigma 1-1.2)."""
         if not self.samples:
             return in_flight
-        mean = self.typical(overloaded)
+        mean = self.typical(overloaded or outrun)
         if in_flight <= mean:
             return mean
         if overloaded:
