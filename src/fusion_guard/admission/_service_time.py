@@ -157,7 +157,9 @@ class ServiceTimeEstimator:
     def typical(self, overloaded: bool = False) -> float:
         """The mean hold predictive shedding judges a queue by: the moving mean, or the slow
         mean (``slow``, read on this slow path as ``spread`` reads the variance) when lower,
-        unless under sustained overload (``overloaded``).
+        but by no more than the moving mean's own standard error (``sqrt(spread * a / (2 -
+        a))`` of it, ``a`` its weight: a reading that high is chance, one higher a change the
+        slow mean lags); the moving mean under overload (``overloaded``).
 
         Queues form behind runs of long holds, and a mean of about 20 holds is read high just
         after one: that is when queues are judged. Judged by it, a heavy-tailed tool's waiters
@@ -171,9 +173,10 @@ class ServiceTimeEstimator:
         mean = self.mean
         if overloaded or not self.samples:
             return mean
-        self.spread()  # (brings ``slow`` up to the holds measured)
+        spread = self.spread()  # (brings ``slow`` up to the holds measured)
+        floor = mean * (1.0 - math.sqrt(spread * EWMA_ALPHA / (2.0 - EWMA_ALPHA)))
         slow = self.slow
-        return slow if slow < mean else mean
+        return mean if slow >= mean else slow if slow > floor else floor
 
     def evidence(self, in_flight: float, overloaded: bool = False, outrun: bool = False) -> float:
         """The hold time known from measurements alone (finished holds, calls in flight): what
