@@ -273,7 +273,7 @@ def test_predictive_shedding_at_a_short_timeout_is_honest_on_a_bimodal_cache() -
     # Issue 41: with queue_timeout at the model's SLO (0.5 s), the bimodal cache at 0.8x (true
     # count, seed 2). Judged by the moving mean alone, one re-judgement shed 21 tail waiters on
     # a mean hold read at 79 ms (true 31 ms): 2.14 % refused against 0.82 % without predictive
-    # shedding. A queue not in sustained overload is judged by the slow mean when lower
+    # shedding. A queue outside overload is judged by the slow mean when lower
     # (``ServiceTimeEstimator.typical``): 0.82 % (docs/concurrency-internals.md).
     slo = model_named("cache").slo_s
     on = replay("cache", 0.8, "oracle", 2, predictive=True, queue_timeout=slo)

@@ -18,7 +18,7 @@ with the prior. Two readings of the hold follow:
 - for advice, the mean (the prior until a call finishes) raised to ``in_flight`` (read inline
   where refusals are advised, ``_refusal.py``: under overload most calls are refused);
 - :meth:`ServiceTimeEstimator.evidence`, for shedding: the same without the prior (0.0 when
-  nothing is known), because nobody is shed on a guess; and outside sustained overload, on the
+  nothing is known), because nobody is shed on a guess; and outside overload, on the
   lower of the mean and a slow mean of about 100 holds (``typical``): queues form behind runs
   of long holds, just when a mean of 20 reads high.
 
@@ -168,8 +168,9 @@ class ServiceTimeEstimator:
         over seeds 1-9, 7 of them served in time without it; 3 judged by this). A tool that
         really slowed is read by the moving mean before the slow one, so the slow one lags it;
         the calls in flight still raise the hold as they age (``evidence``), and under
-        sustained overload, where a call shed that would have been served leaves its place to
-        another, the moving mean is kept."""
+        overload (calls arriving faster than the slots open, read by the guard's overload
+        detector), where a call shed that would have been served leaves its place to another,
+        the moving mean is kept."""
         mean = self.mean
         if overloaded or not self.samples:
             return mean
