@@ -190,9 +190,11 @@ def test_the_paced_slots_are_not_held_below_what_the_pace_needs() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="upstream_tight (a bucket of 1) at 0.8x: auto sheds 15 %, seed 1 (the upstream itself"
-    " refuses 46 % of the calls a fixed limit admits on arrival; paced, auto serves 1.2x the"
-    " oracle's goodput, but sheds: the slots do not space every admission a token apart)",
+    reason="upstream_tight (a bucket of 1) at 0.8x: auto sheds 7.1 %, seed 1 (the upstream itself"
+    " refuses 46 % of the calls a fixed limit admits on arrival; paced, auto serves 1.5x the"
+    " oracle's goodput, but sheds: its first pace is measured over unpaced calls the bucket"
+    " refused half of, and one slot always stays open, so a call at an idle tool or the last"
+    " in flight's successor goes without a token; docs/zoo.md, rate-limited upstreams)",
 )
 def test_an_upstream_without_burst_at_light_load_sheds_within_bounds() -> None:
     figures = cell("upstream_tight", 0.8, ("auto",)).policies["auto"]
