@@ -258,12 +258,6 @@ class FairQueue(Generic[WaiterT]):
         """The waiting client ``serve`` would serve now (some wait)."""
         return next(iter(self._ring))
 
-    def after_next(self) -> Tenant[WaiterT] | None:
-        """The waiting client in turn after ``next_in_turn`` (None: it waits alone)."""
-        ring = iter(self._ring)
-        next(ring)
-        return next(ring, None)
-
     def took_free_slot(self, key: str | None, now: float) -> None:
         """A call of client ``key`` took a free slot at arrival, counted as served lately (it
         is counted as started by the guard's first queue). Under priorities only, for the calls

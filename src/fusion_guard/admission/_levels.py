@@ -216,11 +216,6 @@ class Levels(Generic[WaiterT]):
                 # it would be moved back, and so not serve a greedy one call after call).
                 queue.remove(oldest.tenant, oldest, served=True)
                 waiter = oldest
-            elif rank >= CAPPED_FROM and (lighter := self._served_less(queue)) is not None:
-                # Out of turn too, and the client next in turn keeps its place.
-                waiters = lighter.waiters
-                waiter = next(reversed(waiters)) if newest else next(iter(waiters))
-                queue.remove(lighter, waiter, served=True)
             else:
                 waiter = queue.serve(newest)
             del order[waiter]
@@ -230,19 +225,6 @@ class Levels(Generic[WaiterT]):
         if rank >= CAPPED_FROM:
             self.running[rank] += 1
         return waiter
-
-    @staticmethod
-    def _served_less(queue: FairQueue[WaiterT]) -> Tenant[WaiterT] | None:
-        """Below ``interactive``: the client in turn after the next, when it was served less
-        lately than the next (free slots it took included, ``Levels.started``): it goes
-        first. Turns alone gave each waiting client half the hand-offs, however many free
-        slots the other had taken while it had none waiting."""
-        after = queue.after_next()
-        if after is None:
-            return None
-        turn = queue.next_in_turn()
-        served_after = queue.weight(after) - CALL * len(after.waiters)
-        return after if served_after < queue.weight(turn) - CALL * len(turn.waiters) else None
 
     @staticmethod
     def _even(queue: FairQueue[WaiterT], tenant: Tenant[WaiterT]) -> bool:
