@@ -56,10 +56,12 @@ SHED_AT_ARRIVAL = 5
 #: inline and the C getter, as above).
 SHED_KEYED = 18
 #: A call shed at arrival on its predicted wait (the queue not full, the wait too long): the
-#: overload detector and the discipline look first (22 before the C getter of the envelope's
-#: text; 21 until advice of a second or more, 10 s here, was rendered inline as sub-second
-#: advice is).
-SHED_PREDICTED = 19
+#: overload detector and the discipline look first, and outside overload the hold is judged by
+#: the typical mean (``ServiceTimeEstimator.typical``, its spread read, and the detector's
+#: ``overloaded``: 4 calls more than the 19 before it, a rarer refusal than a full queue's,
+#: whose path is unchanged). 22 before the C getter of the envelope's text; 21 until advice of
+#: a second or more, 10 s here, was rendered inline as sub-second advice is.
+SHED_PREDICTED = 23
 #: ``async with guard.admit(tool):`` through the Guard with metrics off, free slot, the default
 #: 50 s deadline: the ticket, the slot, the deadline and the default observers. At most: the
 #: Guard's own part may shrink. 25 before the slot became the one reporter of the call's end

@@ -102,7 +102,8 @@ class Queue:
         service = core.service
         discipline = core.discipline
         overloaded = discipline.sustained(now, queued, service.mean)
-        outrun = discipline.overload.overloaded()
+        # (the detector read only when it can matter)
+        outrun = overloaded or discipline.overload.overloaded()
         hold = service.evidence(now - core.latest_start, overloaded, outrun)
         spread = service.spread()
         is_late, slots, latest = discipline.is_late, core.max_active, core.latest_start
