@@ -82,6 +82,27 @@ def test_an_uncrowded_windows_parallelism_is_taken_at_once() -> None:
     assert limit.parallelism == pytest.approx(6.0)
 
 
+@pytest.mark.parametrize(
+    ("service", "first", "measured"), [(3.0, 5.0, 1.0), (0.2, 3.0, 1.0), (0.02, 3.0, 3.0)]
+)
+def test_a_slow_tools_unmeasured_parallelism_holds_no_slot_of_the_limit(
+    service: float, first: float, measured: float
+) -> None:
+    """Before a window has measured it, the parallelism is a guess (the initial limit over the
+    tolerance): a slow tool's warm-up, held to it and one under overload, took 56 s, not 16 s,
+    to gather its first baseline at 0.8x of 8 workers. So a slow tool's reads the limit less one
+    (the slots under overload are the limit) until a window measures it; a fast tool's, whose
+    first window comes within a second, is the guess as before."""
+    limit = GradientLimit(initial_limit=6)
+    limit.on_sample(0.0, service, 1, False)  # a quiet call of the warm-up
+    assert limit.parallelism == first  # a slow tool's (3 s calls): 5, else the guess, 3
+    _quiet_calls(limit, 30, service, now=service)
+    assert limit.limit == 6
+    # Windows of lone calls measured it (one at a time), once they amounted to a full window's
+    # service: 30 calls of 3 s or 0.2 s did, 30 of 20 ms not yet (still the guess).
+    assert limit.parallelism == measured
+
+
 def _serve(workers: int, low: float, high: float, seconds: float, seed: int) -> list[int]:
     """A slow tool of ``workers`` FIFO workers (uniform ``low``-``high`` s a call, the rest
     waiting inside), always offered more than the limit admits; the limit in force at each

@@ -249,6 +249,7 @@ class GradientLimit:
             calm = inflight <= self._quiet_floor
         if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
+            self._parallelism.warming(duration > self._sighted_above)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
@@ -330,9 +331,9 @@ class GradientLimit:
         window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; at once for
         a slow tool's window as fast as uncrowded, or a full one so beyond its noise), falling to
         a lower one at once; until measured, the initial limit over ``tolerance`` (where the
-        limit would settle). The mean, not the peak: one call left over from a higher limit
-        would otherwise set it."""
-        return self._parallelism.value
+        limit would settle; a slow tool's, the limit less one: ``ParallelismEstimate.read``).
+        The mean, not the peak: one call left over from a higher limit would set it."""
+        return self._parallelism.read(self._limit)
 
     def on_overload(
         self, start: float, duration: float, inflight: int, *, overtook: int = 0

@@ -162,11 +162,28 @@ class ParallelismEstimate:
     """The calls the tool appears to serve in parallel, learnt a window at a time (how, and why:
     ``GradientLimit.parallelism``). ``value`` is read, not written."""
 
-    __slots__ = ("_measured", "value")
+    __slots__ = ("_measured", "_slow", "value")
 
     def __init__(self, guess: float) -> None:
         self.value = guess  # until a window measures it
         self._measured = False
+        self._slow = False  # the warm-up's last call outlasted SIGHTED_WINDOWS windows
+
+    def warming(self, slow: bool) -> None:
+        """A call of the warm-up finished: ``slow`` if it outlasted ``SIGHTED_WINDOWS`` windows
+        (a slow tool's, for ``read``)."""
+        self._slow = slow
+
+    def read(self, limit: int) -> float:
+        """The estimate, under a ``limit``; until a window measures it, a slow tool's guess is
+        the limit less one, so the slots held under overload (the parallelism and one) are the
+        limit. The guess, the initial limit over the tolerance, is no measurement: a tool of 8
+        workers and 1-5 s calls held to 3 slots of its first 4 at 0.8x took 56 s, not 16 s, to
+        gather its first baseline, and shed 18 % (seed 15; its seconds-long overload averages,
+        before they spanned its openings, read overload only now and then and hid it)."""
+        if self._slow and not self._measured:
+            return max(self.value, limit - 1.0)
+        return self.value
 
     def learn(
         self, crowd: float, baseline: float, latency: float, slow_room: bool, at_once: int
