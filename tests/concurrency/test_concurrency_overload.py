@@ -338,4 +338,5 @@ def test_a_slow_tool_reads_the_same_in_its_own_time() -> None:
     (fast, slow) = readings
     assert [r[:2] for r in fast[100:]] == [r[:2] for r in slow[100:]]
     assert [r[2] for r in fast[100:]] == pytest.approx([r[2] for r in slow[100:]], rel=1e-6)
-    assert any(r[0] for r in fast) and not all(r[0] for r in fast)
+    assert any(r[0] for r in fast)  # the overload was seen, and so was its end
+    assert not all(r[0] for r in fast)

@@ -320,8 +320,7 @@ class GradientLimit:
 
     @property
     def served_at_once(self) -> int:
-        """The most calls seen served at once within the last ``OVERTAKING_MEMORY`` samples (1
-        when none overtook another): the one record of it, read too by ``_feedback.py``."""
+        """The most calls seen served at once lately (``ServedAtOnce``; ``_feedback.py`` too)."""
         return self._served.most()
 
     @property
@@ -371,7 +370,8 @@ class GradientLimit:
             not early and uncrowded_window(self._window, latency, baseline, self.window_samples)
         )
         crowd = self._window_crowd / len(self._window)
-        self._parallelism.learn(crowd, baseline, latency, room, at_once)
+        window = ([] if early else self._window) if baseline > self._sighted_above else None
+        self._parallelism.learn(crowd, baseline, latency, room, at_once, window, self._quiet)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar

@@ -10,6 +10,13 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
+For a slow tool both horizons are a number of *openings* instead (``SLOW_OPENINGS``,
+``FAST_OPENINGS``), once an opening is longer than ``SCALED_FROM``: a tool of 8 workers and
+1-5 s calls opens a slot every 0.375 s, so averages of 1 s and 0.25 s saw one to four of its
+arrivals, read overload now and then at any load, and the slots in force flickered from the
+parallelism and one to the whole limit. At ``SCALED_FROM`` the two rules agree, so a tool whose
+openings are shorter (the demo's, 10 ms) reads as before, to the bit.
+
 Either one above its bar means overload, the slow one only while the fast one still sees calls
 coming at least as fast as slots open (it remembers an overload for seconds after it ended).
 Each is taken over the time it has seen: started at zero, an average would read a new guard's
