@@ -8,7 +8,8 @@
 
 The guard runs as it is (``ConcurrencyGuard``, its queue, its refusals), on trio with a mock
 clock that jumps to the next timer whenever every task waits: time passes in sleeps only, so a
-20 s run takes about a second and the same seed gives the same figures. The tools:
+20 s run takes about a second and the same seed gives the same figures. Every policy of a seed
+is offered the same arrivals, the same of them with bad input (streams of their own). The tools:
 
 - **fail-fast pool**: ``pool`` connections; a call that finds them all taken raises
   ``PoolExhausted`` after 1 ms, one that gets one holds it for its service (40 ms, log-normal
@@ -77,13 +78,15 @@ class Tool:
     down: tuple[float, float] | None = None  # (from, to): every call fails at once
     busy: int = 0
 
-    async def call(self, rng: random.Random, run: Run) -> None:
+    async def call(self, rng: random.Random, run: Run, bad_input: bool = False) -> None:
+        """One call; ``bad_input``: it fails with ``ValueError`` whatever the load (drawn per
+        arrival by ``simulate``, so every policy of a seed sees the same calls fail)."""
         now = trio.current_time()
         run.tool_calls.append(now)
         if self.down is not None and self.down[0] <= now < self.down[1]:
             await trio.sleep(0.001)
             raise PoolExhausted
-        if self.random_errors and rng.random() < self.random_errors:
+        if bad_input:
             await trio.sleep(0.001)
             raise ValueError("bad input")
         if self.busy >= self.pool and self.fail_fast:
@@ -109,7 +112,14 @@ def simulate(
 ) -> Run:
     """One run: ``policy`` is ``oracle`` (fixed at the pool), ``fixed10``, ``auto`` (overload
     errors named) or ``auto-unnamed``."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # service times
+    # The arrivals and which of them have bad input, each from a stream of its own, so that
+    # every policy of a seed is offered the same calls. Drawn from ``rng`` between the service
+    # times, they followed the order each policy admitted calls in: at 16 connections, one
+    # seed's oracle was offered 2053 calls and ``auto`` 1967, and goodput against the oracle's
+    # moved by 2-5 % with that alone.
+    arrivals = random.Random(f"arrivals {seed}")
+    bad_inputs = random.Random(f"bad input {seed}")
     run = Run()
     capacity = tool.pool / tool.service
 
@@ -129,11 +139,11 @@ def simulate(
                 clock=trio.current_time,
             )
 
-        async def one() -> None:
+        async def one(bad_input: bool) -> None:
             try:
                 async with guard.slot():
                     run.admitted += 1
-                    await tool.call(rng, run)
+                    await tool.call(rng, run, bad_input)
                 run.ok += 1
                 run.ok_times.append(trio.current_time())
             except ServerBusy as busy:
@@ -155,13 +165,13 @@ def simulate(
             nursery.start_soon(sample_limit)
             now = 0.0
             while True:
-                now += rng.expovariate(load * capacity)
+                now += arrivals.expovariate(load * capacity)
                 if now >= seconds:
                     break
                 await trio.sleep_until(now)
                 run.arrivals += 1
                 run.arrived.append(now)
-                nursery.start_soon(one)
+                nursery.start_soon(one, bad_inputs.random() < tool.random_errors)
             await trio.sleep(2.0)  # the last calls end
             nursery.cancel_scope.cancel()
 

@@ -9,6 +9,10 @@ in virtual time.
     python benchmarks/priorities.py --seeds 1-4 --workers 8  # a tool of 8 workers
     python benchmarks/priorities.py --seeds 10 --breakdown  # where the slowest 1 % waited
 
+Each seed prints the aware guard, the blind one, the control (``alone``: the same interactive
+arrivals, no background) and a clairvoyant bound for the aware run and the control: their
+interactive calls with their own service draws, in arrival order, no background, no guard.
+
 The scenario is ``fusion-guard demo --scenario priorities``'s (``fusion_guard.demo._priorities``:
 the tool, the clients, the arrivals, the figures), one load at a time, on trio with a mock clock
 (each seed also seeds trio's shuffling of tasks that are ready together, so the same command
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import heapq
 import json
 import logging
 import sys
@@ -28,6 +33,7 @@ from dataclasses import asdict
 import trio
 from trio.testing import MockClock
 
+from fusion_guard.demo._loadgen import percentile
 from fusion_guard.demo._priorities import (
     INTERACTIVE,
     CallTrace,
@@ -105,6 +111,39 @@ def breakdown(trace: list[CallTrace], scenario: PrioritiesScenario) -> dict[str,
     }
 
 
+def bound(
+    trace: list[CallTrace], scenario: PrioritiesScenario, mode: str = "aware"
+) -> dict[str, float]:
+    """The clairvoyant bound on ``mode``'s interactive p99 (over the uncontended p99): the same
+    interactive calls, each with the service it really drew in that run, served in arrival order
+    by the tool's workers with no background at all and nothing held back (no guard): a rule
+    that neither preempts a call nor serves them out of arrival order can only add to it
+    (background only takes workers from them); ``service_x``: the p99 of their services alone,
+    no queueing at all. So
+    ``service_x`` is the draws' luck, ``own_x - service_x`` the interactive calls' queueing
+    behind each other, and the run's p99 - ``own_x`` what background (and the guard) added."""
+    calls = sorted(
+        (t.sent, t.done - t.worker) for t in trace if t.mode == mode and t.client in INTERACTIVE
+    )
+    if not calls:
+        return {}
+    start = calls[0][0] + scenario.warmup_s
+    end = start + scenario.duration_s
+    free = [calls[0][0]] * scenario.model.workers
+    latencies, services = [], []
+    for sent, service in calls:
+        at = max(sent, heapq.heappop(free))
+        heapq.heappush(free, at + service)
+        if start <= sent < end:
+            latencies.append(at + service - sent)
+            services.append(service)
+    unit = scenario.model.uncontended_p99_s
+    own, alone = percentile(latencies, 0.99), percentile(services, 0.99)
+    assert own is not None
+    assert alone is not None
+    return {"service_x": round(alone / unit, 3), "own_x": round(own / unit, 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", default="1-3")
@@ -140,7 +179,7 @@ def main() -> int:
             seed=seed,
             service_seed=args.service_seed,
         )
-        trace: list[CallTrace] | None = [] if args.breakdown else None
+        trace: list[CallTrace] = []
         result = _run(scenario, args.load, trace)
         figures = {mode: asdict(f) for mode, f in result.loads[0].modes.items()}
         missed = missed_targets(result)
@@ -150,7 +189,9 @@ def main() -> int:
         print(f"        aware {json.dumps(figures['aware'])}")
         print(f"        alone {json.dumps(figures['alone'])}")
         print(f"        {'PASS' if not missed else 'MISS: ' + '; '.join(missed)}")
-        if trace is not None:
+        out[seed]["bound"] = bounds = {m: bound(trace, scenario, m) for m in ("aware", "alone")}
+        print(f"        clairvoyant, own draws: {json.dumps(bounds)}")
+        if args.breakdown:
             out[seed]["breakdown"] = parts = breakdown(trace, scenario)
             print(f"        slowest 1 % of interactive, ms: {json.dumps(parts)}")
     print(f"{met} of {len(seeds)} seeds met every target")

@@ -14,6 +14,7 @@ from fusion_guard import ConfigurationError
 from fusion_guard.admission._adaptive import GradientLimit
 from fusion_guard.admission._adaptive_tuning import (
     FIRST_PROBE_CALLS,
+    FIRST_PROBE_SAMPLES,
     FIRST_SAMPLES,
     OVERTAKING_MEMORY,
     PARALLELISM_WEIGHT,
@@ -84,7 +85,7 @@ def test_a_new_limit_holds_its_initial_value_until_the_first_quiet_calls_have_co
     limit = GradientLimit(initial_limit=8)
     assert limit.limit == 8  # not a quarter of it: a fresh guard's first burst runs at 8
     now = 0.0
-    for _ in range(FIRST_SAMPLES):
+    for _ in range(FIRST_PROBE_SAMPLES):  # (steady quiet calls: FIRST_SAMPLES if they spread)
         # Calls four times slower than uncrowded would cut the limit, once a baseline exists.
         limit.on_sample(now, 0.040, 8, False)  # crowded: no baseline from these
         limit.on_sample(now, 0.010, 1, False)  # quiet

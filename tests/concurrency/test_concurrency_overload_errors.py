@@ -75,6 +75,35 @@ def test_errors_whose_share_rises_with_the_calls_in_flight_are_overload() -> Non
     assert _end(feedback, 6, "error") is OVERLOAD
 
 
+def test_a_pool_full_with_its_connections_held_still_reads_as_overload() -> None:
+    feedback = _feedback()
+    for _ in range(30):
+        for inflight in range(1, 5):
+            _end(feedback, inflight, "ok")
+    for _ in range(4):  # the pool's four connections, busy: they started with 1-4 in flight
+        feedback.seat(None)
+    assert _end(feedback, 5, "internal_error") is OVERLOAD
+
+
+def test_errors_at_a_new_top_count_that_end_before_its_served_calls_teach_nothing() -> None:
+    # A fifth of the calls fail at once (bad input) at every count; a served call takes longer.
+    # When the limit has just risen to 5, the first calls at 5 to end are its errors, while the
+    # served ones still run: counted as they end, the share at 5 read 100 % (a 16-connection
+    # pool, ``benchmarks/error_sim.py --queuing-pool 16``: a ceiling each time the limit climbed).
+    feedback = _feedback()
+    for round_ in range(40):
+        for inflight in range(1, 5):
+            outcome = "error" if (round_ + inflight) % 5 == 0 else "ok"
+            _end(feedback, inflight, outcome)
+    for _ in range(4):  # the calls of the old limit, still serving (they started with 1-4)
+        feedback.seat(None)
+    running = [feedback.seat(None) for _ in range(2)]  # started with 5 and 6: still serving
+    signals = [_end(feedback, 5, "error") for _ in range(4)]
+    assert OVERLOAD not in signals
+    for seat in running:
+        assert feedback.ended(seat, 0.0, 0.04, 5, None, "ok") is False
+
+
 def test_errors_as_frequent_at_any_load_teach_nothing() -> None:
     feedback = _feedback()
     signals = []

@@ -50,6 +50,30 @@ async def test_clients_take_turns_inside_one_priority() -> None:
     assert order[0] == "b1"  # a newcomer lighter than a: its first call does not wait behind them
 
 
+async def test_interactive_clients_near_even_are_served_oldest_first() -> None:
+    """Above ``background`` the oldest call goes first while its client weighs at most twice the
+    client next in turn (and a call): turns put a call behind later ones, whose own service may
+    be long (the interactive p99, docs/priorities-measured.md). A greedy client still waits."""
+    guard = ConcurrencyGuard(max_active=1, max_queue=20, priority_share=1.0)
+    order: list[str] = []
+    holder = guard.acquire_nowait()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: _hold(guard, order, "bg", client="x", priority="background"))
+        await anyio.wait_all_tasks_blocked()
+        calls = [("a1", "a"), ("b1", "b"), ("a2", "a"), ("b2", "b"), ("c1", "c")]
+        calls += [(f"g{n}", "g") for n in range(1, 5)] + [("d1", "d")]
+        for name, client in calls:
+            tasks.start_soon(lambda n=name, c=client: _hold(guard, order, n, client=c))
+            await anyio.wait_all_tasks_blocked()
+        holder.release()
+    # Taking turns, c1 (a newcomer lighter than a, at the head) would have gone first.
+    assert order[:5] == ["a1", "b1", "a2", "b2", "c1"]
+    # Then g, four calls waiting, is next in turn, d behind it: once g is served, it weighs
+    # more than twice d, and d1 is not left behind all of g's calls.
+    assert order[5:8] == ["g1", "d1", "g2"]
+    assert order[-1] == "bg"
+
+
 async def test_a_higher_priority_arrival_displaces_the_lowest_newest_waiter() -> None:
     guard = ConcurrencyGuard(max_active=1, max_queue=2, priority_share=1.0)
     answers: dict[str, str] = {}

@@ -11,7 +11,11 @@ import random
 import pytest
 
 from fusion_guard.admission._adaptive import GradientLimit
-from fusion_guard.admission._adaptive_tuning import FIRST_SAMPLES, SLOW_START, SLOW_WINDOW_SAMPLES
+from fusion_guard.admission._adaptive_tuning import (
+    FIRST_PROBE_SAMPLES,
+    SLOW_START,
+    SLOW_WINDOW_SAMPLES,
+)
 
 
 def _quiet_calls(limit: GradientLimit, count: int, service: float, now: float = 0.0) -> float:
@@ -22,13 +26,14 @@ def _quiet_calls(limit: GradientLimit, count: int, service: float, now: float = 
     return now
 
 
-@pytest.mark.parametrize(("service", "needed"), [(3.0, 10), (0.2, 15), (0.02, FIRST_SAMPLES)])
+@pytest.mark.parametrize(("service", "needed"), [(3.0, 10), (0.2, 15), (0.02, FIRST_PROBE_SAMPLES)])
 def test_the_first_baseline_needs_fewer_calls_the_longer_each_takes(
     service: float, needed: int
 ) -> None:
     # The first baseline rests on FIRST_SAMPLES x window seconds of quiet calls (3 s by
     # default), never fewer than probe_samples calls: 10 calls of 3 s, 15 of 0.2 s, and for a
-    # tool faster than the window, FIRST_SAMPLES calls as before.
+    # tool faster than the window FIRST_SAMPLES calls, or FIRST_PROBE_SAMPLES when they are
+    # steady (within 1.5x of one another), as these are.
     limit = GradientLimit()
     _quiet_calls(limit, needed - 1, service)
     assert limit.baseline == pytest.approx(service)
@@ -62,7 +67,7 @@ def test_a_slow_tools_window_closes_after_a_few_calls() -> None:
 
 def test_a_fast_tools_window_still_needs_window_samples() -> None:
     limit = GradientLimit()
-    now = _quiet_calls(limit, FIRST_SAMPLES, 0.02)
+    now = _quiet_calls(limit, FIRST_PROBE_SAMPLES, 0.02)  # steady: the first baseline
     before = limit.limit
     # Fewer calls than the short growth window (5 per slot) and a full one (20): for calls of
     # 20 ms, SLOW_WINDOW_SAMPLES of them close no window, however long they are spread.

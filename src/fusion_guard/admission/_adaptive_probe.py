@@ -2,8 +2,11 @@
 enough for a baseline, and when it must make room for some.
 
 A new limit holds its initial value and takes its first baseline from the first
-``FIRST_SAMPLES`` quiet calls as they come (a slow tool's once they amount to ``FIRST_SAMPLES x
-window`` seconds of service, ``SLOW_WINDOW_SAMPLES`` calls at the least); if ``FIRST_PROBE_CALLS``
+``FIRST_SAMPLES`` quiet calls as they come, or ``FIRST_PROBE_SAMPLES`` if those lie within
+``LEVEL_SPREAD`` of one another (a steady tool's median is told by 15 calls as well as by 30,
+and a fresh guard crowded from the start took a second to gather 30 at 3 slots in force); a
+slow tool's once they amount to ``FIRST_SAMPLES x window`` seconds of service
+(``SLOW_WINDOW_SAMPLES`` calls at the least). If ``FIRST_PROBE_CALLS``
 crowded calls come first, it makes room for quiet ones (a probe). A probe holds the limit at
 the quiet bound until ``probe_samples`` quiet calls have finished; the first one until
 ``FIRST_PROBE_SAMPLES`` have (those of the warm-up count), and it holds the parallelism first,
@@ -183,8 +186,9 @@ class Probe:
         elif not measured:
             self._crowded_unmeasured += 1
         taken = self._taken
-        # The first baseline's quiet calls: fewer if the first probe holds slots for them.
-        first = FIRST_PROBE_SAMPLES if self.probing else FIRST_SAMPLES
+        # The first baseline's quiet calls: fewer if the first probe holds slots for them, or
+        # if those come steady (``_steady``).
+        first = FIRST_PROBE_SAMPLES if self.probing or self._steady() else FIRST_SAMPLES
         if taken >= (needed if measured else first) or (
             not measured
             and taken >= SLOW_WINDOW_SAMPLES
@@ -213,6 +217,17 @@ class Probe:
         if not self.probing and self._crowded_unmeasured >= FIRST_PROBE_CALLS:
             return "start"  # the quiet calls counted so far still count
         return "hold"
+
+    def _steady(self) -> bool:
+        """Whether the warm-up's quiet calls so far, FIRST_PROBE_SAMPLES at least, lie within
+        LEVEL_SPREAD of one another: a steady tool's median is told by them within a few per
+        cent, as well as by FIRST_SAMPLES (see the module)."""
+        first = self._first
+        if len(first) < FIRST_PROBE_SAMPLES:
+            return False
+        durations = [duration for _, duration in first]
+        shortest = min(durations)  # (calls of no measurable time tell no spread)
+        return shortest > 0.0 and max(durations) <= LEVEL_SPREAD * shortest
 
     def _settled(self, now: float, service: float) -> bool:
         """Whether a slow tool's warm-up has quiet calls enough for a first baseline (``service``

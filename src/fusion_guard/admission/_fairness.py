@@ -254,6 +254,10 @@ class FairQueue(Generic[WaiterT]):
             self._forget_service()
         return waiter
 
+    def next_in_turn(self) -> Tenant[WaiterT]:
+        """The waiting client ``serve`` would serve now (some wait)."""
+        return next(iter(self._ring))
+
     def took_free_slot(self, key: str | None, now: float) -> None:
         """A call of client ``key`` took a free slot at arrival, counted as served lately (it
         is counted as started by the guard's first queue). Under priorities only, for the calls

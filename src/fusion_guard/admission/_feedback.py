@@ -35,10 +35,18 @@ one caller's arguments:
   error share of the calls that started with at least as many in flight as the failed one with
   the share of those that started with fewer (a two-proportion z-test over the last
   ``ERROR_HISTORY`` calls). A pool that fails fast once its connections are taken fails only the
-  calls above them; bad arguments and validation errors fail as often at any load. An error of
-  a call that ran alone (``ALONE``) tells no capacity at all: the tool failed for a call that
-  shared it with nobody (a backend that is down); the limit is told, so it can go back to where
-  it was once calls succeed again. Otherwise an error teaches nothing: its hold times the error's
+  calls above them; bad arguments and validation errors fail as often at any load. A call is
+  counted when it ends, and an error ends long before a call served: when the limit has just
+  risen, the first calls at the new count to end are its errors, and the share there read 100 %
+  of a few calls (a 16-connection pool with 20 % of bad input, traced: 2-4 errors and no call
+  served at the new top count, read as overload each time the limit climbed). So the calls in
+  flight when an error is judged that started with as many in flight or more count as not
+  failed among those from its count up: the served calls still to come, while the calls
+  holding a full pool's connections started below the count that fails
+  (``benchmarks/error_sim.py --queuing-pool 16``). An error of a call that ran alone
+  (``ALONE``) tells no capacity at all: the tool failed for a call that shared it with nobody (a
+  backend that is down); the limit is told, so it can go back to where it was once calls
+  succeed again. Otherwise an error teaches nothing: its hold times the error's
   own path (a validation error answers in microseconds), not the tool's service, and fed as a
   latency sample it would read as an uncrowded tool and grow the limit.
 - **An overload signal of a tool limited by a rate** (``RATE``) is one at a count of calls in
@@ -158,9 +166,10 @@ class ErrorShare:
         self.served.extend(more)
         self._errors.extend(more)
 
-    def rising(self, level: int) -> bool:
+    def rising(self, level: int, unfinished: int = 0) -> bool:
         """Count a failure of a call that started with ``level`` calls in flight; True when the
-        error share is clearly higher from that count up than below it."""
+        error share is clearly higher from that count up than below it. ``unfinished``: the
+        calls in flight now, counted as not failed from that count up (see the module)."""
         if level >= len(self.served):
             self._grow(level)
         ok, errors = self.served, self._errors
@@ -174,7 +183,7 @@ class ErrorShare:
                 for i, count in enumerate(counts):
                     counts[i] = count * scale
         low = low_ok + low_errors
-        high = high_ok + high_errors
+        high = high_ok + high_errors + unfinished
         if low < ERROR_LOW_CALLS:
             return False  # nothing to compare with: no calls seen with fewer in flight
         share = (low_errors + high_errors) / (low + high)
@@ -195,9 +204,10 @@ class _Client:
         self.score = 0
 
 
-Seat = tuple[_Client, int]
-"""A call's place in the feedback from admission to its end: its client's record, and the sum of
-the other clients' finished calls when it took its slot."""
+Seat = tuple[_Client, int, int]
+"""A call's place in the feedback from admission to its end: its client's record, the sum of
+the other clients' finished calls when it took its slot, and the calls then holding a slot,
+itself included, as counted from the tool's first error on (0: not counted)."""
 
 
 class CapacityFeedback:
@@ -220,7 +230,9 @@ class CapacityFeedback:
         "_at_once_before",
         "_ceiling_end",
         "_clients",
+        "_counting",
         "_errors",
+        "_holding",
         "_idle",
         "_last_drop",
         "_period_end",
@@ -232,6 +244,7 @@ class CapacityFeedback:
         "_served_now",
         "_served_top",
         "_served_top_before",
+        "_started",
         "_watching",
         "served",
         "served_time",
@@ -245,6 +258,7 @@ class CapacityFeedback:
         self._queued_by_others = queued_by_others
         self._served_at_once = served_at_once
         self._clients: dict[str | None, _Client] = {}
+        self._holding = 0  # calls holding a slot now, as counted (``_counting``)
         self._score = 0  # every client's finished calls summed as in the module
         self._last_drop = -math.inf  # when the last drop was signalled
         # The record of the last client whose calls all ended, kept (as new) for its next
@@ -253,6 +267,11 @@ class CapacityFeedback:
         self._idle: _Client | None = None
         self._errors = ErrorShare()
         self._served = self._errors.served  # counted into for every call served (``ended``)
+        # The calls holding a slot now, by the calls holding one when each took it (itself
+        # included): those an error's judgement counts as not failed (``ErrorShare.rising``).
+        # Counted from the first error on only: a tool that never fails pays nothing for it.
+        self._counting = False
+        self._started: list[int] = [0] * 17
         # From the first overload error on (``_watching``), and only then: the calls served and
         # their holds summed (a pacer reads the rate they are served at and the slots that rate
         # needs: ``_pacing.py``), counters that only grow; and, in the current period of
@@ -286,7 +305,16 @@ class CapacityFeedback:
             record.score = 0
             self._idle = None
         record.holding += 1
-        return record, self._score - record.score
+        if not self._counting:  # (no error yet: nothing reads the calls in flight by count)
+            return record, self._score - record.score, 0
+        started = self._started
+        self._holding = level = self._holding + 1
+        try:
+            started[level] += 1
+        except IndexError:
+            started.extend([0] * (level + 1 - len(started)))
+            started[level] += 1
+        return record, self._score - record.score, level
 
     def ended(
         self,
@@ -307,8 +335,11 @@ class CapacityFeedback:
         its arguments failed validation. Returns what the limit learns: ``False`` a latency
         sample, ``True`` a drop, ``OVERLOAD``, ``RATE`` or ``ALONE`` (see the module), ``None``
         nothing."""
-        record, others_then = seat
+        record, others_then, level = seat
         record.holding -= 1
+        if level:  # counted by the calls in flight at its start (``_counting``)
+            self._holding -= 1
+            self._started[level] -= 1
         if not record.holding:  # kept idle, in place of the one before (forgotten)
             idle = self._idle
             if idle is not None:
@@ -376,7 +407,11 @@ class CapacityFeedback:
             return None
         errors = self._errors
         # Counted, named or not, unless nothing was served since a call failed alone.
-        rising = False if errors.down() else errors.rising(inflight)
+        # The calls in flight now that started with as many or more have not failed (yet):
+        # counted from a tool's first error on (its calls in flight before it, not at all).
+        self._counting = True
+        unfinished = sum(self._started[inflight:])
+        rising = False if errors.down() else errors.rising(inflight, unfinished)
         if inflight <= 1:
             errors.failed_alone()
             return ALONE
