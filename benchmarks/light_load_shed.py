@@ -10,6 +10,7 @@ tool model behind a guard, Poisson arrivals at a multiple of its capacity, in vi
     python benchmarks/light_load_shed.py --replay cache --loads 0.8 --seeds 1-3 --max-queue 100000
     python benchmarks/light_load_shed.py --replay cache arg_cost --loads 0.8 --queue-alone
     python benchmarks/light_load_shed.py --replay cache --loads 0.8 --queue-alone --at-slo
+    python benchmarks/light_load_shed.py --replay cache arg_cost tight --loads 0.8 --offered
 
 Per model, load and policy: the share of calls refused (``shed``), split by rule (``predicted``
 at arrival or in the queue, ``expired`` after waiting ``queue_timeout``, ``full`` / ``standing``),
@@ -43,7 +44,12 @@ really time out; beside it, what the calls the guard refused became there, and t
 the model's SLO both ways; with ``--at-slo``, the queue alone waits at most the model's SLO (a
 call that waited that long is served late anyway), the bar were ``queue_timeout`` set to it.
 ``--replay CELL --at-slo`` (without ``--queue-alone``) runs the guard itself with its
-``queue_timeout`` at the model's SLO, predictive shedding on and off.
+``queue_timeout`` at the model's SLO, predictive shedding on and off. ``--replay CELL --offered``
+sets what each cell asks of the tool beside what the guard refuses: the work its calls bring
+(each call's drawn service over the worker-seconds there are), over the measured window and at
+its peak over the busiest 0.5, 1 and 2 s of it, and the share of the refusals made in the busiest
+2 s or the second after. A cell at "0.8x" is 0.8x on average over the
+seeds; a seed's own calls can bring more than the tool serves for seconds on end.
 
 Runs on asyncio in virtual time (``fusion_guard.demo._virtual_time``): time passes only in the
 tool's sleeps and the gaps between arrivals, so the figures are the guard's alone, and repeat.
@@ -52,6 +58,7 @@ tool's sleeps and the gaps between arrivals, so the figures are the guard's alon
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import logging
@@ -477,6 +484,93 @@ def _alone_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence
                     )
 
 
+#: The windows ``--offered`` reads the busiest stretch of a cell over (seconds).
+OFFERED_WINDOWS = (0.5, 1.0, 2.0)
+
+
+def offered_work(cell: str, load: float, seed: int) -> dict[str, Any]:
+    """The work a zoo cell's calls bring, as a multiple of what the tool serves: each call's
+    drawn service over the workers at its arrival, summed over the measured window
+    (``window``) and over the busiest stretch of ``OFFERED_WINDOWS`` seconds ending in it
+    (``peaks``: seconds -> (the multiple, the stretch's end, seconds from the start)), and each
+    call's arrival (``arrivals``, seconds from the start, by the index ``replay`` keys). The calls
+    are the zoo's own, drawn by running the cell with no policy (``_zoo._simulate``)."""
+    model = _zoo.TIGHT_MODEL if cell == "tight" else model_named(cell)
+    arrivals: list[float] = []
+    services: list[float] = []
+    arrive, draw = _zoo.poisson_arrivals, type(model).draw
+
+    def arriving(*args: Any) -> list[float]:
+        times = arrive(*args)
+        arrivals.extend(times)
+        return times
+
+    def drawing(self: Any, rng: random.Random) -> Any:
+        job = draw(self, rng)
+        services.append(job.service)
+        return job
+
+    async def run() -> tuple[float, Any]:
+        return await _zoo._simulate(model, load, seed, ())
+
+    _zoo.poisson_arrivals = arriving
+    type(model).draw = drawing  # type: ignore[method-assign]
+    try:
+        begin, _ = run_in_virtual_time(run)
+    finally:
+        _zoo.poisson_arrivals = arrive
+        type(model).draw = draw  # type: ignore[method-assign]
+    starts = [begin + offset for offset, _, _ in model.phases()]
+    workers = [count for _, count, _ in model.phases()]
+    work = [
+        s / workers[bisect.bisect_right(starts, t) - 1]
+        for t, s in zip(arrivals, services, strict=True)
+    ]
+    lo, hi = begin + model.settle_s, begin + model.total_s
+    window = sum(w for t, w in zip(arrivals, work, strict=True) if lo <= t < hi) / (hi - lo)
+    peaks: dict[float, tuple[float, float]] = {}
+    for seconds in OFFERED_WINDOWS:
+        busiest, at, first, total = 0.0, lo, 0, 0.0
+        for t, w in zip(arrivals, work, strict=True):
+            total += w
+            while arrivals[first] <= t - seconds:
+                total -= work[first]
+                first += 1
+            if lo + seconds <= t < hi and total / seconds > busiest:
+                busiest, at = total / seconds, t - begin
+        peaks[seconds] = (busiest, at)
+    return {"window": window, "peaks": peaks, "arrivals": [t - begin for t in arrivals]}
+
+
+def _offered_main(cells: Sequence[str], loads: Sequence[float], policies: Sequence[str],
+                  seeds: range) -> None:  # fmt: skip
+    for cell in cells:
+        for load in loads:
+            for seed in seeds:
+                work = offered_work(cell, load, seed)
+                peaks = " ".join(
+                    f"{seconds:g} s {peak:.2f}x (to {at:.1f} s)"
+                    for seconds, (peak, at) in work["peaks"].items()
+                )
+                # The busiest 2 s, and the second after it that its backlog takes to drain.
+                _, end = work["peaks"][max(OFFERED_WINDOWS)]
+                busy = (end - max(OFFERED_WINDOWS), end + 1.0)
+                refused = []
+                for policy in policies:
+                    outcomes = replay(cell, load, policy, seed, True)
+                    counts = Counter(outcomes.values())
+                    shed = sum(v for k, v in counts.items() if k in RULES) / counts.total()
+                    times = [work["arrivals"][i] for i, o in outcomes.items() if o in RULES]
+                    inside = sum(busy[0] <= t <= busy[1] for t in times)
+                    there = f", {inside / len(times):.0%} of them then" if times else ""
+                    refused.append(f"{policy} {shed:6.2%} {_rules(counts)}{there}".rstrip())
+                print(
+                    f"{cell:8} {load:4.1f}x seed {seed}: work {work['window']:.2f}x, busiest"
+                    f" {peaks} | refused: {'; '.join(refused)}",
+                    flush=True,
+                )
+
+
 def _p99(latencies: list[float]) -> float:
     return sorted(latencies)[int(0.99 * len(latencies))] if latencies else 0.0
 
@@ -551,15 +645,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="with --queue-alone: the queue alone waits at most the model's SLO; with --replay"
         " alone: every guard's queue_timeout is the model's SLO",
     )
+    parser.add_argument(
+        "--offered",
+        action="store_true",
+        help="with --replay: the work each cell's calls bring (over the measured window, and"
+        " its busiest 0.5, 1 and 2 s) beside what the guard refuses",
+    )
     args = parser.parse_args(argv)
     if (args.max_queue is not None or args.queue_alone) and not args.replay:
         parser.error("--max-queue and --queue-alone go with --replay")
     if args.at_slo and not args.replay:
         parser.error("--at-slo goes with --replay")
+    if args.offered and not args.replay:
+        parser.error("--offered goes with --replay")
     if args.replay:
         logging.getLogger("fusion_guard").setLevel(logging.CRITICAL)  # the zoo's errors, logged
         for cell in args.replay:
             default = ["oracle_tight"] if cell == "tight" else ["oracle", "auto"]
+            if args.offered:
+                _offered_main([cell], args.loads, args.policies or default, args.seeds)
+                continue
             if args.queue_alone:
                 _alone_main([cell], args.loads, args.policies or default, args.seeds, args.at_slo)
                 continue

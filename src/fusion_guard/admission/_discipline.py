@@ -263,7 +263,7 @@ class QueueDiscipline:
         if service.samples >= SPREAD_SAMPLES:  # (a spread is known: not for a new guard)
             overloaded = self.sustained(now, position - 1, service.mean)
             share = typical_share(position, service.spread(), miss_bar(False, overloaded))
-        hold = service.evidence(now - latest_start, overloaded)
+        hold = service.evidence(now - latest_start, overloaded, self.overload.overloaded())
         start = self.expected_start(position, now, slots, hold, latest_start, position - 1, share)
         return start > now + self.queue_timeout
 
@@ -337,7 +337,8 @@ class QueueDiscipline:
         """
         youngest = now - latest_start
         overloaded = self.sustained(now, queued, service.mean)
-        hold = service.evidence(youngest, overloaded)
+        outrun = self.overload.overloaded()
+        hold = service.evidence(youngest, overloaded, outrun)
         share = typical_share(queued, service.spread(), miss_bar(True, overloaded))
         rounds = (queued - 1) // slots
         # What the tail's start is judged by, t seconds on: now + t + share * (rest + steps *
@@ -349,7 +350,7 @@ class QueueDiscipline:
         rest = expected_wait(queued, slots, hold, youngest, mean_age) - rounds * hold
         grows_at, growth = 0.0, 1.0
         if service.samples:  # past the spread, in proportion (``evidence``)
-            mean = service.mean
+            mean = service.typical(overloaded or outrun)
             explained = mean + EVIDENCE_SPREADS * math.sqrt(service.variance)
             if overloaded:  # as soon as they outlive the mean, and as they age (``evidence``)
                 explained = mean

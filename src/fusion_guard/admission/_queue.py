@@ -102,7 +102,8 @@ class Queue:
         service = core.service
         discipline = core.discipline
         overloaded = discipline.sustained(now, queued, service.mean)
-        hold = service.evidence(now - core.latest_start, overloaded)
+        outrun = discipline.overload.overloaded()
+        hold = service.evidence(now - core.latest_start, overloaded, outrun)
         spread = service.spread()
         is_late, slots, latest = discipline.is_late, core.max_active, core.latest_start
         while queued:
