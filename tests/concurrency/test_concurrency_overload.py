@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from fusion_guard.admission._discipline import IDLE_SHARE, QueueDiscipline, keeping_busy
 from fusion_guard.admission._overload import (
     FIRST_AGE,
+    SCALED_FROM,
     SETTLING_CALLS,
     SLOW_HORIZON,
+    SLOW_OPENINGS,
     OverloadDetector,
 )
 
@@ -282,3 +284,59 @@ def test_without_sustained_overload_the_limit_is_in_force_whole() -> None:
     assert calm.slots_in_force(8, 2.0, t + 0.05, 1) == 8
     assert calm.standing(t + 0.2, 1)
     assert calm.slots_in_force(8, 2.0, t + 0.2, 1) == 8  # standing, but no overload
+
+
+def _step_response(opening: float, seconds: float) -> float:
+    """The slow average's share of a step in the arrival rate (1000 to 2000 calls a second)
+    seen ``seconds`` after it, for a tool whose slots open every ``opening`` seconds."""
+    detector = OverloadDetector(0.0)
+    t, count = _feed(detector, 1000.0, 0.0, 60.0, 0.01, 0, opening=opening)
+    _feed(detector, 2000.0, t, seconds, 0.01, count, opening=opening)
+    return (detector.arrival_rate - 1000.0) / 1000.0
+
+
+@pytest.mark.parametrize("opening", [OPENING, SCALED_FROM])
+def test_a_fast_tools_averages_span_their_seconds(opening: float) -> None:
+    """Slots opening every 10 ms (the demo's tool), or every SCALED_FROM: the slow average
+    follows a step in SLOW_HORIZON seconds (1 - 1/e of it), as it always has."""
+    assert _step_response(opening, SLOW_HORIZON) == pytest.approx(-math.expm1(-1.0), abs=0.01)
+
+
+def test_a_slow_tools_averages_span_its_openings() -> None:
+    """A tool of 8 workers and 3 s calls opens a slot every 0.375 s: seconds-long averages
+    would see one to four of its arrivals. Its slow average follows a step over SLOW_OPENINGS
+    openings, not SLOW_HORIZON seconds."""
+    opening = 0.375
+    horizon = SLOW_OPENINGS * opening
+    assert horizon > 3 * SLOW_HORIZON
+    assert _step_response(opening, horizon) == pytest.approx(-math.expm1(-1.0), abs=0.01)
+    assert _step_response(opening, SLOW_HORIZON) == pytest.approx(
+        -math.expm1(-SLOW_HORIZON / horizon), abs=0.01
+    )
+
+
+def test_a_slow_tool_reads_the_same_in_its_own_time() -> None:
+    """Both averages of a slow tool scale with its openings: a tool twice as slow, fed the
+    same arrivals at half the pace, reads overload (and calls outrunning its slots) at the
+    same looks, and the same offered load, as the faster one. Arrivals: 0.8x, then 1.3x and
+    1.6x its capacity, then 0.8x again, at random (seeded) spacings."""
+    rng = random.Random(7)
+    readings: list[list[tuple[bool, bool, float]]] = [[], []]
+    for scale, reading in zip((1.0, 2.0), readings, strict=True):
+        detector = OverloadDetector(0.0)
+        opening = 0.25 * scale
+        t, count = 0.0, 0
+        rng.seed(7)
+        for load in (0.8, 1.3, 1.6, 0.8):
+            for _ in range(200):
+                t += rng.expovariate(load / 0.25) * scale
+                count += 1
+                detector.observe(t, count, opening, SETTLED, 0.3)
+                reading.append(
+                    (detector.overloaded(), detector.outrunning(), detector.offered_load)
+                )
+    (fast, slow) = readings
+    assert [r[:2] for r in fast[100:]] == [r[:2] for r in slow[100:]]
+    assert [r[2] for r in fast[100:]] == pytest.approx([r[2] for r in slow[100:]], rel=1e-6)
+    assert any(r[0] for r in fast)  # the overload was seen, and so was its end
+    assert not all(r[0] for r in fast)

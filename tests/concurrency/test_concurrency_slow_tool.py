@@ -11,7 +11,11 @@ import random
 import pytest
 
 from fusion_guard.admission._adaptive import GradientLimit
-from fusion_guard.admission._adaptive_tuning import FIRST_PROBE_SAMPLES, SLOW_WINDOW_SAMPLES
+from fusion_guard.admission._adaptive_tuning import (
+    FIRST_PROBE_SAMPLES,
+    SLOW_START,
+    SLOW_WINDOW_SAMPLES,
+)
 
 
 def _quiet_calls(limit: GradientLimit, count: int, service: float, now: float = 0.0) -> float:
@@ -77,10 +81,62 @@ def test_an_uncrowded_windows_parallelism_is_taken_at_once() -> None:
     # A window at six slots, every call as fast as uncrowded: the tool serves six at once, and
     # the estimate says so at once (the slots in force under overload rest on it), not by a
     # share of the difference a window, which never reaches the slots in force.
+    # (In the slow start, as here, read as SLOW_START times that.)
     limit = GradientLimit(initial_limit=6)
     now = _quiet_calls(limit, 10, 3.0)
     _window_at_limit(limit, SLOW_WINDOW_SAMPLES, 3.0, now)
-    assert limit.parallelism == pytest.approx(6.0)
+    assert limit.parallelism == pytest.approx(SLOW_START * 6.0)
+
+
+def test_a_slow_tools_slow_start_lasts_until_a_window_queues_beyond_the_noise() -> None:
+    """While its windows are as fast as its quiet calls within the noise of both medians, a
+    slow tool is read as serving SLOW_START times the calls in flight (its slots under
+    overload climb by a share a window); the first window slower than that ends it, and from
+    then on a window reads as measured, the crowd scaled by baseline over median."""
+    limit = GradientLimit(initial_limit=6)
+    rng = random.Random(3)
+    now = 0.0
+    for _ in range(20):  # quiet calls of 2-4 s: a baseline near 3 s, of some spread
+        duration = rng.uniform(2.0, 4.0)
+        limit.on_sample(now, duration, 1, False)
+        now += duration
+    assert limit.parallelism == pytest.approx(SLOW_START * 1.0)  # lone calls, no queueing
+    # A window at the limit whose calls are within the quiet calls' spread: still starting.
+    for duration in (2.5, 3.0, 3.5, 2.8, 3.2):
+        limit.on_sample(now, duration, 6, False)
+        now += 0.5
+    assert limit.parallelism == pytest.approx(SLOW_START * 6.0)
+    # A window twice as slow as any quiet call queued inside the tool: the start is over, and
+    # the tool reads as serving about half the calls in flight (3 s over 8 s of six).
+    limit.on_sample(now, 8.0, 6, False)
+    for _ in range(SLOW_WINDOW_SAMPLES - 1):
+        now += 0.5
+        limit.on_sample(now, 8.0, 6, False)
+    assert limit.parallelism == pytest.approx(6 * limit.baseline / 8.0, rel=0.01)
+    assert limit.parallelism < 6.0
+
+
+@pytest.mark.parametrize(
+    ("service", "first", "measured"),
+    [(3.0, 5.0, SLOW_START * 1.0), (0.2, 3.0, 1.0), (0.02, 3.0, 3.0)],
+)
+def test_a_slow_tools_unmeasured_parallelism_holds_no_slot_of_the_limit(
+    service: float, first: float, measured: float
+) -> None:
+    """Before a window has measured it, the parallelism is a guess (the initial limit over the
+    tolerance): a slow tool's warm-up, held to it and one under overload, took 56 s, not 16 s,
+    to gather its first baseline at 0.8x of 8 workers. So a slow tool's reads the limit less one
+    (the slots under overload are the limit) until a window measures it; a fast tool's, whose
+    first window comes within a second, is the guess as before."""
+    limit = GradientLimit(initial_limit=6)
+    limit.on_sample(0.0, service, 1, False)  # a quiet call of the warm-up
+    assert limit.parallelism == first  # a slow tool's (3 s calls): 5, else the guess, 3
+    _quiet_calls(limit, 30, service, now=service)
+    assert limit.limit == 6
+    # Windows of lone calls measured it (one at a time; the 3 s tool's in its slow start), once
+    # they amounted to a full window's service: 30 calls of 3 s or 0.2 s did, 30 of 20 ms not
+    # yet (still the guess).
+    assert limit.parallelism == measured
 
 
 def _serve(workers: int, low: float, high: float, seconds: float, seed: int) -> list[int]:

@@ -249,6 +249,7 @@ class GradientLimit:
             calm = inflight <= self._quiet_floor
         if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
+            self._parallelism.warming(duration > self._sighted_above)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
@@ -319,8 +320,7 @@ class GradientLimit:
 
     @property
     def served_at_once(self) -> int:
-        """The most calls seen served at once within the last ``OVERTAKING_MEMORY`` samples (1
-        when none overtook another): the one record of it, read too by ``_feedback.py``."""
+        """The most calls seen served at once lately (``ServedAtOnce``; ``_feedback.py`` too)."""
         return self._served.most()
 
     @property
@@ -330,9 +330,9 @@ class GradientLimit:
         window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; at once for
         a slow tool's window as fast as uncrowded, or a full one so beyond its noise), falling to
         a lower one at once; until measured, the initial limit over ``tolerance`` (where the
-        limit would settle). The mean, not the peak: one call left over from a higher limit
-        would otherwise set it."""
-        return self._parallelism.value
+        limit would settle; a slow tool's, the limit less one: ``ParallelismEstimate.read``).
+        The mean, not the peak: one call left over from a higher limit would set it."""
+        return self._parallelism.read(self._limit)
 
     def on_overload(
         self, start: float, duration: float, inflight: int, *, overtook: int = 0
@@ -370,7 +370,8 @@ class GradientLimit:
             not early and uncrowded_window(self._window, latency, baseline, self.window_samples)
         )
         crowd = self._window_crowd / len(self._window)
-        self._parallelism.learn(crowd, baseline, latency, room, at_once)
+        window = ([] if early else self._window) if baseline > self._sighted_above else None
+        self._parallelism.learn(crowd, baseline, latency, room, at_once, window, self._quiet)
         # Calls of twice the early bar or more (a dozen times the uncrowded latency at the
         # default tolerance) cut the limit to a quarter at once, not a half.
         deep = early and latency >= 2.0 * self._early_bar

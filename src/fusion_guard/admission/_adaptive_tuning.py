@@ -30,6 +30,8 @@ __all__ = [
     "SIGHTED_GROWTH",
     "SIGHTED_WINDOWS",
     "SLACK_FROM_AT_ONCE",
+    "SLOW_START",
+    "SLOW_START_CONFIDENCE",
     "SLOW_WINDOW_SAMPLES",
     "UNCROWDED_CONFIDENCE",
 ]
@@ -174,3 +176,15 @@ LEVEL_SPREAD = 1.5
 #: demo's, log-normal sigma 1: a band of 0.56 in logs at 20 calls) seldom passes, and a steady
 #: tool's (sigma 0.1: 0.05) does.
 UNCROWDED_CONFIDENCE = 2.0
+#: A slow tool's slow start: until its first window that shows queueing inside the tool, its
+#: parallelism reads this many times the calls in flight, so the slots in force under overload
+#: (the parallelism and one) climb by a share a window, not one slot, while its calls come back
+#: as fast as uncrowded. A first baseline of a few 1-5 s calls errs by a quarter or more (seed
+#: 1 of the zoo's slow tool: 1.9 s, the tool's median 3 s), so a window shows queueing only
+#: beyond the noise of both medians: its median's lower bound (this many standard errors, read
+#: off order statistics: a window of 5 calls, its fastest) above the quiet calls' upper bound.
+#: At 1.5 standard errors seed 1 at 0.8x still shed 2.8 %, at 2.5 and 3 none; 3 kept on the
+#: tuned seeds' goodput at 1.5x (seeds 1-6 and 13-18, docs/adaptive-tried.md: "The overload
+#: detector in openings").
+SLOW_START = 1.5
+SLOW_START_CONFIDENCE = 3.0

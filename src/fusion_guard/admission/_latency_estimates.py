@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Sequence
 
 from ._adaptive_tuning import (
     DEAD_BAND,
@@ -17,6 +18,8 @@ from ._adaptive_tuning import (
     PARALLELISM_WEIGHT,
     QUIET_SAMPLES,
     SLACK_FROM_AT_ONCE,
+    SLOW_START,
+    SLOW_START_CONFIDENCE,
     UNCROWDED_CONFIDENCE,
 )
 
@@ -29,6 +32,7 @@ __all__ = [
     "median_of_sorted",
     "quiet_bound",
     "uncrowded_window",
+    "within_noise",
 ]
 
 # Where the median of QUIET_SAMPLES sorted calls lies (the same place twice for an odd number):
@@ -75,6 +79,19 @@ def uncrowded_window(ordered: list[float], latency: float, baseline: float, full
     if not low > 0.0:
         return False
     return latency * math.pow(high / low, UNCROWDED_CONFIDENCE / math.sqrt(count)) <= bar
+
+
+def within_noise(window: Sequence[float], quiet: Sequence[float]) -> bool:
+    """Whether a window of calls (sorted) is as fast as the quiet calls (sorted) within the
+    noise of both medians: the window's lower bound no higher than the quiet calls' upper
+    bound, each ``SLOW_START_CONFIDENCE`` standard errors of a median from its middle, read
+    off order statistics (a median of ``n`` calls lies within ``sqrt(n) / 2`` ranks of the
+    middle one standard error in two)."""
+    if not window or not quiet:
+        return False
+    low = math.floor((len(window) - 1) / 2 - SLOW_START_CONFIDENCE * math.sqrt(len(window)) / 2)
+    high = math.ceil((len(quiet) - 1) / 2 + SLOW_START_CONFIDENCE * math.sqrt(len(quiet)) / 2)
+    return window[max(0, low)] <= quiet[min(len(quiet) - 1, high)]
 
 
 def quiet_bound(
@@ -162,21 +179,55 @@ class ParallelismEstimate:
     """The calls the tool appears to serve in parallel, learnt a window at a time (how, and why:
     ``GradientLimit.parallelism``). ``value`` is read, not written."""
 
-    __slots__ = ("_measured", "value")
+    __slots__ = ("_measured", "_slow", "starting", "value")
 
     def __init__(self, guess: float) -> None:
         self.value = guess  # until a window measures it
         self._measured = False
+        self.starting = True  # a slow tool's slow start (``SLOW_START``): until a window queues
+        self._slow = False  # the warm-up's last call outlasted SIGHTED_WINDOWS windows
+
+    def warming(self, slow: bool) -> None:
+        """A call of the warm-up finished: ``slow`` if it outlasted ``SIGHTED_WINDOWS`` windows
+        (a slow tool's, for ``read``)."""
+        self._slow = slow
+
+    def read(self, limit: int) -> float:
+        """The estimate, under a ``limit``; until a window measures it, a slow tool's guess is
+        the limit less one, so the slots held under overload (the parallelism and one) are the
+        limit. The guess, the initial limit over the tolerance, is no measurement: a tool of 8
+        workers and 1-5 s calls held to 3 slots of its first 4 at 0.8x took 56 s, not 16 s, to
+        gather its first baseline, and shed 18 % (seed 15; its seconds-long overload averages,
+        before they spanned its openings, read overload only now and then and hid it)."""
+        if self._slow and not self._measured:
+            return max(self.value, limit - 1.0)
+        return self.value
 
     def learn(
-        self, crowd: float, baseline: float, latency: float, slow_room: bool, at_once: int
+        self,
+        crowd: float,
+        baseline: float,
+        latency: float,
+        slow_room: bool,
+        at_once: int,
+        window: list[float] | None = None,
+        quiet: QuietBaseline | None = None,
     ) -> None:
         """A window closed with ``crowd`` calls in flight on average and a median ``latency``
         against the uncrowded ``baseline``; ``slow_room``: a slow tool's window as fast as
         uncrowded, taken as measured too (it has few windows, and shares of the difference
         never reach the slots in force under overload: its slots stayed below its workers);
-        ``at_once``: the most calls seen served at once during it."""
-        measured = max(1.0, crowd * min(1.0, baseline / latency))
+        ``at_once``: the most calls seen served at once during it. A slow tool's window gives
+        its calls ``window`` (sorted; empty for an early one, slow by definition) and the quiet
+        calls ``quiet``, for the slow start: until a window queues beyond the noise of
+        both medians (``within_noise``), the tool is read as serving ``SLOW_START`` times the
+        calls in flight."""
+        if self.starting and window is not None and quiet is not None:
+            self.starting = within_noise(window, quiet.ordered)
+        if self.starting and window is not None:
+            measured = SLOW_START * crowd
+        else:
+            measured = max(1.0, crowd * min(1.0, baseline / latency))
         if self._measured and measured > self.value and not slow_room:
             self.value += PARALLELISM_WEIGHT * (measured - self.value)
         else:  # the first estimate, a lower one, or a slow tool's with room: taken as measured

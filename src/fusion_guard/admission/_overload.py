@@ -10,6 +10,13 @@ averages of the arrival rate watch it:
 - a fast one (``FAST_HORIZON``): the onset of heavy overload within a few hundred milliseconds,
   with a higher bar (``FAST_FACTOR``) since a short average is noisy.
 
+For a slow tool both horizons are a number of *openings* instead (``SLOW_OPENINGS``,
+``FAST_OPENINGS``), once an opening is longer than ``SCALED_FROM``: a tool of 8 workers and
+1-5 s calls opens a slot every 0.375 s, so averages of 1 s and 0.25 s saw one to four of its
+arrivals, read overload now and then at any load, and the slots in force flickered from the
+parallelism and one to the whole limit. At ``SCALED_FROM`` the two rules agree, so a tool whose
+openings are shorter (the demo's, 10 ms) reads as before, to the bit.
+
 Either one above its bar means overload, the slow one only while the fast one still sees calls
 coming at least as fast as slots open (it remembers an overload for seconds after it ended).
 Each is taken over the time it has seen: started at zero, an average would read a new guard's
@@ -43,6 +50,13 @@ SLOW_HORIZON = 1.0
 SLOW_FACTOR = 1.15
 FAST_HORIZON = 0.25
 FAST_FACTOR = 1.3
+#: A slow tool's averages span at least this many openings (slow, fast): horizons of seconds
+#: see one to four arrivals of a tool that serves a few calls a second.
+SLOW_OPENINGS = 10.0
+FAST_OPENINGS = 2.5
+#: Openings longer than this (seconds) stretch both horizons; shorter ones leave them as set
+#: above (``SLOW_OPENINGS x SCALED_FROM == SLOW_HORIZON``, and likewise the fast one).
+SCALED_FROM = SLOW_HORIZON / SLOW_OPENINGS
 #: The guard's figure for an opening rests on this many finished calls before it is smoothed
 #: here: until then it is taken as it is (about a second of calls at the demo's capacity).
 SETTLING_CALLS = 100
@@ -105,9 +119,15 @@ class OverloadDetector:
         # capacity than the figure says. A heavy tail's mean swings: a tool of sigma 1.2 read
         # as serving 66-83 calls a second instead of 100 for a second after a long call, and a
         # 0.8x load as overload (the queue held to its standing limit: 0.3-0.6 % shed).
+        if opening > SCALED_FROM:  # a slow tool: horizons of so many openings, not seconds
+            slow_horizon = SLOW_OPENINGS * opening
+            fast_horizon = FAST_OPENINGS * opening
+        else:
+            slow_horizon = SLOW_HORIZON
+            fast_horizon = FAST_HORIZON
         margin = 1.0
         if spread > 0.0 and opening > 0.0:
-            margin += SPREAD_MARGIN * math.sqrt(spread * opening / SLOW_HORIZON)
+            margin += SPREAD_MARGIN * math.sqrt(spread * opening / slow_horizon)
         if self._opening != self._opening or evidence < SETTLING_CALLS:
             self._opening = opening  # the first look, or a figure still settling: taken as is
             # A mean of n holds is uncertain by about 1/sqrt(n) of itself (holds vary about
@@ -122,8 +142,8 @@ class OverloadDetector:
             self._offer()  # the figure for openings may have moved
             return
         rate = (arrivals - self._count) / elapsed
-        slow = math.exp(-elapsed / SLOW_HORIZON)
-        fast = math.exp(-elapsed / FAST_HORIZON)
+        slow = math.exp(-elapsed / slow_horizon)
+        fast = math.exp(-elapsed / fast_horizon)
         self._slow = self._slow * slow + rate * (1.0 - slow)
         self._fast = self._fast * fast + rate * (1.0 - fast)
         self._slow_weight = self._slow_weight * slow + (1.0 - slow)
