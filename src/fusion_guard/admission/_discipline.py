@@ -226,8 +226,10 @@ class QueueDiscipline:
     def sustained(self, now: float, queued: int, hold: float) -> bool:
         """Sustained overload, as predictive shedding reads it: calls arriving faster than the
         slots open, and a queue not empty for ``SUSTAINED_HOLDS`` holds of ``hold`` seconds (or
-        ``standing_after``, if longer). The arrival averages see a quarter and a whole second:
-        a tool of 1-5 s calls at half its capacity read two calls a second apart as overload."""
+        ``standing_after``, if longer). The queue's test is what keeps a burst from reading
+        as overload: a tool of 1-5 s calls at half its capacity read two calls a second apart
+        as overload when the arrival averages alone (then a quarter and a whole second, now
+        2.5 and 10 of a slow tool's openings: ``_overload.py``) decided."""
         return (
             bool(queued)
             and now - self.last_empty > max(self.standing_after, SUSTAINED_HOLDS * hold)
