@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import anyio
@@ -236,9 +237,7 @@ def test_evidence_is_the_mean_until_the_calls_in_flight_outlive_the_spread(
     holds: list[float], young: float, older: float
 ) -> None:
     service = ServiceTimeEstimator(0.1)
-    for hold in holds:
-        service.observe(hold)
-        service.spread()
+    _read_after_each(service, holds)
     low, high = sorted((young, older))
     typical = service.typical()
     assert typical <= service.mean
@@ -251,9 +250,7 @@ def test_a_run_of_long_holds_is_judged_by_the_slower_mean_unless_overloaded() ->
     # Queues form behind runs of long holds, when a mean of about 20 holds reads high: the
     # queue is judged by the slow mean until the run has lasted long enough to move it.
     service = ServiceTimeEstimator(0.1)
-    for _ in range(200):
-        service.observe(0.02)
-        service.spread()
+    _read_after_each(service, [0.02] * 200)
     for _ in range(10):
         service.observe(0.2)
     assert service.mean > 0.08
@@ -261,9 +258,7 @@ def test_a_run_of_long_holds_is_judged_by_the_slower_mean_unless_overloaded() ->
     assert service.evidence(0.0) == service.typical()
     assert service.typical(overloaded=True) == service.mean
     # A tool that slowed for good is read by the slow mean too, a few hundred holds later.
-    for _ in range(400):
-        service.observe(0.2)
-        service.spread()
+    _read_after_each(service, [0.2] * 400)
     assert service.typical() == pytest.approx(0.2, rel=0.05)
 
 
@@ -271,11 +266,7 @@ def test_a_new_guard_s_first_short_hold_does_not_anchor_the_slow_mean() -> None:
     # A cache's first call is often a hit of 1 ms, its mean 30 ms: the slow mean is the plain
     # average of the readings until it has seen as many holds as it remembers.
     service = ServiceTimeEstimator(0.1)
-    service.observe(0.001)
-    service.spread()
-    for _ in range(60):
-        service.observe(0.03)
-        service.spread()
+    _read_after_each(service, [0.001] + [0.03] * 60)
     assert service.typical() > 0.02
 
 
@@ -285,9 +276,7 @@ def test_a_tool_of_little_spread_is_judged_by_about_its_moving_mean() -> None:
     # no more than that toward a slow mean a quarter below it.
     rng = random.Random(3)
     service = ServiceTimeEstimator(3.0)
-    for _ in range(300):
-        service.observe(rng.uniform(1.0, 5.0))
-        service.spread()
+    _read_after_each(service, [rng.uniform(1.0, 5.0) for _ in range(300)])
     for _ in range(8):
         service.observe(5.0)
     assert service.slow < 0.8 * service.mean
@@ -296,9 +285,14 @@ def test_a_tool_of_little_spread_is_judged_by_about_its_moving_mean() -> None:
 
 def test_a_faster_tool_is_judged_by_the_moving_mean_at_once() -> None:
     service = ServiceTimeEstimator(0.1)
-    for _ in range(200):
-        service.observe(0.05)
-        service.spread()
+    _read_after_each(service, [0.05] * 200)
     for _ in range(30):
         service.observe(0.01)
     assert service.typical() == service.mean < 0.03
+
+
+def _read_after_each(service: ServiceTimeEstimator, holds: Iterable[float]) -> None:
+    """Each hold measured, and the spread read after it (as a queued call's judging reads it)."""
+    for hold in holds:
+        service.observe(hold)
+        service.spread()
