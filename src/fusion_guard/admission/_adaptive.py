@@ -247,9 +247,10 @@ class GradientLimit:
             )
         else:  # with no call seen overtaking another, the quiet bound is its floor
             calm = inflight <= self._quiet_floor
+        warmed = False  # a slow tool's warm-up call may move the parallelism's read
         if not self._probe.measured:  # the warm-up: counts shown uncrowded by latency are quiet
             calm = self._probe.observe(inflight, duration, calm)
-            self._parallelism.warming(duration > self._sighted_above)
+            warmed = self._parallelism.warming(duration > self._sighted_above)
         if calm:  # a quiet call: it tells the uncrowded latency
             baseline = self._baseline = self._quiet.add(duration)
             self._early_bar = EARLY_FACTOR * self.tolerance * baseline
@@ -271,7 +272,7 @@ class GradientLimit:
             if step == "start":
                 self._start_probe(end)
                 return True
-            return False
+            return warmed
         if end >= self._next_probe:
             self._start_probe(end)
             return True
@@ -325,13 +326,12 @@ class GradientLimit:
 
     @property
     def parallelism(self) -> float:
-        """The calls the tool appears to serve in parallel: the calls in flight of the last
-        window (their mean, as each call found them) scaled by the uncrowded latency over the
-        window's, rising by a share of each higher estimate (``PARALLELISM_WEIGHT``; at once for
-        a slow tool's window as fast as uncrowded, or a full one so beyond its noise), falling to
-        a lower one at once; until measured, the initial limit over ``tolerance`` (where the
-        limit would settle; a slow tool's, the limit less one: ``ParallelismEstimate.read``).
-        The mean, not the peak: one call left over from a higher limit would set it."""
+        """The calls the tool appears to serve in parallel: the last window's calls in flight
+        (their mean as each call found them: one left over from a higher limit is no peak to
+        set it) scaled by the uncrowded latency over the window's, rising by a share of each
+        higher estimate (``PARALLELISM_WEIGHT``; at once for a slow tool's window as fast as
+        uncrowded, or a full one so beyond its noise), falling to a lower one at once; until
+        measured, the initial limit over ``tolerance`` (a slow tool's: ``_latency_estimates``)."""
         return self._parallelism.read(self._limit)
 
     def on_overload(

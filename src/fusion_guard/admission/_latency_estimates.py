@@ -187,10 +187,13 @@ class ParallelismEstimate:
         self.starting = True  # a slow tool's slow start (``SLOW_START``): until a window queues
         self._slow = False  # the warm-up's last call outlasted SIGHTED_WINDOWS windows
 
-    def warming(self, slow: bool) -> None:
+    def warming(self, slow: bool) -> bool:
         """A call of the warm-up finished: ``slow`` if it outlasted ``SIGHTED_WINDOWS`` windows
-        (a slow tool's, for ``read``)."""
+        (a slow tool's, for ``read``). True when that may move what ``read`` says (the limit
+        must then say it moved: the slots in force rest on the parallelism)."""
+        flipped = slow is not self._slow and not self._measured
         self._slow = slow
+        return flipped
 
     def read(self, limit: int) -> float:
         """The estimate, under a ``limit``; until a window measures it, a slow tool's guess is
