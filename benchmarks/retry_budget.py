@@ -258,14 +258,11 @@ POLICIES = {
         ),
         # Issue 43's rate-limit goodput: the throttle sends a call once the opening the last
         # rate-limit refusal told of has come (not adopted; docs/client-measured.md).
-        *(
-            Policy(
-                f"helper, openings +{g:g}",
-                lambda: default_budget(clock=_now),
-                lambda rng, g=g: AdaptiveThrottle(openings=g, clock=_now, rng=rng),
-                max_attempts=5,
-            )
-            for g in (0, 1, 2, 4, 8)
+        Policy(
+            "helper, openings",
+            lambda: default_budget(clock=_now),
+            lambda rng: AdaptiveThrottle(openings=True, clock=_now, rng=rng),
+            max_attempts=5,
         ),
         Policy(
             "helper, throttle only",

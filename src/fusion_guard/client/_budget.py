@@ -285,7 +285,7 @@ class AdaptiveThrottle:
         *,
         window: float = 4.0,
         patience: float = 0.0,
-        openings: float | None = None,
+        openings: bool = False,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -405,7 +405,7 @@ class AdaptiveThrottle:
 
     def defer(self, until: float) -> None:
         """A retry of this process holds the rate limit's openings until ``until``."""
-        if self._openings is not None and self._opening < until:
+        if self._openings and self._opening < until:
             self._opening = until
 
     def refused(self, opening: float | None = None, interval: float = 0.0) -> None:
@@ -414,10 +414,8 @@ class AdaptiveThrottle:
         now = self._clock()
         self._refusals.add(now)
         self._open_until = -math.inf
-        if self._openings is not None:
-            self._opening = (
-                math.inf if opening is None else now + opening + self._openings * interval
-            )
+        if self._openings:
+            self._opening = math.inf if opening is None else now + opening
             self._interval = interval
 
     def __repr__(self) -> str:
