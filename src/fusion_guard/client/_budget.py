@@ -403,11 +403,6 @@ class AdaptiveThrottle:
         else:
             accepts.add(now)
 
-    def defer(self, until: float) -> None:
-        """A retry of this process holds the rate limit's openings until ``until``."""
-        if self._openings and self._opening < until:
-            self._opening = until
-
     def refused(self, opening: float | None = None, interval: float = 0.0) -> None:
         """The server refused a call (SERVER_BUSY, RATE_LIMITED); ``opening``: the seconds a rate
         limit's refusal said its next opening is in."""

@@ -513,8 +513,6 @@ class Retrying:
             return "budget"
         if paced is not None:
             pushback.paced_until[tool] = paced
-            if self._throttle is not None:
-                self._throttle.defer(paced)
         return wait
 
     def _held(self, deadline: float) -> StopReason | float | None:
