@@ -256,14 +256,6 @@ POLICIES = {
             )
             for w in (0.5, 1.0)
         ),
-        # Issue 43's rate-limit goodput: the throttle sends a call once the opening the last
-        # rate-limit refusal told of has come (not adopted; docs/client-measured.md).
-        Policy(
-            "helper, openings",
-            lambda: default_budget(clock=_now),
-            lambda rng: AdaptiveThrottle(openings=True, clock=_now, rng=rng),
-            max_attempts=5,
-        ),
         Policy(
             "helper, throttle only",
             lambda: None,

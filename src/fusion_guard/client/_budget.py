@@ -276,8 +276,8 @@ class AdaptiveThrottle:
     ``default_throttle``)."""
 
     __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_over_since",
-                 "_interval", "_opening", "_openings", "_patience", "_random", "_refusals", "_requests",
-                 "_share", "_shut_until", "_span")  # fmt: skip
+                 "_patience", "_random", "_refusals", "_requests", "_share", "_shut_until",
+                 "_span")  # fmt: skip
 
     def __init__(
         self,
@@ -285,14 +285,10 @@ class AdaptiveThrottle:
         *,
         window: float = 4.0,
         patience: float = 0.0,
-        openings: bool = False,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._k = _positive("k", k)
-        self._openings = openings
-        self._opening = math.inf  # when the last rate limit's refusal said it opens again
-        self._interval = 0.0  # its emission interval
         self._patience = _positive("patience", patience, zero=True)
         self._over_since = math.inf  # since when the refusals are past the full share
         if self._k < 1:
@@ -363,9 +359,6 @@ class AdaptiveThrottle:
             return True
         requests = window.total(now)
         window.add(now)
-        if now >= self._opening:
-            self._opening = now + self._interval
-            return True
         excess = requests - self._k * self._accepts.total(now)
         return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
@@ -403,15 +396,10 @@ class AdaptiveThrottle:
         else:
             accepts.add(now)
 
-    def refused(self, opening: float | None = None, interval: float = 0.0) -> None:
-        """The server refused a call (SERVER_BUSY, RATE_LIMITED); ``opening``: the seconds a rate
-        limit's refusal said its next opening is in."""
-        now = self._clock()
-        self._refusals.add(now)
+    def refused(self) -> None:
+        """The server refused a call (SERVER_BUSY, RATE_LIMITED)."""
+        self._refusals.add(self._clock())
         self._open_until = -math.inf
-        if self._openings:
-            self._opening = math.inf if opening is None else now + opening
-            self._interval = interval
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self._k:g}, rejecting={self.rejection_probability():.0%})"

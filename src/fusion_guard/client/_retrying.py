@@ -157,8 +157,6 @@ class RetryCall(Generic[R]):
         if throttle is not None:
             if final:
                 throttle.accepted()
-            elif error.code == "RATE_LIMITED":
-                throttle.refused(error.retry_after, _interval(error) or 0.0)
             else:
                 throttle.refused()
         self._error = error
