@@ -267,15 +267,6 @@ POLICIES = {
             )
             for d in (0.0, 0.4, 0.8, 1.6)
         ),
-        *(
-            Policy(
-                f"helper, demand {d:g} s, k 1.7",
-                lambda: default_budget(clock=_now),
-                lambda rng, d=d: AdaptiveThrottle(1.7, demand=d, clock=_now, rng=rng),
-                max_attempts=5,
-            )
-            for d in (0.0, 0.4)
-        ),
         Policy(
             "helper, throttle only",
             lambda: None,
