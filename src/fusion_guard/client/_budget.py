@@ -379,7 +379,7 @@ class AdaptiveThrottle:
         accepts = self._accepts.total(now)
         if self._demand is not None:
             recent, seconds = window.recent(now, self._demand)
-            requests = min(requests, recent * self._span / max(seconds, 1e-9))
+            requests = recent * self._span / max(seconds, 1e-9)
         excess = requests - self._k * accepts
         return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
