@@ -256,17 +256,6 @@ POLICIES = {
             )
             for w in (0.5, 1.0)
         ),
-        # Issue 43's rate-limit goodput: the throttle's demand read over the last slices of its
-        # window, not the whole window (a lull after a burst is then sent, not held back).
-        *(
-            Policy(
-                f"helper, demand {d:g} s",
-                lambda: default_budget(clock=_now),
-                lambda rng, d=d: AdaptiveThrottle(demand=d, clock=_now, rng=rng),
-                max_attempts=5,
-            )
-            for d in (0.0, 0.4, 0.8, 1.6)
-        ),
         Policy(
             "helper, throttle only",
             lambda: None,

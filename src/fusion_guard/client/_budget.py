@@ -160,15 +160,6 @@ class _Window:
             self._advance(now)
         return self._older + self.newest
 
-    def recent(self, now: float, slices: int) -> tuple[float, float]:
-        """The count of the newest slice and the ``slices`` before it, and the seconds they
-        span up to ``now`` (the newest only as far as it has run)."""
-        if now >= self.end:
-            self._advance(now)
-        counts = self._counts
-        older = sum(counts[len(counts) - slices :]) if slices else 0.0
-        return self.newest + older, now - self.end + (1 + slices) * self._slice
-
 
 class RetryBudget:
     """A ratio retry budget, Finagle-style (see the module): over the last ``window`` seconds,
@@ -284,7 +275,7 @@ class AdaptiveThrottle:
     ``AdaptiveThrottle()`` is the default every server gets (``k=1.8`` over 4 s; see
     ``default_throttle``)."""
 
-    __slots__ = ("_accepts", "_clock", "_demand", "_gate", "_k", "_open_until", "_over_since",
+    __slots__ = ("_accepts", "_clock", "_gate", "_k", "_open_until", "_over_since",
                  "_patience", "_random", "_refusals", "_requests", "_share", "_shut_until",
                  "_span")  # fmt: skip
 
@@ -294,18 +285,10 @@ class AdaptiveThrottle:
         *,
         window: float = 4.0,
         patience: float = 0.0,
-        demand: float | None = None,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._k = _positive("k", k)
-        # The slices before the newest that the demand is read over (None: the whole window).
-        self._demand: int | None = None
-        if demand is not None:
-            slices = round(_positive("demand", demand, zero=True) / (window / 10))
-            if not 0 <= slices < 10:
-                raise ValueError(f"demand must be at most window ({window!r}) seconds, got {demand!r}")
-            self._demand = slices
         self._patience = _positive("patience", patience, zero=True)
         self._over_since = math.inf  # since when the refusals are past the full share
         if self._k < 1:
@@ -376,11 +359,7 @@ class AdaptiveThrottle:
             return True
         requests = window.total(now)
         window.add(now)
-        accepts = self._accepts.total(now)
-        if self._demand is not None:
-            recent, seconds = window.recent(now, self._demand)
-            requests = recent * self._span / max(seconds, 1e-9)
-        excess = requests - self._k * accepts
+        excess = requests - self._k * self._accepts.total(now)
         return excess <= 0 or self._random.random() * (requests + 1) >= excess
 
     def admit_first(self, first_attempts: _Window) -> bool:
