@@ -527,3 +527,15 @@ def test_a_window_counts_as_uncrowded_only_beyond_the_noise_of_its_median() -> N
     assert not uncrowded_window(heavy, statistics.median(heavy), baseline, 20)
     slow = sorted([0.013, 0.013, 0.014, 0.014] * 5)  # past 1.25x however steady
     assert not uncrowded_window(slow, statistics.median(slow), baseline, 20)
+
+
+def test_calls_of_no_measurable_time_never_break_the_limit() -> None:
+    # A coarse clock (15.6 ms on Windows) reads a fast tool's calls as 0 s: the baseline and
+    # the early bar are 0, every call reaches the bar, and no run of them says anything (the
+    # run's length was a division by log(1): ZeroDivisionError on the release path).
+    limit = GradientLimit()
+    now = 1000.0
+    for inflight in [1] * 200 + [4] * 400:
+        limit.on_sample(now, 0.0, min(inflight, limit.limit), False)
+        now += 0.01
+    assert limit.min_limit <= limit.limit <= limit.max_limit

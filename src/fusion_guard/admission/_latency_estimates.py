@@ -54,14 +54,17 @@ def median_of_sorted(values: list[float]) -> float:
     return (values[middle - 1] + values[middle]) / 2
 
 
-def early_run(ordered: list[float], bar: float) -> int:
+def early_run(ordered: list[float], bar: float) -> float:
     """How many calls in a row at the early ``bar`` or more say the tool lost capacity, given
     its quiet calls ``ordered`` (sorted): at least ``EARLY_SAMPLES``, more when they reach the
-    bar often enough that a shorter run comes by chance (``EARLY_RUN_CHANCE``). Asked only once
-    such a run is ``EARLY_SAMPLES`` long."""
+    bar often enough that a shorter run comes by chance (``EARLY_RUN_CHANCE``); no run at all
+    (infinity) when every quiet call reaches it (a bar of 0: calls of no measurable time, as a
+    coarse clock reads a fast tool's). Asked only once such a run is ``EARLY_SAMPLES`` long."""
     share = (len(ordered) - bisect_left(ordered, bar)) / len(ordered)
     if share <= 0.0:  # (the bar is above the median: share < 0.5, the log below < 0)
         return EARLY_SAMPLES
+    if share >= 1.0:  # (the log below would be 0)
+        return math.inf
     return max(EARLY_SAMPLES, math.ceil(math.log(EARLY_RUN_CHANCE) / math.log(share)))
 
 
